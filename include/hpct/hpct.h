@@ -1,0 +1,174 @@
+/* hpct: rootless, storeless bootstrap for collective-communication libraries.
+ *
+ * Threading: a world and its groups are used by one thread at a time; calls on
+ * different worlds may run concurrently.  Every call that waits has a deadline
+ * (HPCT_TIMEOUT seconds) and returns HPCT_ETIMEDOUT past it.
+ *
+ * Errors: every function returning int returns 0 on success, a negative errno
+ * value for a system error, or one of the HPCT_E* codes below.  The failure is
+ * logged once where it is first seen (HPCT_DEBUG, default WARN) and the same
+ * message is kept for hpct_last_error() in the calling thread. */
+#ifndef HPCT_HPCT_H
+#define HPCT_HPCT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HPCT_BUILDING)
+#define HPCT_API __attribute__((visibility("default")))
+#else
+#define HPCT_API
+#endif
+
+#define HPCT_VERSION_MAJOR 0
+#define HPCT_VERSION_MINOR 1
+#define HPCT_VERSION_PATCH 0
+
+/* X(name, value, message): the library's own error codes. */
+#define HPCT_ERROR_MAP(X)                                                       \
+	X(EBADENV, -1001, "bad setting in the environment")                     \
+	X(ENOTOPO, -1002, "not enough information to derive the topology")      \
+	X(ETIMEDOUT, -1003, "deadline passed")                                  \
+	X(EPEERDEAD, -1004, "a peer died or closed its connection")             \
+	X(EREFUSED, -1005, "a peer refused the handshake")                      \
+	X(EPROTO, -1006, "malformed message from a peer")                       \
+	X(EINVAL, -1007, "invalid argument")                                    \
+	X(ENOTMEMBER, -1008, "this rank is not a member of the group")          \
+	X(EADDRINUSE, -1009, "the derived port is already taken")               \
+	X(EABORTED, -1010, "the collective was aborted by another rank")        \
+	X(ERESOLVE, -1011, "a host name could not be resolved")                 \
+	X(ENOMEM, -1012, "out of memory")                                       \
+	X(ESTATE, -1013, "call not valid in this state")
+
+enum hpct_error {
+#define HPCT_ERROR_ENUM(name, value, msg) HPCT_##name = (value),
+	HPCT_ERROR_MAP(HPCT_ERROR_ENUM)
+#undef HPCT_ERROR_ENUM
+};
+
+/* A short description of any code this library returns (0, -errno, HPCT_E*).
+ * Never NULL; the string is static. */
+HPCT_API const char *hpct_strerror(int err);
+/* The symbolic name of a code ("HPCT_ETIMEDOUT", "ECONNREFUSED", "OK"). */
+HPCT_API const char *hpct_errname(int err);
+/* The full message of the last failure logged by this thread (naming rank,
+ * peer, host:port, group, epoch), or "" if none.  Valid until the next
+ * failing call in this thread. */
+HPCT_API const char *hpct_last_error(void);
+
+/* The library version as "major.minor.patch". */
+HPCT_API const char *hpct_version(void);
+
+enum hpct_path {
+	HPCT_PATH_STANDARD = 0, /* rank 0 serves a rendezvous at MASTER_ADDR:MASTER_PORT */
+	HPCT_PATH_ROOTLESS = 1, /* every address derived, no store, no root */
+};
+
+/* Text form of a socket address: "10.0.0.3:12012" or "[fd00::3]:12012". */
+#define HPCT_ADDRSTRLEN 64
+
+typedef struct hpct_world hpct_world;
+typedef struct hpct_group hpct_group;
+
+/* A plain summary of this process's place in the world. */
+struct hpct_world_info {
+	int rank;              /* this process's rank in the world */
+	int size;              /* number of ranks */
+	int local_rank;        /* rank among the processes of this node */
+	int local_size;        /* processes on this node */
+	int node;              /* index of this node in the node list */
+	int nnodes;            /* nodes in the node list (1 on the standard path without one) */
+	enum hpct_path path;   /* the path in use */
+	uint64_t job;          /* hash of the job identity */
+	uint64_t epoch;        /* restart epoch */
+	char job_name[128];    /* the job identity as read, truncated */
+	char listen_addr[HPCT_ADDRSTRLEN]; /* rootless: this process's listener; standard: the rendezvous */
+};
+
+/* Counters of what this process did on the network, for tools and tests. */
+struct hpct_world_stats {
+	uint64_t conns_opened;   /* connections this process initiated and completed */
+	uint64_t conns_accepted; /* connections accepted from peers and admitted */
+	uint64_t conns_refused;  /* incoming connections refused at the handshake */
+	uint64_t connect_retries;/* connect attempts that were retried */
+	uint64_t msgs_sent;
+	uint64_t msgs_recv;
+	uint64_t bytes_sent;
+	uint64_t bytes_recv;
+	int peers;               /* distinct peers connected now */
+};
+
+/* Joins the world described by the environment (see README: HPCT_RANK,
+ * RANK, SLURM_PROCID, ... and HPCT_HOSTS / HPCT_HOSTFILE / SLURM_JOB_NODELIST).
+ * HPCT_USE_ROOTLESS=1 takes the rootless path when the node list is known on
+ * every rank, else every rank takes the standard path with one notice line.
+ * Rootless: opens this process's listener at its derived address; blocks only
+ * for that.  Standard: rank 0 starts the rendezvous server; every rank
+ * connects to it, retrying until the deadline.
+ * Errors: HPCT_EBADENV (message names the variable and value), HPCT_ENOTOPO,
+ * HPCT_EADDRINUSE (names host:port), HPCT_ETIMEDOUT, -errno. */
+HPCT_API int hpct_world_create(hpct_world **world_out);
+
+/* Flushes what this process still has to send (up to the deadline), closes
+ * every connection and the listener, and frees the world and any group still
+ * open.  On the standard path rank 0 first waits (up to the deadline) until
+ * every other rank has left.  Accepts NULL. */
+HPCT_API void hpct_world_destroy(hpct_world *world);
+
+/* Fills *info_out.  Never fails for a valid world. */
+HPCT_API int hpct_world_info(const hpct_world *world, struct hpct_world_info *info_out);
+HPCT_API int hpct_world_stats(const hpct_world *world, struct hpct_world_stats *stats_out);
+
+/* The derived listen address of any rank (rootless path), as text.
+ * HPCT_EINVAL for a rank out of range, HPCT_ESTATE on the standard path,
+ * HPCT_ERESOLVE if its host does not resolve. */
+HPCT_API int hpct_world_peer_addr(hpct_world *world, int rank, char addr_out[HPCT_ADDRSTRLEN]);
+
+/* The group of all ranks.  Owned by the world: do not destroy it. */
+HPCT_API hpct_group *hpct_world_group(hpct_world *world);
+
+/* Creates a subgroup of `parent` with the given parent ranks (strictly
+ * increasing, 1..parent size).  Every rank of the parent must make the same
+ * calls in the same order, members or not: each call bumps the parent's group
+ * counter on every rank, and the group identity is a hash of (job, epoch,
+ * parent identity, counter, members).  No communication happens.
+ * On a member, *group_out is the new group; on a non-member, *group_out is
+ * set to NULL and 0 is returned.  HPCT_EINVAL names the bad member. */
+HPCT_API int hpct_group_create(hpct_group *parent, const int *members, int nmembers,
+			       hpct_group **group_out);
+
+/* Frees a group made by hpct_group_create; local only.  Accepts NULL; the
+ * world group is ignored. */
+HPCT_API void hpct_group_destroy(hpct_group *group);
+
+HPCT_API int hpct_group_rank(const hpct_group *group);
+HPCT_API int hpct_group_size(const hpct_group *group);
+/* The group's world rank for a group rank, or -1 if out of range. */
+HPCT_API int hpct_group_world_rank(const hpct_group *group, int group_rank);
+HPCT_API uint64_t hpct_group_id(const hpct_group *group);
+
+/* Collectives.  Every member calls them in the same order; they block until
+ * this rank's part is done or the deadline passes.  On failure the message
+ * names the group, epoch, this rank and each peer not heard from with its
+ * host:port and last OS error.
+ *
+ * allgather: `item` (item_size bytes) from every rank lands in
+ *   out[group_rank * item_size]; out holds size * item_size bytes.
+ * barrier: returns once every member has entered.
+ * broadcast: `len` bytes of buf on `root` (a group rank) are copied to buf on
+ *   every member; every member passes the same len.
+ * alltoall: items[j * item_size] goes to group rank j; out[i * item_size]
+ *   receives what rank i sent to this rank.  Meant for small items. */
+HPCT_API int hpct_allgather(hpct_group *group, const void *item, size_t item_size, void *out);
+HPCT_API int hpct_barrier(hpct_group *group);
+HPCT_API int hpct_broadcast(hpct_group *group, void *buf, size_t len, int root);
+HPCT_API int hpct_alltoall(hpct_group *group, const void *items, size_t item_size, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
