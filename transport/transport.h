@@ -1,0 +1,82 @@
+/* The transport interface under the rootless engine.
+ *
+ * A transport moves whole messages between this process and its peers.  It is
+ * a const table of functions plus a context; nothing blocks except
+ * progress(), which waits for events up to a timeout and reports them through
+ * a callback.  "Not yet" is a return value or a later event, never a sleep.
+ * The TCP transport frames messages on a byte stream; a message-oriented
+ * transport (libfabric) or a simulated one fits the same table. */
+#ifndef HPCT_TRANSPORT_H
+#define HPCT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Largest message a transport accepts; longer ones are refused with
+ * -EMSGSIZE on send and close the connection (HPCT_EPROTO) on receive. */
+#define HPCT_TRANSPORT_MAX_MSG (256u << 20)
+
+/* Every transport's connection begins with this; `user` belongs to the
+ * caller. */
+struct hpct_tconn {
+	void *user;
+};
+
+enum hpct_tevent_type {
+	HPCT_TEV_CONNECTED,      /* an outgoing connection completed */
+	HPCT_TEV_CONNECT_FAILED, /* an outgoing connection failed: err; the conn is closed and freed after the callback */
+	HPCT_TEV_ACCEPTED,       /* a new incoming connection; peer is its address */
+	HPCT_TEV_MESSAGE,        /* one whole message: data, len (valid during the callback only) */
+	HPCT_TEV_CLOSED,         /* the peer closed (err 0) or the connection failed (err < 0); the conn is freed after the callback */
+};
+
+struct hpct_tevent {
+	enum hpct_tevent_type type;
+	struct hpct_tconn *conn;
+	int err;                       /* -errno, or HPCT_EPROTO for a bad frame */
+	const void *data;
+	size_t len;
+	const struct sockaddr *peer;   /* ACCEPTED: the remote address */
+	socklen_t peer_len;
+};
+
+typedef void (*hpct_tevent_cb)(void *arg, const struct hpct_tevent *ev);
+
+struct hpct_transport_ops {
+	const char *name;
+	/* A context for one process's endpoint. */
+	int (*create)(void **ctx_out);
+	/* Closes every connection and the listener, then frees ctx. */
+	void (*destroy)(void *ctx);
+	/* Listens at exactly this address (no wildcard).  -EADDRINUSE when taken. */
+	int (*listen)(void *ctx, const struct sockaddr *addr, socklen_t len);
+	/* Starts a connection; its outcome arrives as CONNECTED or
+	 * CONNECT_FAILED.  Messages may be sent before it completes.  A failure
+	 * known at once is returned as -errno and no conn is made. */
+	int (*connect)(void *ctx, const struct sockaddr *addr, socklen_t len, void *user,
+		       struct hpct_tconn **conn_out);
+	/* Queues one whole message; the transport copies it.  0 or -errno. */
+	int (*send)(struct hpct_tconn *conn, const void *buf, size_t len);
+	/* Bytes accepted by send() and not yet handed to the network. */
+	size_t (*pending)(struct hpct_tconn *conn);
+	/* The same over every conn of the context. */
+	size_t (*backlog)(void *ctx);
+	/* Waits up to timeout_ms (0: poll once) for events, moves bytes, and
+	 * calls cb for each event.  cb may call send() and close() on any conn.
+	 * Returns the number of events or -errno. */
+	int (*progress)(void *ctx, int timeout_ms, hpct_tevent_cb cb, void *arg);
+	/* Closes a conn now; no further events for it.  Queued bytes are dropped. */
+	void (*close)(struct hpct_tconn *conn);
+	/* The remote address of a conn as text. */
+	void (*peer_name)(struct hpct_tconn *conn, char *buf, size_t len);
+};
+
+/* Transports by name ("tcp"); NULL when unknown. */
+const struct hpct_transport_ops *hpct_transport_find(const char *name);
+/* Comma-separated names of the transports built in. */
+const char *hpct_transport_names(void);
+
+extern const struct hpct_transport_ops hpct_transport_tcp;
+
+#endif
