@@ -1,0 +1,372 @@
+/* Rootless collectives as state machines over the engine.  Each round sends
+ * at most one message and waits for at most one, so the driver knows exactly
+ * whom it waits for when a deadline passes.  Peers are always at distance
+ * 2^k in the group, so a rank talks to at most 2*ceil(log2 N) others. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+#include "world.h"
+
+struct op;
+typedef int (*step_fn)(struct op *op, struct hpct_emsg *m);
+
+struct op {
+	struct hpct_group *g;
+	const char *name;
+	uint32_t seq;
+	int round, nrounds;
+	int sent;        /* this round's message is on its way */
+	int send_to;     /* group rank, -1 none */
+	int recv_from;   /* group rank, -1 none */
+	void (*peers)(struct op *op); /* picks send_to/recv_from as a round starts */
+	step_fn send;    /* sends this round's message */
+	step_fn step;    /* consumes the awaited message; 1 done, 0 next round, <0 error */
+	/* the collective's own data */
+	const void *in;
+	void *out;
+	unsigned char *tmp, *pack;
+	size_t sz, len;
+	int n, r, root;
+};
+
+static int ceil_log2(int n)
+{
+	int k = 0;
+	while ((1 << k) < n)
+		k++;
+	return k;
+}
+
+static int send_to(struct op *op, int grank, const void *buf, size_t len)
+{
+	struct hpct_group *g = op->g;
+	return hpct__eng_send(g->world->eng, hpct__group_world_rank(g, grank), HPCT_MSG_DATA, g->id,
+			      op->seq, (uint16_t)op->round, buf, len);
+}
+
+static void abort_others(struct op *op, int code, int culprit)
+{
+	struct hpct_group *g = op->g;
+	struct hpct_abort a = {.code = code, .origin = (uint32_t)g->world->topo.rank, .culprit = culprit};
+	/* the receiver only needs the gist; the text is cut at 255 bytes */
+	memcpy(a.text, g->failure, sizeof(a.text) - 1);
+	a.text[sizeof(a.text) - 1] = 0;
+	hpct__eng_broadcast_abort(g->world->eng, g->id, &a);
+}
+
+/* The error for a peer that cannot deliver, naming it. */
+static int peer_failed(struct op *op, int grank, int err)
+{
+	struct hpct_group *g = op->g;
+	struct hpct_world *w = g->world;
+	char who[320];
+	int wr = hpct__group_world_rank(g, grank);
+	hpct__eng_describe_peer(w->eng, wr, who, sizeof(who));
+	hpct__group_fail(g, err, "rank %d: %s on group %016llx (epoch %llu, call %u, round %d/%d) failed: %s",
+			 w->topo.rank, op->name, (unsigned long long)g->id,
+			 (unsigned long long)w->topo.epoch, op->seq, op->round + 1, op->nrounds, who);
+	abort_others(op, err, wr);
+	return err;
+}
+
+static int timed_out(struct op *op, double timeout)
+{
+	struct hpct_group *g = op->g;
+	struct hpct_world *w = g->world;
+	char from[320] = "", to[320] = "";
+	if (op->recv_from >= 0)
+		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, op->recv_from), from,
+					sizeof(from));
+	if (op->send_to >= 0 && hpct__eng_peer_error(w->eng, hpct__group_world_rank(g, op->send_to)) == 0) {
+		/* only worth naming if our message may not have left */
+		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, op->send_to), to, sizeof(to));
+	}
+	int culprit = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from) : -1;
+	hpct__group_fail(g, HPCT_ETIMEDOUT,
+			 "rank %d: %s on group %016llx (epoch %llu, call %u, round %d/%d) timed out "
+			 "after %.1f s; not heard from %s%s%s",
+			 w->topo.rank, op->name, (unsigned long long)g->id,
+			 (unsigned long long)w->topo.epoch, op->seq, op->round + 1, op->nrounds,
+			 timeout, from[0] ? from : "nobody", to[0] ? "; sending to " : "", to);
+	abort_others(op, HPCT_ETIMEDOUT, culprit);
+	return HPCT_ETIMEDOUT;
+}
+
+static int aborted(struct op *op, const struct hpct_abort *a)
+{
+	struct hpct_group *g = op->g;
+	hpct__group_fail(g, HPCT_EABORTED, "rank %d: %s on group %016llx (epoch %llu) aborted: rank %u gave up: %s",
+			 g->world->topo.rank, op->name, (unsigned long long)g->id,
+			 (unsigned long long)g->world->topo.epoch, a->origin, a->text);
+	/* pass it on: ranks that only talk to us learn it too */
+	struct hpct_abort fwd = *a;
+	hpct__eng_broadcast_abort(g->world->eng, g->id, &fwd);
+	return HPCT_EABORTED;
+}
+
+/* Runs an op to completion or failure. */
+static int drive(struct op *op)
+{
+	struct hpct_group *g = op->g;
+	struct hpct_world *w = g->world;
+	if (g->failed)
+		return g->failed;
+	op->seq = g->seq++;
+	double timeout = w->topo.timeout_s, deadline = hpct__now() + timeout;
+	int rc = 0, extended = 0;
+	uint64_t lost0 = hpct__eng_lost(w->eng, NULL);
+	/* The op is done when its rounds are and everything it sent has left:
+	 * a rank that goes quiet after returning must not strand a peer. */
+	while (op->round < op->nrounds || !hpct__eng_idle(w->eng)) {
+		if (op->round < op->nrounds && !op->sent) {
+			op->sent = 1;
+			if (op->peers)
+				op->peers(op);
+			if (op->send_to >= 0 && (rc = op->send(op, NULL)) < 0)
+				return peer_failed(op, op->send_to, rc);
+		}
+		struct hpct_emsg *m = NULL;
+		int waiting = op->round < op->nrounds;
+		if (waiting && op->recv_from >= 0)
+			m = hpct__eng_take(w->eng, hpct__group_world_rank(g, op->recv_from), g->id,
+					   op->seq, (uint16_t)op->round);
+		if (waiting && (m || op->recv_from < 0)) {
+			rc = op->step(op, m);
+			free(m);
+			if (rc < 0 && rc != HPCT_EPROTO)
+				return peer_failed(op, op->send_to, rc);
+			if (rc < 0)
+				return hpct__group_fail(g, rc, "rank %d: %s on group %016llx: peer rank %d sent a malformed message",
+							w->topo.rank, op->name, (unsigned long long)g->id,
+							hpct__group_world_rank(g, op->recv_from));
+			op->round = rc == 1 ? op->nrounds : op->round + 1;
+			op->sent = 0;
+			continue;
+		}
+		if (!waiting) /* only sends are left: name whom they go to */
+			op->recv_from = -1;
+		/* An abort carries the first cause: it beats what we see locally. */
+		const struct hpct_abort *a = hpct__eng_abort_for(w->eng, g->id);
+		if (a)
+			return aborted(op, a);
+		int err = op->recv_from >= 0
+				  ? hpct__eng_peer_error(w->eng, hpct__group_world_rank(g, op->recv_from))
+				  : 0;
+		if (err)
+			return peer_failed(op, op->recv_from, err);
+		int lost_peer;
+		if (hpct__eng_lost(w->eng, &lost_peer) != lost0) {
+			/* something we sent cannot arrive: name its peer */
+			for (int i = 0; i < g->size; i++)
+				if (hpct__group_world_rank(g, i) == lost_peer)
+					return peer_failed(op, i, hpct__eng_peer_error(w->eng, lost_peer)
+									   ? hpct__eng_peer_error(w->eng, lost_peer)
+									   : HPCT_EPEERDEAD);
+		}
+		double left = deadline - hpct__now();
+		if (left <= 0 && !extended && op->recv_from >= 0 &&
+		    hpct__eng_peer_connected(w->eng, hpct__group_world_rank(g, op->recv_from))) {
+			/* The peer we wait for is alive, so it waits for someone
+			 * else: give the rank that knows the cause a moment to say. */
+			extended = 1;
+			left = timeout * 0.1 < 0.5 ? 0.5 : timeout * 0.1 > 3 ? 3 : timeout * 0.1;
+			deadline = hpct__now() + left;
+		}
+		if (left <= 0)
+			return timed_out(op, timeout);
+		hpct__eng_progress(w->eng, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
+	}
+	return 0;
+}
+
+/* Bruck allgather: after round k a rank holds the items of the 2^(k+1)
+ * ranks that follow it. */
+static int ag_send(struct op *op, struct hpct_emsg *m)
+{
+	(void)m;
+	int pow2 = 1 << op->round;
+	int cnt = pow2 < op->n - pow2 ? pow2 : op->n - pow2;
+	return send_to(op, op->send_to, op->tmp, (size_t)cnt * op->sz);
+}
+
+static void ag_set_peers(struct op *op)
+{
+	int pow2 = 1 << op->round;
+	op->send_to = ((op->r - pow2) % op->n + op->n) % op->n;
+	op->recv_from = (op->r + pow2) % op->n;
+}
+
+static int ag_step(struct op *op, struct hpct_emsg *m)
+{
+	int pow2 = 1 << op->round;
+	int cnt = pow2 < op->n - pow2 ? pow2 : op->n - pow2;
+	if (m->len != (size_t)cnt * op->sz)
+		return HPCT_EPROTO;
+	memcpy(op->tmp + (size_t)pow2 * op->sz, m->data, m->len);
+	return 0;
+}
+
+int hpct__coll_allgather(struct hpct_group *g, const void *item, size_t sz, void *out)
+{
+	struct op op = {.g = g, .name = "allgather", .n = g->size, .r = g->rank, .sz = sz,
+			.peers = ag_set_peers, .send = ag_send, .step = ag_step};
+	op.nrounds = ceil_log2(op.n);
+	op.tmp = malloc((size_t)op.n * sz);
+	if (!op.tmp)
+		return hpct__group_fail(g, HPCT_ENOMEM, "allgather: no memory for %d items of %zu bytes",
+					op.n, sz);
+	memcpy(op.tmp, item, sz);
+	int rc = drive(&op);
+	if (rc == 0)
+		for (int j = 0; j < op.n; j++)
+			memcpy((unsigned char *)out + (size_t)((op.r + j) % op.n) * sz,
+			       op.tmp + (size_t)j * sz, sz);
+	free(op.tmp);
+	return rc;
+}
+
+/* Dissemination barrier. */
+static void bar_set_peers(struct op *op)
+{
+	int pow2 = 1 << op->round;
+	op->send_to = (op->r + pow2) % op->n;
+	op->recv_from = ((op->r - pow2) % op->n + op->n) % op->n;
+}
+
+static int bar_send(struct op *op, struct hpct_emsg *m)
+{
+	(void)m;
+	return send_to(op, op->send_to, NULL, 0);
+}
+
+static int bar_step(struct op *op, struct hpct_emsg *m)
+{
+	(void)op;
+	if (m->len != 0)
+		return HPCT_EPROTO;
+	return 0;
+}
+
+int hpct__coll_barrier(struct hpct_group *g)
+{
+	struct op op = {.g = g, .name = "barrier", .n = g->size, .r = g->rank, .peers = bar_set_peers,
+			.send = bar_send, .step = bar_step};
+	op.nrounds = ceil_log2(op.n);
+	return drive(&op);
+}
+
+/* Binomial-tree broadcast: one round to receive from the parent, then the
+ * children are sent to at once. */
+static int bc_step(struct op *op, struct hpct_emsg *m)
+{
+	int rel = (op->r - op->root + op->n) % op->n;
+	if (m) {
+		if (m->len != op->len)
+			return HPCT_EPROTO;
+		memcpy(op->out, m->data, m->len);
+	}
+	int mask = 1;
+	while (mask < op->n && !(rel & mask))
+		mask <<= 1;
+	for (mask >>= 1; mask > 0; mask >>= 1) {
+		if (rel + mask < op->n) {
+			int child = (rel + mask + op->root) % op->n;
+			int rc = send_to(op, child, op->out, op->len);
+			if (rc < 0) {
+				op->send_to = child;
+				return rc;
+			}
+		}
+	}
+	return 1;
+}
+
+int hpct__coll_broadcast(struct hpct_group *g, void *buf, size_t len, int root)
+{
+	struct op op = {.g = g, .name = "broadcast", .n = g->size, .r = g->rank, .root = root,
+			.out = buf, .len = len, .step = bc_step, /* sends happen in bc_step */
+			.send_to = -1, .recv_from = -1, .nrounds = 1};
+	int rel = (op.r - root + op.n) % op.n;
+	if (rel != 0) {
+		int mask = 1;
+		while (!(rel & mask))
+			mask <<= 1;
+		op.recv_from = (rel - mask + root) % op.n;
+	}
+	return drive(&op);
+}
+
+/* Bruck alltoall: blocks are rotated so that block j must travel j ranks
+ * forward; round k moves every block whose index has bit k set. */
+static size_t a2a_pack(struct op *op)
+{
+	int pow2 = 1 << op->round;
+	size_t o = 0;
+	for (int j = 0; j < op->n; j++)
+		if (j & pow2) {
+			memcpy(op->pack + o, op->tmp + (size_t)j * op->sz, op->sz);
+			o += op->sz;
+		}
+	return o;
+}
+
+static void a2a_set_peers(struct op *op)
+{
+	int pow2 = 1 << op->round;
+	op->send_to = (op->r + pow2) % op->n;
+	op->recv_from = ((op->r - pow2) % op->n + op->n) % op->n;
+}
+
+static int a2a_send(struct op *op, struct hpct_emsg *m)
+{
+	(void)m;
+	size_t len = a2a_pack(op);
+	return send_to(op, op->send_to, op->pack, len);
+}
+
+static int a2a_step(struct op *op, struct hpct_emsg *m)
+{
+	int pow2 = 1 << op->round;
+	size_t o = 0;
+	for (int j = 0; j < op->n; j++)
+		if (j & pow2)
+			o += op->sz;
+	if (m->len != o)
+		return HPCT_EPROTO;
+	o = 0;
+	for (int j = 0; j < op->n; j++)
+		if (j & pow2) {
+			memcpy(op->tmp + (size_t)j * op->sz, m->data + o, op->sz);
+			o += op->sz;
+		}
+	return 0;
+}
+
+int hpct__coll_alltoall(struct hpct_group *g, const void *items, size_t sz, void *out)
+{
+	struct op op = {.g = g, .name = "alltoall", .n = g->size, .r = g->rank, .sz = sz,
+			.peers = a2a_set_peers, .send = a2a_send, .step = a2a_step};
+	op.nrounds = ceil_log2(op.n);
+	op.tmp = malloc((size_t)op.n * sz);
+	op.pack = malloc((size_t)(op.n / 2 + 1) * sz);
+	if (!op.tmp || !op.pack) {
+		free(op.tmp);
+		free(op.pack);
+		return hpct__group_fail(g, HPCT_ENOMEM, "alltoall: no memory for %d items of %zu bytes",
+					op.n, sz);
+	}
+	const unsigned char *in = items;
+	for (int j = 0; j < op.n; j++)
+		memcpy(op.tmp + (size_t)j * sz, in + (size_t)((op.r + j) % op.n) * sz, sz);
+	int rc = drive(&op);
+	if (rc == 0)
+		for (int j = 0; j < op.n; j++)
+			memcpy((unsigned char *)out + (size_t)((op.r - j + op.n) % op.n) * sz,
+			       op.tmp + (size_t)j * sz, sz);
+	free(op.tmp);
+	free(op.pack);
+	return rc;
+}

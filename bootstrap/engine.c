@@ -1,0 +1,727 @@
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define BACKOFF_FIRST 0.002
+#define BACKOFF_CAP 0.1
+
+enum out_state { OUT_IDLE, OUT_CONNECTING, OUT_HELLO, OUT_READY, OUT_BACKOFF, OUT_REFUSED, OUT_CLOSED };
+
+/* What the engine hangs on each transport conn. */
+struct econn {
+	int peer;       /* -1 until an accepted conn is admitted */
+	int outgoing;
+	double hello_deadline;
+	struct hpct_tconn *t;
+	struct econn *next_pending; /* accepted, not admitted yet */
+};
+
+struct qmsg {
+	struct qmsg *next;
+	size_t len;
+	unsigned char data[];
+};
+
+struct peer {
+	struct econn *out, *in;
+	enum out_state state;
+	int ever_up;
+	int last_err;
+	int retries;
+	double retry_at, backoff;
+	uint64_t group; /* the group whose message asked for the connection */
+	struct qmsg *qhead, *qtail;
+	char why[160];
+	char addr[HPCT_ADDRSTRLEN];
+};
+
+struct abort_rec {
+	struct abort_rec *next;
+	uint64_t group;
+	struct hpct_abort a;
+};
+
+struct hpct_engine {
+	struct hpct_engine_cfg cfg;
+	void *tctx;
+	struct peer *peers;
+	int *backoff;          /* peers waiting to retry, each at most once */
+	int *backoff_tmp;
+	int nbackoff;
+	long nqueued;          /* messages waiting in peer queues for a connection */
+	uint64_t nlost;        /* sends that can no longer be delivered */
+	int last_lost;         /* the peer they were for */
+	uint64_t rng;
+	struct econn *pending; /* accepted, waiting for HELLO */
+	struct hpct_emsg *msgs, **msgs_tail;
+	struct abort_rec *aborts;
+	struct hpct_world_stats stats;
+};
+
+/* Own generator: the application's rand() state is not ours to move. */
+static double jitter(struct hpct_engine *e)
+{
+	e->rng ^= e->rng << 13;
+	e->rng ^= e->rng >> 7;
+	e->rng ^= e->rng << 17;
+	return 0.75 + 0.5 * (double)(e->rng >> 11) / (double)(1ULL << 53);
+}
+
+static void schedule_retry(struct hpct_engine *e, int r, int err)
+{
+	struct peer *p = &e->peers[r];
+	p->last_err = err;
+	p->retries++;
+	e->stats.connect_retries++;
+	p->backoff = p->backoff ? p->backoff * 2 : BACKOFF_FIRST;
+	if (p->backoff > BACKOFF_CAP)
+		p->backoff = BACKOFF_CAP;
+	p->retry_at = hpct__now() + p->backoff * jitter(e);
+	p->state = OUT_BACKOFF;
+	e->backoff[e->nbackoff++] = r;
+}
+
+static const char *peer_addr_text(struct hpct_engine *e, int r)
+{
+	struct peer *p = &e->peers[r];
+	if (!p->addr[0]) {
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		if (e->cfg.peer_addr(e->cfg.peer_addr_arg, r, &ss, &sl, p->addr, sizeof(p->addr)) < 0)
+			snprintf(p->addr, sizeof(p->addr), "(unresolved)");
+	}
+	return p->addr;
+}
+
+int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *listen,
+		     socklen_t listen_len, struct hpct_engine **eng_out)
+{
+	struct hpct_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return HPCT_ENOMEM;
+	e->cfg = *cfg;
+	e->msgs_tail = &e->msgs;
+	e->peers = calloc((size_t)cfg->size, sizeof(*e->peers));
+	e->backoff = calloc((size_t)cfg->size, sizeof(*e->backoff));
+	e->backoff_tmp = calloc((size_t)cfg->size, sizeof(*e->backoff_tmp));
+	int rc = HPCT_ENOMEM;
+	if (!e->peers || !e->backoff || !e->backoff_tmp)
+		goto fail_alloc;
+	rc = cfg->ops->create(&e->tctx);
+	if (rc < 0)
+		goto fail_alloc;
+	rc = cfg->ops->listen(e->tctx, listen, listen_len);
+	if (rc < 0)
+		goto fail_listen;
+	e->rng = (cfg->job ^ ((uint64_t)cfg->rank + 1) * 0x9e3779b97f4a7c15ULL) | 1;
+	*eng_out = e;
+	return 0;
+
+fail_listen:
+	cfg->ops->destroy(e->tctx);
+fail_alloc:
+	free(e->backoff_tmp);
+	free(e->backoff);
+	free(e->peers);
+	free(e);
+	return rc;
+}
+
+/* Queued messages that can still be delivered (a refused or dead peer's
+ * queue is dropped where that is learned). */
+static int has_queued(const struct hpct_engine *e)
+{
+	return e->nqueued > 0;
+}
+
+static size_t pending_bytes(const struct hpct_engine *e)
+{
+	return e->cfg.ops->backlog(e->tctx);
+}
+
+static void drop_queue(struct hpct_engine *e, struct peer *p)
+{
+	if (p->qhead) {
+		e->nlost++;
+		e->last_lost = (int)(p - e->peers);
+	}
+	while (p->qhead) {
+		struct qmsg *q = p->qhead;
+		p->qhead = q->next;
+		free(q);
+		e->nqueued--;
+	}
+	p->qtail = NULL;
+}
+
+void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
+{
+	if (!e)
+		return;
+	/* A peer may still need our last messages (the final barrier round, or
+	 * an abort that tells it why we gave up). */
+	while (((flush_queued && has_queued(e)) || pending_bytes(e) > 0) && hpct__now() < deadline)
+		hpct__eng_progress(e, 10);
+	e->cfg.ops->destroy(e->tctx);
+	for (int r = 0; r < e->cfg.size; r++) {
+		free(e->peers[r].out);
+		free(e->peers[r].in);
+		drop_queue(e, &e->peers[r]);
+	}
+	while (e->pending) {
+		struct econn *c = e->pending;
+		e->pending = c->next_pending;
+		free(c);
+	}
+	while (e->msgs) {
+		struct hpct_emsg *m = e->msgs;
+		e->msgs = m->next;
+		free(m);
+	}
+	while (e->aborts) {
+		struct abort_rec *a = e->aborts;
+		e->aborts = a->next;
+		free(a);
+	}
+	free(e->backoff_tmp);
+	free(e->backoff);
+	free(e->peers);
+	free(e);
+}
+
+static void send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+		       uint64_t group, uint32_t reason)
+{
+	struct hpct_hello h = {.type = type,
+			       .job = e->cfg.job,
+			       .epoch = e->cfg.epoch,
+			       .group = group,
+			       .src = (uint32_t)e->cfg.rank,
+			       .dst = dst,
+			       .size = (uint32_t)e->cfg.size,
+			       .reason = reason};
+	unsigned char buf[HPCT_HELLO_LEN];
+	hpct__hello_encode(&h, buf);
+	e->cfg.ops->send(t, buf, sizeof(buf));
+}
+
+static void start_connect(struct hpct_engine *e, int r)
+{
+	struct peer *p = &e->peers[r];
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int rc = e->cfg.peer_addr(e->cfg.peer_addr_arg, r, &ss, &sl, p->addr, sizeof(p->addr));
+	if (rc < 0) {
+		p->last_err = rc;
+		p->state = OUT_REFUSED;
+		snprintf(p->why, sizeof(p->why), "its address does not resolve");
+		drop_queue(e, p);
+		return;
+	}
+	struct econn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		p->last_err = HPCT_ENOMEM;
+		p->state = OUT_REFUSED;
+		drop_queue(e, p);
+		return;
+	}
+	c->peer = r;
+	c->outgoing = 1;
+	rc = e->cfg.ops->connect(e->tctx, (struct sockaddr *)&ss, sl, c, &c->t);
+	if (rc < 0) {
+		free(c);
+		schedule_retry(e, r, rc);
+		return;
+	}
+	p->out = c;
+	p->state = OUT_CONNECTING;
+	HPCT_TRACE(HPCT_SUB_NET, "connecting to rank %d at %s", r, p->addr);
+}
+
+static void flush_queue(struct hpct_engine *e, struct peer *p, struct econn *via)
+{
+	while (p->qhead) {
+		struct qmsg *q = p->qhead;
+		p->qhead = q->next;
+		e->cfg.ops->send(via->t, q->data, q->len);
+		free(q);
+		e->nqueued--;
+	}
+	p->qtail = NULL;
+}
+
+static struct econn *ready_conn(struct peer *p)
+{
+	if (p->state == OUT_READY)
+		return p->out;
+	return p->in;
+}
+
+int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group, uint32_t seq,
+		   uint16_t round, const void *payload, size_t len)
+{
+	struct peer *p = &e->peers[dst];
+	int err = hpct__eng_peer_error(e, dst);
+	if (err)
+		return err;
+	struct qmsg *q = malloc(sizeof(*q) + HPCT_MSG_HDR_LEN + len);
+	if (!q)
+		return HPCT_ENOMEM;
+	struct hpct_msg_hdr h = {.type = type, .round = round, .seq = seq, .group = group};
+	hpct__msg_hdr_encode(&h, q->data);
+	if (len)
+		memcpy(q->data + HPCT_MSG_HDR_LEN, payload, len);
+	q->len = HPCT_MSG_HDR_LEN + len;
+	q->next = NULL;
+	e->stats.msgs_sent++;
+	e->stats.bytes_sent += q->len;
+	struct econn *c = ready_conn(p);
+	if (c) {
+		int rc = e->cfg.ops->send(c->t, q->data, q->len);
+		free(q);
+		return rc < 0 ? rc : 0;
+	}
+	if (p->qtail)
+		p->qtail->next = q;
+	else
+		p->qhead = q;
+	p->qtail = q;
+	e->nqueued++;
+	if (p->state == OUT_IDLE || p->state == OUT_CLOSED) {
+		p->group = group;
+		start_connect(e, dst);
+	}
+	return 0;
+}
+
+struct hpct_emsg *hpct__eng_take(struct hpct_engine *e, int src, uint64_t group, uint32_t seq,
+				 uint16_t round)
+{
+	for (struct hpct_emsg **pp = &e->msgs; *pp; pp = &(*pp)->next) {
+		struct hpct_emsg *m = *pp;
+		if (m->src == src && m->group == group && m->seq == seq && m->round == round) {
+			*pp = m->next;
+			if (e->msgs_tail == &m->next)
+				e->msgs_tail = pp;
+			m->next = NULL;
+			return m;
+		}
+	}
+	return NULL;
+}
+
+static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hello *h, uint32_t reason)
+{
+	char from[HPCT_ADDRSTRLEN];
+	e->cfg.ops->peer_name(c->t, from, sizeof(from));
+	HPCT_WARN(HPCT_SUB_NET,
+		  "rank %d: refused connection from %s claiming rank %u of job %016llx epoch %llu "
+		  "(size %u, for rank %u): %s; this is job %016llx epoch %llu size %d",
+		  e->cfg.rank, from, h->src, (unsigned long long)h->job, (unsigned long long)h->epoch,
+		  h->size, h->dst, hpct__refuse_reason_str(reason), (unsigned long long)e->cfg.job,
+		  (unsigned long long)e->cfg.epoch, e->cfg.size);
+	send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, h->group, reason);
+	e->stats.conns_refused++;
+}
+
+static void unlink_pending(struct hpct_engine *e, struct econn *c)
+{
+	for (struct econn **pp = &e->pending; *pp; pp = &(*pp)->next_pending) {
+		if (*pp == c) {
+			*pp = c->next_pending;
+			return;
+		}
+	}
+}
+
+static void drop_conn(struct hpct_engine *e, struct econn *c)
+{
+	unlink_pending(e, c);
+	e->cfg.ops->close(c->t);
+	free(c);
+}
+
+/* The first message on an accepted conn: admit or refuse. */
+static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
+{
+	struct hpct_hello h;
+	char from[HPCT_ADDRSTRLEN];
+	if (hpct__hello_decode(data, len, &h) < 0 || h.type != HPCT_HELLO) {
+		e->cfg.ops->peer_name(c->t, from, sizeof(from));
+		HPCT_WARN(HPCT_SUB_NET, "rank %d: refused connection from %s: not an hpct handshake",
+			  e->cfg.rank, from);
+		e->stats.conns_refused++;
+		drop_conn(e, c);
+		return;
+	}
+	uint32_t reason = HPCT_REFUSE_NONE;
+	if (h.job != e->cfg.job)
+		reason = HPCT_REFUSE_JOB;
+	else if (h.epoch != e->cfg.epoch)
+		reason = HPCT_REFUSE_EPOCH;
+	else if (h.size != (uint32_t)e->cfg.size)
+		reason = HPCT_REFUSE_SIZE;
+	else if (h.dst != (uint32_t)e->cfg.rank)
+		reason = HPCT_REFUSE_RANK;
+	else if (h.src >= (uint32_t)e->cfg.size || h.src == (uint32_t)e->cfg.rank)
+		reason = HPCT_REFUSE_SRC;
+	else if (e->peers[h.src].in)
+		reason = HPCT_REFUSE_DUP;
+	if (reason) {
+		refuse(e, c, &h, reason);
+		drop_conn(e, c);
+		return;
+	}
+	unlink_pending(e, c);
+	struct peer *p = &e->peers[h.src];
+	c->peer = (int)h.src;
+	p->in = c;
+	p->ever_up = 1;
+	e->stats.conns_accepted++;
+	send_hello(e, c->t, HPCT_HELLO_ACK, h.src, h.group, 0);
+	HPCT_TRACE(HPCT_SUB_NET, "admitted rank %u (group %016llx)", h.src,
+		   (unsigned long long)h.group);
+	/* It came to us first: our queued messages can go this way. */
+	if (p->state != OUT_READY && p->qhead)
+		flush_queue(e, p, c);
+}
+
+/* The answer to our HELLO. */
+static void on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
+{
+	struct peer *p = &e->peers[c->peer];
+	struct hpct_hello h;
+	int bad = hpct__hello_decode(data, len, &h) < 0 || h.type == HPCT_HELLO;
+	if (!bad && h.type == HPCT_HELLO_ACK &&
+	    (h.job != e->cfg.job || h.epoch != e->cfg.epoch || h.src != (uint32_t)c->peer)) {
+		snprintf(p->why, sizeof(p->why),
+			 "answered as rank %u of job %016llx epoch %llu, expected rank %d of job "
+			 "%016llx epoch %llu",
+			 h.src, (unsigned long long)h.job, (unsigned long long)h.epoch, c->peer,
+			 (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch);
+		bad = 1;
+	} else if (!bad && h.type == HPCT_HELLO_REFUSE) {
+		snprintf(p->why, sizeof(p->why), "refused us (%s); it is job %016llx epoch %llu",
+			 hpct__refuse_reason_str(h.reason), (unsigned long long)h.job,
+			 (unsigned long long)h.epoch);
+		bad = 1;
+	} else if (bad) {
+		snprintf(p->why, sizeof(p->why), "did not answer with an hpct handshake");
+	}
+	if (bad) {
+		HPCT_INFO(HPCT_SUB_NET, "rank %d: rank %d at %s %s", e->cfg.rank, c->peer, p->addr,
+			  p->why);
+		p->state = OUT_REFUSED;
+		p->last_err = HPCT_EREFUSED;
+		p->out = NULL;
+		drop_queue(e, p);
+		e->cfg.ops->close(c->t);
+		free(c);
+		return;
+	}
+	p->state = OUT_READY;
+	p->ever_up = 1;
+	e->stats.conns_opened++;
+	flush_queue(e, p, c);
+}
+
+static void on_closed(struct hpct_engine *e, struct econn *c, int err);
+
+static void on_message(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
+{
+	struct hpct_msg_hdr h;
+	char from[HPCT_ADDRSTRLEN];
+	if (hpct__msg_hdr_decode(data, len, &h) < 0) {
+		e->cfg.ops->peer_name(c->t, from, sizeof(from));
+		HPCT_WARN(HPCT_SUB_NET, "rank %d: malformed message from rank %d at %s; closing",
+			  e->cfg.rank, c->peer, from);
+		e->cfg.ops->close(c->t);
+		on_closed(e, c, HPCT_EPROTO);
+		return;
+	}
+	e->stats.msgs_recv++;
+	e->stats.bytes_recv += len;
+	const unsigned char *payload = (const unsigned char *)data + HPCT_MSG_HDR_LEN;
+	size_t plen = len - HPCT_MSG_HDR_LEN;
+	if (h.type == HPCT_MSG_ABORT) {
+		if (hpct__eng_abort_for(e, h.group))
+			return;
+		struct abort_rec *a = calloc(1, sizeof(*a));
+		if (!a || hpct__abort_decode(payload, plen, &a->a) < 0) {
+			free(a);
+			return;
+		}
+		a->group = h.group;
+		a->next = e->aborts;
+		e->aborts = a;
+		return;
+	}
+	struct hpct_emsg *m = malloc(sizeof(*m) + plen);
+	if (!m)
+		return;
+	m->next = NULL;
+	m->src = c->peer;
+	m->group = h.group;
+	m->seq = h.seq;
+	m->round = h.round;
+	m->len = plen;
+	memcpy(m->data, payload, plen);
+	*e->msgs_tail = m;
+	e->msgs_tail = &m->next;
+}
+
+static void on_closed(struct hpct_engine *e, struct econn *c, int err)
+{
+	if (c->peer < 0) {
+		unlink_pending(e, c);
+		free(c);
+		return;
+	}
+	struct peer *p = &e->peers[c->peer];
+	if (e->cfg.ops->pending(c->t) > 0) { /* bytes we had promised it */
+		e->nlost++;
+		e->last_lost = c->peer;
+	}
+	if (err)
+		p->last_err = err;
+	else if (!p->last_err || p->last_err == -ECONNREFUSED)
+		p->last_err = HPCT_EPEERDEAD;
+	if (p->out == c) {
+		p->out = NULL;
+		if (p->state == OUT_HELLO && !p->ever_up && !p->in) {
+			/* Closed before admitting us: it may be restarting; retry. */
+			int r = c->peer;
+			free(c);
+			schedule_retry(e, r, err ? err : -ECONNRESET);
+			return;
+		}
+		if (p->state != OUT_REFUSED)
+			p->state = OUT_CLOSED;
+	}
+	if (p->in == c)
+		p->in = NULL;
+	if (hpct__eng_peer_error(e, c->peer))
+		drop_queue(e, p);
+	HPCT_TRACE(HPCT_SUB_NET, "connection to rank %d closed (%s)", c->peer,
+		   err ? hpct_strerror(err) : "by the peer");
+	free(c);
+}
+
+static void on_event(void *arg, const struct hpct_tevent *ev)
+{
+	struct hpct_engine *e = arg;
+	struct econn *c = ev->conn->user;
+	switch (ev->type) {
+	case HPCT_TEV_ACCEPTED:
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			e->cfg.ops->close(ev->conn);
+			return;
+		}
+		c->peer = -1;
+		c->t = ev->conn;
+		c->hello_deadline = hpct__now() + e->cfg.handshake_timeout_s;
+		ev->conn->user = c;
+		c->next_pending = e->pending;
+		e->pending = c;
+		break;
+	case HPCT_TEV_CONNECTED:
+		send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, e->peers[c->peer].group, 0);
+		e->peers[c->peer].state = OUT_HELLO;
+		break;
+	case HPCT_TEV_CONNECT_FAILED:
+		e->peers[c->peer].out = NULL;
+		schedule_retry(e, c->peer, ev->err);
+		free(c);
+		break;
+	case HPCT_TEV_MESSAGE:
+		if (c->peer < 0)
+			on_hello(e, c, ev->data, ev->len);
+		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO)
+			on_ack(e, c, ev->data, ev->len);
+		else
+			on_message(e, c, ev->data, ev->len);
+		break;
+	case HPCT_TEV_CLOSED:
+		on_closed(e, c, ev->err);
+		break;
+	}
+}
+
+/* Starts the retries that are due; returns ms until the next one, or -1. */
+static int run_retries(struct hpct_engine *e)
+{
+	double now = hpct__now(), next = -1;
+	int n = e->nbackoff;
+	int *due = e->backoff_tmp;
+	int ndue = 0;
+	e->nbackoff = 0;
+	for (int i = 0; i < n; i++) {
+		int r = e->backoff[i];
+		struct peer *p = &e->peers[r];
+		if (p->state != OUT_BACKOFF)
+			continue;
+		if (p->in) { /* it reached us meanwhile */
+			p->state = OUT_IDLE;
+			continue;
+		}
+		if (p->retry_at <= now)
+			due[ndue++] = r;
+		else
+			e->backoff[e->nbackoff++] = r;
+	}
+	/* start_connect may put a peer back on the list at once. */
+	for (int i = 0; i < ndue; i++)
+		start_connect(e, due[i]);
+	for (int i = 0; i < e->nbackoff; i++) {
+		struct peer *p = &e->peers[e->backoff[i]];
+		if (next < 0 || p->retry_at < next)
+			next = p->retry_at;
+	}
+	if (next < 0)
+		return -1;
+	int ms = (int)((next - now) * 1000) + 1;
+	return ms < 0 ? 0 : ms;
+}
+
+static void expire_pending(struct hpct_engine *e)
+{
+	double now = hpct__now();
+	struct econn *c = e->pending;
+	while (c) {
+		struct econn *next = c->next_pending;
+		if (now > c->hello_deadline) {
+			char from[HPCT_ADDRSTRLEN];
+			e->cfg.ops->peer_name(c->t, from, sizeof(from));
+			HPCT_INFO(HPCT_SUB_NET, "rank %d: %s sent no handshake within %.1f s; closing",
+				  e->cfg.rank, from, e->cfg.handshake_timeout_s);
+			drop_conn(e, c);
+		}
+		c = next;
+	}
+}
+
+uint64_t hpct__eng_lost(const struct hpct_engine *e, int *peer_out)
+{
+	if (peer_out)
+		*peer_out = e->last_lost;
+	return e->nlost;
+}
+
+int hpct__eng_idle(const struct hpct_engine *e)
+{
+	return !has_queued(e) && pending_bytes(e) == 0;
+}
+
+int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
+{
+	int retry_ms = run_retries(e);
+	if (retry_ms >= 0 && retry_ms < timeout_ms)
+		timeout_ms = retry_ms;
+	if (e->pending)
+		expire_pending(e);
+	int rc = e->cfg.ops->progress(e->tctx, timeout_ms, on_event, e);
+	if (e->nbackoff)
+		run_retries(e);
+	return rc;
+}
+
+int hpct__eng_peer_error(struct hpct_engine *e, int r)
+{
+	struct peer *p = &e->peers[r];
+	if (p->state == OUT_REFUSED)
+		return p->last_err ? p->last_err : HPCT_EREFUSED;
+	if (p->ever_up && !p->in && p->state != OUT_READY && p->state != OUT_HELLO &&
+	    p->state != OUT_CONNECTING)
+		return HPCT_EPEERDEAD;
+	return 0;
+}
+
+int hpct__eng_peer_connected(struct hpct_engine *e, int r)
+{
+	return e->peers[r].state == OUT_READY || e->peers[r].in != NULL;
+}
+
+void hpct__eng_describe_peer(struct hpct_engine *e, int r, char *buf, size_t len)
+{
+	struct peer *p = &e->peers[r];
+	const char *addr = peer_addr_text(e, r);
+	if (p->why[0]) {
+		snprintf(buf, len, "rank %d at %s %s", r, addr, p->why);
+		return;
+	}
+	const char *what;
+	if (hpct__eng_peer_error(e, r) == HPCT_EPEERDEAD)
+		what = "closed its connection";
+	else if (p->state == OUT_READY || p->in)
+		what = "connected";
+	else if (p->state == OUT_HELLO)
+		what = "connected, handshake unanswered";
+	else if (p->state == OUT_IDLE && !p->qhead)
+		what = "never connected to us";
+	else
+		what = "not reached";
+	if (p->last_err && p->last_err != HPCT_EPEERDEAD)
+		snprintf(buf, len, "rank %d at %s (%s; last error: %s, %d retries)", r, addr, what,
+			 hpct_strerror(p->last_err), p->retries);
+	else
+		snprintf(buf, len, "rank %d at %s (%s)", r, addr, what);
+}
+
+const struct hpct_abort *hpct__eng_abort_for(struct hpct_engine *e, uint64_t group)
+{
+	for (struct abort_rec *a = e->aborts; a; a = a->next)
+		if (a->group == group)
+			return &a->a;
+	return NULL;
+}
+
+void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const struct hpct_abort *a)
+{
+	unsigned char payload[12 + sizeof(a->text)];
+	size_t n = hpct__abort_encode(a, payload);
+	for (int r = 0; r < e->cfg.size; r++) {
+		struct peer *p = &e->peers[r];
+		if (ready_conn(p))
+			hpct__eng_send(e, r, HPCT_MSG_ABORT, group, 0, 0, payload, n);
+	}
+}
+
+void hpct__eng_forget_group(struct hpct_engine *e, uint64_t group)
+{
+	struct hpct_emsg **pp = &e->msgs;
+	while (*pp) {
+		struct hpct_emsg *m = *pp;
+		if (m->group == group) {
+			*pp = m->next;
+			free(m);
+		} else {
+			pp = &m->next;
+		}
+	}
+	e->msgs_tail = pp;
+	for (struct abort_rec **ap = &e->aborts; *ap;) {
+		struct abort_rec *a = *ap;
+		if (a->group == group) {
+			*ap = a->next;
+			free(a);
+		} else {
+			ap = &a->next;
+		}
+	}
+}
+
+void hpct__eng_stats(const struct hpct_engine *e, struct hpct_world_stats *s)
+{
+	*s = e->stats;
+	s->peers = 0;
+	for (int r = 0; r < e->cfg.size; r++)
+		if (e->peers[r].in || e->peers[r].state == OUT_READY)
+			s->peers++;
+}

@@ -1,0 +1,227 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "derive.h"
+#include "log.h"
+#include "util.h"
+#include "world.h"
+
+/* Resolves a node once; later calls reuse the answer (or the error). */
+static int node_resolve(struct hpct_world *w, int node)
+{
+	struct node_addr *na = &w->nodes[node];
+	if (na->state == 0) {
+		int rc = hpct__resolve(w->topo.hosts[node], 0, w->topo.family, &na->ss, &na->len);
+		na->state = rc < 0 ? rc : 1;
+	}
+	return na->state < 0 ? na->state : 0;
+}
+
+static int peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *len,
+		     char *text, size_t textlen)
+{
+	struct hpct_world *w = arg;
+	int node = w->topo.node_of[rank];
+	int rc = node_resolve(w, node);
+	if (rc < 0) {
+		snprintf(text, textlen, "%s (unresolved)", w->topo.hosts[node]);
+		return rc;
+	}
+	*ss = w->nodes[node].ss;
+	*len = w->nodes[node].len;
+	uint16_t port = htons((uint16_t)hpct__derive_port(&w->topo, rank));
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = port;
+	else
+		((struct sockaddr_in6 *)ss)->sin6_port = port;
+	hpct__addr_str((struct sockaddr *)ss, text, textlen);
+	return 0;
+}
+
+static int start_rootless(struct hpct_world *w)
+{
+	struct hpct_topo *t = &w->topo;
+	const char *tname = hpct__env_str(hpct__env_process(), "HPCT_TRANSPORT");
+	if (!tname)
+		tname = "tcp";
+	const struct hpct_transport_ops *ops = hpct_transport_find(tname);
+	if (!ops)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+				  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)", tname,
+				  hpct_transport_names());
+	w->nodes = calloc((size_t)t->nnodes, sizeof(*w->nodes));
+	if (!w->nodes)
+		return HPCT_ENOMEM;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int rc = peer_addr(w, t->rank, &ss, &sl, w->listen_text, sizeof(w->listen_text));
+	if (rc < 0)
+		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: this node's address %s does not resolve (from %s)",
+				  t->rank, t->hosts[t->node], t->nodelist_src);
+	if (t->ifname && (rc = hpct__ifname_check(t->ifname, (struct sockaddr *)&ss)) < 0)
+		return rc;
+	struct hpct_engine_cfg cfg = {
+		.ops = ops,
+		.rank = t->rank,
+		.size = t->size,
+		.job = t->job,
+		.epoch = t->epoch,
+		.handshake_timeout_s = t->timeout_s < 10 ? t->timeout_s : 10,
+		.peer_addr = peer_addr,
+		.peer_addr_arg = w,
+	};
+	rc = hpct__eng_create(&cfg, (struct sockaddr *)&ss, sl, &w->eng);
+	if (rc == -EADDRINUSE)
+		return hpct__fail(HPCT_EADDRINUSE, HPCT_SUB_INIT,
+				  "rank %d: cannot listen on %s, derived for job '%s' epoch %llu "
+				  "(HPCT_PORT_BASE=%d HPCT_PORT_RANGE=%d): the port is taken, by a "
+				  "previous incarnation still running or another job using the same range",
+				  t->rank, w->listen_text, t->job_name, (unsigned long long)t->epoch,
+				  t->port_base, t->port_range);
+	if (rc < 0)
+		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: cannot listen on %s: %s", t->rank,
+				  w->listen_text, hpct_strerror(rc));
+	HPCT_INFO(HPCT_SUB_INIT, "rootless: rank %d of %d listening on %s (node %d %s, job '%s', epoch %llu)",
+		  t->rank, t->size, w->listen_text, t->node, t->hosts[t->node], t->job_name,
+		  (unsigned long long)t->epoch);
+	return 0;
+}
+
+static int start_standard(struct hpct_world *w)
+{
+	struct hpct_topo *t = &w->topo;
+	if (!t->master_addr || !t->master_port)
+		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_INIT,
+				  "rank %d: the standard path needs MASTER_ADDR and MASTER_PORT "
+				  "(MASTER_ADDR=%s MASTER_PORT=%d)%s%s",
+				  t->rank, t->master_addr ? t->master_addr : "(unset)", t->master_port,
+				  t->why_not_rootless[0] ? "; rootless is not possible either: " : "",
+				  t->why_not_rootless);
+	snprintf(w->listen_text, sizeof(w->listen_text), "%s:%d", t->master_addr, t->master_port);
+	double deadline = hpct__now() + t->timeout_s;
+	int rc;
+	if (t->rank == 0 &&
+	    (rc = hpct__std_server_start(t->master_addr, t->master_port, t->size, t->job, &w->server)) < 0)
+		return rc;
+	rc = hpct__std_client_connect(t->master_addr, t->master_port, t->rank, t->size, t->job,
+				      deadline, &w->client);
+	if (rc < 0)
+		return rc;
+	HPCT_INFO(HPCT_SUB_INIT, "standard: rank %d of %d through the rendezvous at %s", t->rank,
+		  t->size, w->listen_text);
+	return 0;
+}
+
+HPCT_API int hpct_world_create(struct hpct_world **world_out)
+{
+	if (!world_out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_create: world_out is NULL");
+	hpct__log_init();
+	struct hpct_world *w = calloc(1, sizeof(*w));
+	if (!w)
+		return HPCT_ENOMEM;
+	int rc = hpct__topo_read(hpct__env_process(), &w->topo);
+	if (rc < 0) {
+		free(w);
+		return rc;
+	}
+	struct hpct_topo *t = &w->topo;
+	hpct__log_set_rank(t->rank);
+	/* Decided only from inputs every rank sees alike: the node list. */
+	if (t->want_rootless && t->nnodes > 0) {
+		w->path = HPCT_PATH_ROOTLESS;
+	} else {
+		w->path = HPCT_PATH_STANDARD;
+		if (t->want_rootless && t->rank == 0)
+			HPCT_WARN(HPCT_SUB_INIT,
+				  "HPCT_USE_ROOTLESS=1 but %s; every rank takes the standard path",
+				  t->why_not_rootless);
+	}
+	rc = w->path == HPCT_PATH_ROOTLESS ? start_rootless(w) : start_standard(w);
+	if (rc < 0) {
+		hpct_world_destroy(w);
+		return rc;
+	}
+	w->group.world = w;
+	w->group.id = hpct__derive_world_group(t->job, t->epoch, t->size);
+	w->group.rank = t->rank;
+	w->group.size = t->size;
+	*world_out = w;
+	return 0;
+}
+
+HPCT_API void hpct_world_destroy(struct hpct_world *w)
+{
+	if (!w)
+		return;
+	while (w->nchildren > 0)
+		hpct__group_free(w->children[--w->nchildren]);
+	free(w->children);
+	/* After a failure only the aborts already on their way are worth a
+	 * short wait; otherwise peers may still need our last messages. */
+	double linger = w->any_failed ? (w->topo.timeout_s < 1 ? w->topo.timeout_s : 1) : w->topo.timeout_s;
+	double deadline = hpct__now() + linger;
+	hpct__eng_destroy(w->eng, deadline, !w->any_failed);
+	hpct__std_client_close(w->client);
+	hpct__std_server_stop(w->server, deadline);
+	free(w->nodes);
+	hpct__topo_free(&w->topo);
+	free(w);
+}
+
+HPCT_API int hpct_world_info(const struct hpct_world *w, struct hpct_world_info *info)
+{
+	if (!w || !info)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_info: NULL argument");
+	const struct hpct_topo *t = &w->topo;
+	memset(info, 0, sizeof(*info));
+	info->rank = t->rank;
+	info->size = t->size;
+	info->local_rank = t->local_rank;
+	info->local_size = t->local_size;
+	info->node = t->node;
+	info->nnodes = t->nnodes > 0 ? t->nnodes : 1;
+	info->path = w->path;
+	info->job = t->job;
+	info->epoch = t->epoch;
+	snprintf(info->job_name, sizeof(info->job_name), "%s", t->job_name);
+	snprintf(info->listen_addr, sizeof(info->listen_addr), "%s", w->listen_text);
+	return 0;
+}
+
+HPCT_API int hpct_world_stats(const struct hpct_world *w, struct hpct_world_stats *s)
+{
+	if (!w || !s)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_stats: NULL argument");
+	memset(s, 0, sizeof(*s));
+	if (w->eng)
+		hpct__eng_stats(w->eng, s);
+	else if (w->client)
+		s->conns_opened = 1;
+	return 0;
+}
+
+HPCT_API int hpct_world_peer_addr(struct hpct_world *w, int rank, char addr_out[HPCT_ADDRSTRLEN])
+{
+	if (!w || !addr_out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_peer_addr: NULL argument");
+	if (rank < 0 || rank >= w->topo.size)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT,
+				  "hpct_world_peer_addr: rank %d is not below the world size %d", rank,
+				  w->topo.size);
+	if (w->path != HPCT_PATH_ROOTLESS)
+		return hpct__fail(HPCT_ESTATE, HPCT_SUB_INIT,
+				  "hpct_world_peer_addr: peers have no derived address on the standard path");
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	return peer_addr(w, rank, &ss, &sl, addr_out, HPCT_ADDRSTRLEN);
+}
+
+HPCT_API hpct_group *hpct_world_group(struct hpct_world *w)
+{
+	return w ? &w->group : NULL;
+}
