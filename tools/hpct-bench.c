@@ -1,0 +1,340 @@
+/* hpct-bench: launches local ranks itself and times bootstrap scenarios,
+ * side by side for the rootless and the standard path.
+ *
+ *   hpct-bench --scenario cold --ranks 64,256 --path rootless,standard
+ *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
+ *
+ * cold: all N ranks start; the time is from the first fork until the last
+ * rank has finished a world allgather and a barrier (each rank reports its
+ * CLOCK_MONOTONIC finish time through a pipe, so process exit is not
+ * counted).  Runs of the two paths alternate, so drift in machine speed
+ * hits both alike.  Prints median/min/max per path and N, the largest
+ * per-rank connection count, and writes the same as JSON. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hpct/hpct.h"
+
+#define MAX_LIST 16
+
+struct record {
+	double done;  /* CLOCK_MONOTONIC when allgather + barrier finished */
+	int conns;    /* connections opened + accepted by the rank */
+	int rc;
+};
+
+struct result {
+	const char *path;
+	int ranks, nodes, repeat, ok;
+	double ms[64];
+	int max_conns;
+};
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int ceil_log2(int n)
+{
+	int k = 0;
+	while ((1 << k) < n)
+		k++;
+	return k;
+}
+
+/* The rank side: bootstrap, allgather + barrier, report, leave. */
+static int rank_main(void)
+{
+	struct record rec = {0};
+	int fd = atoi(getenv("HPCT_BENCH_FD"));
+	hpct_world *w = NULL;
+	rec.rc = hpct_world_create(&w);
+	if (rec.rc == 0) {
+		hpct_group *g = hpct_world_group(w);
+		struct hpct_world_info info;
+		hpct_world_info(w, &info);
+		unsigned char item[64], *all = malloc((size_t)info.size * sizeof(item));
+		memset(item, info.rank & 0xff, sizeof(item));
+		rec.rc = hpct_allgather(g, item, sizeof(item), all);
+		if (rec.rc == 0)
+			for (int r = 0; r < info.size && rec.rc == 0; r++)
+				if (all[(size_t)r * sizeof(item)] != (unsigned char)(r & 0xff))
+					rec.rc = HPCT_EPROTO;
+		if (rec.rc == 0)
+			rec.rc = hpct_barrier(g);
+		rec.done = mono();
+		struct hpct_world_stats st;
+		hpct_world_stats(w, &st);
+		rec.conns = (int)(st.conns_opened + st.conns_accepted);
+		free(all);
+	}
+	if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+		return 3;
+	hpct_world_destroy(w);
+	return rec.rc == 0 ? 0 : 1;
+}
+
+static void setenv_int(const char *name, long v)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%ld", v);
+	setenv(name, buf, 1);
+}
+
+/* One run: N ranks on K loopback nodes; returns ms or -1. */
+static double run_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
+		       double timeout, int *max_conns)
+{
+	int pfd[2];
+	if (pipe(pfd) < 0)
+		return -1;
+	/* blocks, the first n % nodes nodes one rank more (as hpct-run lays out) */
+	int base_cnt = n / nodes, extra = n % nodes, per = base_cnt + (extra > 0);
+	char buf[4096];
+	size_t o = 0;
+	for (int k = 0; k < nodes; k++)
+		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%d", k ? "," : "",
+				      base_cnt + (k < extra));
+	setenv("HPCT_TASKS_PER_NODE", buf, 1);
+	o = 0;
+	for (int k = 0; k < nodes; k++)
+		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "", k + 1);
+	setenv("HPCT_HOSTS", buf, 1);
+	setenv_int("WORLD_SIZE", n);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	setenv_int("MASTER_PORT", port);
+	setenv_int("HPCT_PORT_BASE", port + 1);
+	setenv_int("HPCT_PORT_RANGE", 2 * per);
+	snprintf(buf, sizeof(buf), "bench-%d-%d", (int)getpid(), run_id);
+	setenv("HPCT_JOB_ID", buf, 1);
+	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
+	setenv_int("HPCT_TIMEOUT", (long)timeout);
+	setenv_int("HPCT_BENCH_FD", pfd[1]);
+	unsetenv("LOCAL_WORLD_SIZE");
+
+	pid_t *pids = calloc((size_t)n, sizeof(*pids));
+	double t0 = mono();
+	int node = 0, node_first = 0;
+	for (int r = 0; r < n; r++) {
+		if (r - node_first >= base_cnt + (node < extra)) {
+			node_first = r;
+			node++;
+		}
+		setenv_int("RANK", r);
+		setenv_int("LOCAL_RANK", r - node_first);
+		setenv_int("GROUP_RANK", node);
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(pfd[0]);
+			execl(self, self, "--as-rank", (char *)NULL);
+			_exit(127);
+		}
+		if (pid < 0) {
+			fprintf(stderr, "hpct-bench: fork of rank %d failed: %s\n", r, strerror(errno));
+			n = r;
+			break;
+		}
+		pids[r] = pid;
+	}
+	close(pfd[1]);
+	double last = 0;
+	int got = 0, bad = 0;
+	*max_conns = 0;
+	struct record rec;
+	while (got < n) {
+		ssize_t k = read(pfd[0], &rec, sizeof(rec));
+		if (k != (ssize_t)sizeof(rec))
+			break; /* every writer is gone */
+		got++;
+		if (rec.rc != 0)
+			bad++;
+		if (rec.done > last)
+			last = rec.done;
+		if (rec.conns > *max_conns)
+			*max_conns = rec.conns;
+	}
+	close(pfd[0]);
+	for (int r = 0; r < n; r++) {
+		int st;
+		if (pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+			bad++;
+	}
+	free(pids);
+	if (got < n || bad) {
+		fprintf(stderr, "hpct-bench: %s run with %d ranks failed (%d of %d reported, %d failures)\n",
+			rootless ? "rootless" : "standard", n, got, n, bad);
+		return -1;
+	}
+	return (last - t0) * 1000;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int parse_list(const char *s, int *out)
+{
+	int n = 0;
+	char *copy = strdup(s), *save = NULL;
+	for (char *t = strtok_r(copy, ",", &save); t && n < MAX_LIST; t = strtok_r(NULL, ",", &save)) {
+		char *end;
+		long v = strtol(t, &end, 10);
+		if (*end || v < 1 || v > 4096) {
+			free(copy);
+			return -1;
+		}
+		out[n++] = (int)v;
+	}
+	free(copy);
+	return n;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: hpct-bench --scenario cold --ranks N[,N..] [--path rootless,standard]\n"
+		   "                  [--repeat R] [--nodes K] [--json FILE] [--timeout S] [--port P]\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && strcmp(argv[1], "--as-rank") == 0)
+		return rank_main();
+	const char *scenario = "cold", *paths = "rootless,standard", *json = NULL;
+	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
+	double timeout = 120;
+	static const struct option opts[] = {
+		{"scenario", required_argument, NULL, 's'}, {"ranks", required_argument, NULL, 'n'},
+		{"path", required_argument, NULL, 'p'},     {"repeat", required_argument, NULL, 'r'},
+		{"nodes", required_argument, NULL, 'k'},    {"json", required_argument, NULL, 'j'},
+		{"timeout", required_argument, NULL, 't'},  {"port", required_argument, NULL, 'P'},
+		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+	int c;
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:t:P:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': scenario = optarg; break;
+		case 'n':
+			if ((nranks = parse_list(optarg, ranks)) <= 0) {
+				fprintf(stderr, "hpct-bench: --ranks %s: want a comma list of 1..4096\n", optarg);
+				return 2;
+			}
+			break;
+		case 'p': paths = optarg; break;
+		case 'r': repeat = atoi(optarg); break;
+		case 'k': nodes = atoi(optarg); break;
+		case 'j': json = optarg; break;
+		case 't': timeout = atof(optarg); break;
+		case 'P': port = atoi(optarg); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (strcmp(scenario, "cold") != 0) {
+		fprintf(stderr, "hpct-bench: --scenario %s: this build knows 'cold'\n", scenario);
+		return 2;
+	}
+	if (nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 || timeout <= 0 ||
+	    port < 1024 || port > 60000) {
+		usage(stderr);
+		return 2;
+	}
+	const char *path_names[2];
+	int npaths = 0;
+	if (strstr(paths, "rootless"))
+		path_names[npaths++] = "rootless";
+	if (strstr(paths, "standard"))
+		path_names[npaths++] = "standard";
+	if (npaths == 0) {
+		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard\n", paths);
+		return 2;
+	}
+	char self[4096];
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (sl <= 0)
+		return 1;
+	self[sl] = 0;
+	signal(SIGPIPE, SIG_IGN);
+
+	struct result *res = calloc((size_t)(nranks * npaths), sizeof(*res));
+	int run_id = 0, failed = 0;
+	for (int i = 0; i < nranks; i++) {
+		int n = ranks[i], k = nodes < n ? nodes : n;
+		for (int p = 0; p < npaths; p++) {
+			struct result *r = &res[i * npaths + p];
+			r->path = path_names[p];
+			r->ranks = n;
+			r->nodes = k;
+			r->repeat = repeat;
+		}
+		for (int rep = 0; rep < repeat; rep++) {
+			for (int p = 0; p < npaths; p++) {
+				struct result *r = &res[i * npaths + p];
+				int conns;
+				/* each run its own ports: nothing lingers from the last one */
+				int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
+				double ms = run_once(self, n, k, strcmp(r->path, "rootless") == 0,
+						     base, run_id++, timeout, &conns);
+				if (ms < 0) {
+					failed = 1;
+					continue;
+				}
+				r->ms[r->ok++] = ms;
+				if (conns > r->max_conns)
+					r->max_conns = conns;
+			}
+		}
+	}
+
+	printf("%-9s %-9s %6s %6s %7s %10s %10s %10s %10s %10s\n", "scenario", "path", "ranks",
+	       "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns", "conn_bound");
+	FILE *jf = json ? fopen(json, "w") : NULL;
+	if (json && !jf)
+		fprintf(stderr, "hpct-bench: cannot write %s: %s\n", json, strerror(errno));
+	if (jf)
+		fprintf(jf, "{\"results\":[");
+	for (int i = 0; i < nranks * npaths; i++) {
+		struct result *r = &res[i];
+		if (r->ok == 0) {
+			printf("%-9s %-9s %6d %6d %7d %10s\n", scenario, r->path, r->ranks, r->nodes, 0,
+			       "failed");
+			continue;
+		}
+		qsort(r->ms, (size_t)r->ok, sizeof(double), cmp_double);
+		double med = r->ok % 2 ? r->ms[r->ok / 2] : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
+		char bound[16] = "-";
+		if (strcmp(r->path, "rootless") == 0)
+			snprintf(bound, sizeof(bound), "%d", 2 * ceil_log2(r->ranks) + 2);
+		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s\n", scenario, r->path,
+		       r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1], r->max_conns, bound);
+		if (jf)
+			fprintf(jf,
+				"%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
+				"\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
+				"\"max_conns\":%d}",
+				i ? "," : "", scenario, r->path, r->ranks, r->nodes, med, r->ms[0],
+				r->ms[r->ok - 1], r->ok, r->max_conns);
+		r->ms[0] = med; /* kept for the ratio line */
+	}
+	if (jf) {
+		fprintf(jf, "]}\n");
+		fclose(jf);
+	}
+	if (npaths == 2)
+		for (int i = 0; i < nranks; i++)
+			if (res[i * 2].ok && res[i * 2 + 1].ok)
+				printf("N=%d: standard/rootless median ratio %.2f\n", res[i * 2].ranks,
+				       res[i * 2 + 1].ms[0] / res[i * 2].ms[0]);
+	free(res);
+	return failed ? 1 : 0;
+}
