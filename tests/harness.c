@@ -82,14 +82,16 @@ int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s,
 
 void ht_setenv_world(int r, int n, int nodes, int port_base, int rootless, double timeout_s)
 {
-	char buf[4096];
-	int per = (n + nodes - 1) / nodes;
-	/* Slurm syntax so that uneven layouts work too. */
+	char buf[4096] = "";
+	/* blocks, the first n % nodes nodes one rank more (as hpct-run lays out) */
+	int base = n / nodes, extra = n % nodes, per = base + (extra > 0);
+	int first = 0, local = 0;
 	size_t o = 0;
-	int left = n;
 	for (int k = 0; k < nodes; k++) {
-		int c = left < per ? left : per;
-		left -= c;
+		int c = base + (k < extra);
+		if (r >= first && r < first + c)
+			local = r - first;
+		first += c;
 		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%d", k ? "," : "", c);
 	}
 	setenv("HPCT_TASKS_PER_NODE", buf, 1);
@@ -99,7 +101,7 @@ void ht_setenv_world(int r, int n, int nodes, int port_base, int rootless, doubl
 	setenv("HPCT_HOSTS", buf, 1);
 	snprintf(buf, sizeof(buf), "%d", r);
 	setenv("RANK", buf, 1);
-	snprintf(buf, sizeof(buf), "%d", r % per);
+	snprintf(buf, sizeof(buf), "%d", local);
 	setenv("LOCAL_RANK", buf, 1);
 	snprintf(buf, sizeof(buf), "%d", n);
 	setenv("WORLD_SIZE", buf, 1);
