@@ -1,0 +1,537 @@
+/* The standard path's rendezvous store: server and client together. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/stdpath.h"
+#include "bootstrap/util.h"
+#include "harness.h"
+#include "hpct/hpct.h"
+
+#define HOST "127.0.0.1"
+#define JOB 0x6a6f622d31323334ULL
+
+static struct hpct_std_server *start(int port, int nranks)
+{
+	struct hpct_std_server *s = NULL;
+	int rc = hpct__std_server_start(HOST, port, nranks, JOB, &s);
+	cr_assert_eq(rc, 0, "server on %d: %s", port, hpct_last_error());
+	return s;
+}
+
+static struct hpct_std_client *join(int port, int rank, int size)
+{
+	struct hpct_std_client *c = NULL;
+	int rc = hpct__std_client_connect(HOST, port, rank, size, JOB, hpct__now() + 10, &c);
+	cr_assert_eq(rc, 0, "rank %d: %s", rank, hpct_last_error());
+	return c;
+}
+
+static int get_one(struct hpct_std_client *c, const char *key, void *buf, size_t len, double secs)
+{
+	void *bufs[1] = {buf};
+	return hpct__std_mget(c, &key, 1, bufs, &len, hpct__now() + secs);
+}
+
+/* ---- set/mget across clients (threads) ---- */
+
+#define NT 4
+#define BIG (3u << 20)
+
+struct many_arg {
+	int port, rank, rc;
+};
+
+static void *many_rank(void *p)
+{
+	struct many_arg *a = p;
+	struct hpct_std_client *c = NULL;
+	double dl = hpct__now() + 10;
+	char key[32], val[24] = "", got[NT][24];
+	a->rc = 1;
+	if (hpct__std_client_connect(HOST, a->port, a->rank, NT, JOB, dl, &c) != 0)
+		return NULL;
+	snprintf(key, sizeof(key), "k/%d", a->rank);
+	snprintf(val, sizeof(val), "value-of-%d", a->rank);
+	a->rc = 2;
+	if (hpct__std_set(c, key, val, sizeof(val), 0, dl) != 0)
+		goto out;
+	if (a->rank == 0) {
+		unsigned char *big = malloc(BIG);
+		for (size_t i = 0; i < BIG; i++)
+			big[i] = (unsigned char)(i * 7);
+		int rc = hpct__std_set(c, "big", big, BIG, NT - 1, dl);
+		free(big);
+		a->rc = 3;
+		if (rc != 0)
+			goto out;
+	}
+	char keys[NT][32];
+	const char *kp[NT];
+	void *bufs[NT];
+	size_t lens[NT];
+	for (int i = 0; i < NT; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "k/%d", i);
+		kp[i] = keys[i];
+		bufs[i] = got[i];
+		lens[i] = sizeof(got[i]);
+	}
+	a->rc = 4;
+	if (hpct__std_mget(c, kp, NT, bufs, lens, dl) != 0)
+		goto out;
+	for (int i = 0; i < NT; i++) {
+		memset(val, 0, sizeof(val));
+		snprintf(val, sizeof(val), "value-of-%d", i);
+		a->rc = 5;
+		if (memcmp(got[i], val, sizeof(val)) != 0)
+			goto out;
+	}
+	if (a->rank != 0) {
+		unsigned char *big = malloc(BIG);
+		int rc = get_one(c, "big", big, BIG, 10);
+		a->rc = 6;
+		for (size_t i = 0; rc == 0 && i < BIG; i++)
+			if (big[i] != (unsigned char)(i * 7))
+				rc = 7;
+		free(big);
+		if (rc != 0)
+			goto out;
+	}
+	a->rc = 0;
+out:
+	hpct__std_client_close(c);
+	return NULL;
+}
+
+Test(stdpath, set_mget_many_clients, .timeout = 30)
+{
+	int port = hpct_test_ports(0);
+	struct hpct_std_server *s = start(port, NT);
+	pthread_t th[NT];
+	struct many_arg a[NT];
+	for (int r = 0; r < NT; r++) {
+		a[r] = (struct many_arg){.port = port, .rank = r};
+		pthread_create(&th[r], NULL, many_rank, &a[r]);
+	}
+	for (int r = 0; r < NT; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < NT; r++)
+		cr_expect_eq(a[r].rc, 0, "rank %d failed at step %d", r, a[r].rc);
+	/* "big" had readers = NT - 1 and was read that often: it is gone. */
+	struct hpct_std_client *c = join(port, 0, NT);
+	char b;
+	cr_expect_eq(get_one(c, "big", &b, 1, 0.2), HPCT_ETIMEDOUT);
+	hpct__std_client_close(c);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- mget waits for a key set later ---- */
+
+struct wait_arg {
+	struct hpct_std_client *c;
+	const char *key;
+	char buf[8];
+	int rc;
+	double took;
+	char msg[1024]; /* hpct_last_error() is per thread */
+};
+
+static void *mget_thread(void *p)
+{
+	struct wait_arg *w = p;
+	double t0 = hpct__now();
+	w->rc = get_one(w->c, w->key, w->buf, sizeof(w->buf), 5);
+	w->took = hpct__now() - t0;
+	snprintf(w->msg, sizeof(w->msg), "%s", hpct_last_error());
+	return NULL;
+}
+
+Test(stdpath, mget_waits_for_late_set, .timeout = 30)
+{
+	int port = hpct_test_ports(1);
+	struct hpct_std_server *s = start(port, 2);
+	struct hpct_std_client *a = join(port, 0, 2), *b = join(port, 1, 2);
+	struct wait_arg w = {.c = a, .key = "late"};
+	pthread_t th;
+	pthread_create(&th, NULL, mget_thread, &w);
+	usleep(200 * 1000);
+	cr_assert_eq(hpct__std_set(b, "late", "1234567", 8, 1, hpct__now() + 5), 0, "%s",
+		     hpct_last_error());
+	pthread_join(th, NULL);
+	cr_expect_eq(w.rc, 0, "%s", w.msg);
+	cr_expect_str_eq(w.buf, "1234567");
+	cr_expect_geq(w.took, 0.15, "mget returned after %.3f s, before the key was set", w.took);
+	hpct__std_client_close(a);
+	hpct__std_client_close(b);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- add + wait_ge as a barrier of 16 processes ---- */
+
+#define NB 16
+
+static int barrier_rank(int rank, void *arg)
+{
+	int port = *(int *)arg;
+	struct hpct_std_client *c = NULL;
+	double dl = hpct__now() + 20;
+	if (hpct__std_client_connect(HOST, port, rank, NB, JOB, dl, &c) != 0)
+		return 1;
+	int64_t v = -1;
+	if (hpct__std_add(c, "arrive", 1, &v, dl) != 0 || v < 1 || v > NB)
+		return 2;
+	double t0 = hpct__now();
+	if (hpct__std_wait_ge(c, "arrive", NB, dl) != 0)
+		return 3;
+	double waited = hpct__now() - t0;
+	if (hpct__std_add(c, "arrive", 0, &v, dl) != 0 || v != NB)
+		return 4;
+	/* The last rank starts 300 ms late: everyone else must have waited. */
+	if (rank != NB - 1 && waited < 0.15)
+		return 5;
+	hpct__std_client_close(c);
+	return 0;
+}
+
+Test(stdpath, barrier_of_16, .timeout = 60)
+{
+	int port = hpct_test_ports(2);
+	struct hpct_std_server *s = start(port, NB);
+	int delay[NB] = {0}, codes[NB];
+	delay[NB - 1] = 300;
+	int bad = ht_spawn(NB, NULL, barrier_rank, &port, 40, delay, codes);
+	cr_expect_eq(bad, 0, "%s", ht_describe(codes, NB));
+	struct hpct_std_client *c = join(port, 0, NB);
+	int64_t v = -1;
+	cr_expect_eq(hpct__std_add(c, "arrive", 0, &v, hpct__now() + 5), 0, "%s", hpct_last_error());
+	cr_expect_eq(v, NB);
+	hpct__std_client_close(c);
+	double t0 = hpct__now();
+	hpct__std_server_stop(s, hpct__now() + 5);
+	cr_expect_lt(hpct__now() - t0, 1.0, "stop waited for clients that had left");
+}
+
+/* ---- readers-based deletion ---- */
+
+Test(stdpath, readers_delete_key, .timeout = 30)
+{
+	int port = hpct_test_ports(3);
+	struct hpct_std_server *s = start(port, 5);
+	struct hpct_std_client *c[5];
+	for (int r = 0; r < 5; r++)
+		c[r] = join(port, r, 5);
+	double dl = hpct__now() + 5;
+	char buf[4];
+	cr_assert_eq(hpct__std_set(c[0], "once", "abc", 4, 2, dl), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__std_set(c[0], "keep", "xyz", 4, 0, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(get_one(c[1], "once", buf, 4, 5), 0, "%s", hpct_last_error());
+	cr_expect_eq(get_one(c[2], "once", buf, 4, 5), 0, "%s", hpct_last_error());
+	cr_expect_str_eq(buf, "abc");
+	cr_expect_eq(get_one(c[3], "once", buf, 4, 0.3), HPCT_ETIMEDOUT, "a third read found it");
+	for (int r = 1; r < 3; r++) {
+		cr_expect_eq(get_one(c[r], "keep", buf, 4, 5), 0, "%s", hpct_last_error());
+		cr_expect_eq(get_one(c[r], "keep", buf, 4, 5), 0, "%s", hpct_last_error());
+	}
+	/* Set again, it is readable again; a waiter parked on it gets it. */
+	cr_expect_eq(hpct__std_set(c[0], "once", "def", 4, 1, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(get_one(c[4], "once", buf, 4, 5), 0, "%s", hpct_last_error());
+	cr_expect_str_eq(buf, "def");
+	for (int r = 0; r < 5; r++)
+		hpct__std_client_close(c[r]);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- deadlines ---- */
+
+Test(stdpath, mget_deadline_names_key, .timeout = 30)
+{
+	int port = hpct_test_ports(4);
+	struct hpct_std_server *s = start(port, 2);
+	struct hpct_std_client *c = join(port, 1, 2), *d = join(port, 0, 2);
+	char buf[8], addr[64];
+	double t0 = hpct__now();
+	int rc = get_one(c, "no-such-key-17", buf, sizeof(buf), 0.3);
+	double took = hpct__now() - t0;
+	cr_expect_eq(rc, HPCT_ETIMEDOUT, "got %s", hpct_errname(rc));
+	cr_expect(took >= 0.29 && took < 1.5, "took %.3f s", took);
+	const char *msg = hpct_last_error();
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	cr_expect(strstr(msg, "no-such-key-17") && strstr(msg, addr) && strstr(msg, "rank 1"), "%s", msg);
+	/* A reply is still owed on that connection: it is unusable now. */
+	cr_expect_eq(hpct__std_set(c, "x", "1", 1, 0, hpct__now() + 1), HPCT_ESTATE);
+	t0 = hpct__now();
+	cr_expect_eq(hpct__std_wait_ge(d, "never", 1, hpct__now() + 0.2), HPCT_ETIMEDOUT);
+	cr_expect(strstr(hpct_last_error(), "never"), "%s", hpct_last_error());
+	cr_expect_lt(hpct__now() - t0, 1.0);
+	hpct__std_client_close(c);
+	hpct__std_client_close(d);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- bind failures ---- */
+
+Test(stdpath, port_taken, .timeout = 30)
+{
+	int port = hpct_test_ports(5);
+	struct hpct_std_server *s = start(port, 2), *s2 = NULL;
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	cr_expect_eq(hpct__std_server_start(HOST, port, 2, JOB, &s2), HPCT_EADDRINUSE);
+	cr_expect_null(s2);
+	cr_expect(strstr(hpct_last_error(), addr), "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_server_start("0.0.0.0", port + 1, 2, JOB, &s2), HPCT_EINVAL,
+		     "bound the wildcard");
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- client before server ---- */
+
+struct conn_arg {
+	int port, rc;
+	double took;
+};
+
+static void *early_client(void *p)
+{
+	struct conn_arg *a = p;
+	struct hpct_std_client *c = NULL;
+	double t0 = hpct__now();
+	a->rc = hpct__std_client_connect(HOST, a->port, 1, 2, JOB, t0 + 5, &c);
+	a->took = hpct__now() - t0;
+	if (a->rc == 0)
+		a->rc = hpct__std_set(c, "hi", "x", 1, 0, hpct__now() + 5);
+	hpct__std_client_close(c);
+	return NULL;
+}
+
+Test(stdpath, client_before_server, .timeout = 30)
+{
+	int port = hpct_test_ports(6);
+	struct conn_arg a = {.port = port};
+	pthread_t th;
+	pthread_create(&th, NULL, early_client, &a);
+	usleep(300 * 1000);
+	struct hpct_std_server *s = start(port, 2);
+	pthread_join(th, NULL);
+	cr_expect_eq(a.rc, 0, "%s", hpct_errname(a.rc));
+	cr_expect(a.took >= 0.28 && a.took < 1.0, "connected after %.3f s", a.took);
+	hpct__std_server_stop(s, hpct__now() + 5);
+
+	/* Nobody there: refused until the deadline, and the message says so. */
+	struct hpct_std_client *c = NULL;
+	double t0 = hpct__now();
+	int rc = hpct__std_client_connect(HOST, port + 1, 3, 4, JOB, t0 + 0.3, &c);
+	char want[96];
+	snprintf(want, sizeof(want), "rank 3: no rendezvous at 127.0.0.1:%d", port + 1);
+	cr_expect_eq(rc, HPCT_ETIMEDOUT, "got %s", hpct_errname(rc));
+	cr_expect(strstr(hpct_last_error(), want) && strstr(hpct_last_error(), "Connection refused"),
+		  "%s", hpct_last_error());
+	cr_expect_lt(hpct__now() - t0, 1.0);
+	cr_expect_null(c);
+}
+
+/* ---- refused handshakes ---- */
+
+Test(stdpath, wrong_job_refused, .timeout = 30)
+{
+	int port = hpct_test_ports(7);
+	struct hpct_std_server *s = start(port, 4);
+	struct hpct_std_client *c = NULL, *ok;
+	double dl = hpct__now() + 5;
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 4, JOB + 1, dl, &c), HPCT_EREFUSED);
+	cr_expect(strstr(hpct_last_error(), "job hash"), "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 5, JOB, dl, &c), HPCT_EREFUSED);
+	cr_expect(strstr(hpct_last_error(), "world size"), "%s", hpct_last_error());
+	ok = join(port, 1, 4);
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 4, JOB, dl, &c), HPCT_EREFUSED);
+	cr_expect(strstr(hpct_last_error(), "already connected"), "%s", hpct_last_error());
+	cr_expect_null(c);
+	int64_t v;
+	cr_expect_eq(hpct__std_add(ok, "n", 5, &v, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(v, 5);
+	/* A counter op on a plain value is refused, the connection stays usable. */
+	cr_expect_eq(hpct__std_set(ok, "plain", "abc", 3, 0, dl), 0);
+	cr_expect_eq(hpct__std_add(ok, "plain", 1, &v, dl), HPCT_EINVAL);
+	cr_expect(strstr(hpct_last_error(), "plain"), "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_add(ok, "n", 1, &v, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(v, 6);
+	hpct__std_client_close(ok);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- malformed and slow clients ---- */
+
+static int raw_connect(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, HOST, &sa.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert(fd >= 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static void be32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 24);
+	p[1] = (unsigned char)(v >> 16);
+	p[2] = (unsigned char)(v >> 8);
+	p[3] = (unsigned char)v;
+}
+
+static void raw_hello(int fd, int rank, int size)
+{
+	unsigned char h[21] = {HPCT_STD_HELLO};
+	be32(h + 1, (uint32_t)rank);
+	be32(h + 5, HPCT_STD_MAGIC);
+	be32(h + 9, (uint32_t)size);
+	be32(h + 13, (uint32_t)(JOB >> 32));
+	be32(h + 17, (uint32_t)JOB);
+	cr_assert_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
+	unsigned char st[4];
+	cr_assert_eq(recv(fd, st, 4, MSG_WAITALL), 4);
+	cr_assert_eq(memcmp(st, "\0\0\0\0", 4), 0, "HELLO refused");
+}
+
+/* Reads until the server closes (or 2 s pass); returns the bytes read, -1 on timeout. */
+static ssize_t read_to_eof(int fd, unsigned char *buf, size_t cap)
+{
+	size_t n = 0;
+	double dl = hpct__now() + 2;
+	while (hpct__now() < dl) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		ssize_t r = recv(fd, buf + n, cap - n, 0);
+		if (r <= 0)
+			return (ssize_t)n;
+		n += (size_t)r;
+	}
+	return -1;
+}
+
+Test(stdpath, malformed_request_closes_only_that_client, .timeout = 30)
+{
+	int port = hpct_test_ports(8);
+	struct hpct_std_server *s = start(port, 4);
+	struct hpct_std_client *a = join(port, 0, 4);
+	double dl = hpct__now() + 5;
+	unsigned char buf[1024];
+
+	/* A key length of 4 GiB: answered HPCT_EPROTO, then closed. */
+	int bad = raw_connect(port);
+	raw_hello(bad, 1, 4);
+	unsigned char req[9] = {HPCT_STD_SET};
+	be32(req + 1, 1);
+	be32(req + 5, 0xfffffff0u);
+	send(bad, req, sizeof(req), MSG_NOSIGNAL);
+	ssize_t n = read_to_eof(bad, buf, sizeof(buf));
+	cr_expect_geq(n, 4, "no close or no reply (%zd)", n);
+	cr_expect_eq((int32_t)((uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | buf[2] << 8 | buf[3]),
+		     HPCT_EPROTO);
+	close(bad);
+
+	/* Garbage before HELLO: closed too. */
+	int junk = raw_connect(port);
+	send(junk, "\xee\xee\xee\xee\xee\xee", 6, MSG_NOSIGNAL);
+	cr_expect_geq(read_to_eof(junk, buf, sizeof(buf)), 0, "junk client not closed");
+	close(junk);
+
+	/* A client stalled mid-request does not hold up anyone else. */
+	int slow = raw_connect(port);
+	raw_hello(slow, 2, 4);
+	unsigned char set[9 + 4 + 8 + 3] = {HPCT_STD_SET};
+	be32(set + 1, 2);
+	be32(set + 5, 4);
+	memcpy(set + 9, "slow", 4);
+	be32(set + 13, 0);
+	be32(set + 17, 3);
+	memcpy(set + 21, "abc", 3);
+	send(slow, set, 7, MSG_NOSIGNAL);
+	char v[4] = "";
+	cr_expect_eq(hpct__std_set(a, "fast", "ok", 3, 0, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(get_one(a, "fast", v, 3, 5), 0, "%s", hpct_last_error());
+	cr_expect_str_eq(v, "ok");
+	for (size_t i = 7; i < sizeof(set); i++) {
+		send(slow, set + i, 1, MSG_NOSIGNAL);
+		usleep(2000);
+	}
+	unsigned char st[4];
+	cr_expect_eq(recv(slow, st, 4, MSG_WAITALL), 4);
+	cr_expect_eq(memcmp(st, "\0\0\0\0", 4), 0);
+	cr_expect_eq(get_one(a, "slow", v, 3, 5), 0, "%s", hpct_last_error());
+	cr_expect_eq(memcmp(v, "abc", 3), 0);
+	close(slow);
+
+	/* Rank 1's slot was freed when its connection was dropped. */
+	struct hpct_std_client *b = join(port, 1, 4);
+	int64_t x;
+	cr_expect_eq(hpct__std_add(b, "c", 2, &x, dl), 0, "%s", hpct_last_error());
+	hpct__std_client_close(b);
+	hpct__std_client_close(a);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
+
+/* ---- stop waits for clients; a server gone mid-request ---- */
+
+struct stop_arg {
+	struct hpct_std_server *s;
+	double secs, took;
+};
+
+static void *stop_thread(void *p)
+{
+	struct stop_arg *a = p;
+	double t0 = hpct__now();
+	hpct__std_server_stop(a->s, t0 + a->secs);
+	a->took = hpct__now() - t0;
+	return NULL;
+}
+
+Test(stdpath, stop_waits_for_clients, .timeout = 30)
+{
+	int port = hpct_test_ports(9);
+	struct stop_arg st = {.s = start(port, 2), .secs = 5};
+	struct hpct_std_client *a = join(port, 0, 2);
+	pthread_t th;
+	pthread_create(&th, NULL, stop_thread, &st);
+	usleep(300 * 1000);
+	cr_expect_eq(hpct__std_set(a, "still", "here", 4, 0, hpct__now() + 5), 0,
+		     "server stopped serving while stopping: %s", hpct_last_error());
+	hpct__std_client_close(a);
+	pthread_join(th, NULL);
+	cr_expect(st.took >= 0.28 && st.took < 2, "stop took %.3f s", st.took);
+
+	/* A client that never leaves: stop gives up at its deadline. */
+	struct hpct_std_server *s2 = start(port + 1, 2);
+	struct hpct_std_client *b = join(port + 1, 1, 2);
+	double t0 = hpct__now();
+	hpct__std_server_stop(s2, t0 + 0.3);
+	double took = hpct__now() - t0;
+	cr_expect(took >= 0.28 && took < 1.5, "stop took %.3f s", took);
+	char buf[4];
+	cr_expect_eq(get_one(b, "k", buf, 4, 2), HPCT_EPEERDEAD, "%s", hpct_last_error());
+	hpct__std_client_close(b);
+
+	/* The server goes away while a client waits: HPCT_EPEERDEAD at once. */
+	struct hpct_std_server *s3 = start(port + 2, 2);
+	struct wait_arg w = {.c = join(port + 2, 0, 2), .key = "never"};
+	pthread_create(&th, NULL, mget_thread, &w);
+	usleep(100 * 1000);
+	hpct__std_server_stop(s3, hpct__now());
+	pthread_join(th, NULL);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port + 2);
+	cr_expect_eq(w.rc, HPCT_EPEERDEAD, "got %s", hpct_errname(w.rc));
+	cr_expect(strstr(w.msg, addr) && strstr(w.msg, "never"), "%s", w.msg);
+	cr_expect_lt(w.took, 1.0);
+	hpct__std_client_close(w.c);
+}
