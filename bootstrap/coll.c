@@ -10,6 +10,9 @@
 #include "util.h"
 #include "world.h"
 
+/* How long a round waits for its sender before connecting to it itself. */
+#define PULL_AFTER 0.02
+
 struct op;
 typedef int (*step_fn)(struct op *op, struct hpct_emsg *m);
 
@@ -18,6 +21,7 @@ struct op {
 	const char *name;
 	uint32_t seq;
 	int round, nrounds;
+	uint16_t tag;    /* this round's message tag; peers() may change it */
 	int sent;        /* this round's message is on its way */
 	int send_to;     /* group rank, -1 none */
 	int recv_from;   /* group rank, -1 none */
@@ -44,7 +48,7 @@ static int send_to(struct op *op, int grank, const void *buf, size_t len)
 {
 	struct hpct_group *g = op->g;
 	return hpct__eng_send(g->world->eng, hpct__group_world_rank(g, grank), HPCT_MSG_DATA, g->id,
-			      op->seq, (uint16_t)op->round, buf, len);
+			      op->seq, op->tag, buf, len);
 }
 
 static void abort_others(struct op *op, int code, int culprit)
@@ -116,13 +120,17 @@ static int drive(struct op *op)
 		return g->failed;
 	op->seq = g->seq++;
 	double timeout = w->topo.timeout_s, deadline = hpct__now() + timeout;
-	int rc = 0, extended = 0;
+	int rc = 0, extended = 0, pulled = 0;
+	double round_start = 0;
 	uint64_t lost0 = hpct__eng_lost(w->eng, NULL);
 	/* The op is done when its rounds are and everything it sent has left:
 	 * a rank that goes quiet after returning must not strand a peer. */
 	while (op->round < op->nrounds || !hpct__eng_idle(w->eng)) {
 		if (op->round < op->nrounds && !op->sent) {
 			op->sent = 1;
+			round_start = hpct__now();
+			pulled = 0;
+			op->tag = (uint16_t)op->round;
 			if (op->peers)
 				op->peers(op);
 			if (op->send_to >= 0 && (rc = op->send(op, NULL)) < 0)
@@ -132,7 +140,7 @@ static int drive(struct op *op)
 		int waiting = op->round < op->nrounds;
 		if (waiting && op->recv_from >= 0)
 			m = hpct__eng_take(w->eng, hpct__group_world_rank(g, op->recv_from), g->id,
-					   op->seq, (uint16_t)op->round);
+					   op->seq, op->tag);
 		if (waiting && (m || op->recv_from < 0)) {
 			rc = op->step(op, m);
 			free(m);
@@ -166,7 +174,11 @@ static int drive(struct op *op)
 									   ? hpct__eng_peer_error(w->eng, lost_peer)
 									   : HPCT_EPEERDEAD);
 		}
-		double left = deadline - hpct__now();
+		double now = hpct__now(), left = deadline - now;
+		if (!pulled && op->recv_from >= 0 && now - round_start > PULL_AFTER) {
+			pulled = 1;
+			hpct__eng_pull(w->eng, hpct__group_world_rank(g, op->recv_from), g->id);
+		}
 		if (left <= 0 && !extended && op->recv_from >= 0 &&
 		    hpct__eng_peer_connected(w->eng, hpct__group_world_rank(g, op->recv_from))) {
 			/* The peer we wait for is alive, so it waits for someone
@@ -180,6 +192,98 @@ static int drive(struct op *op)
 		hpct__eng_progress(w->eng, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
 	}
 	return 0;
+}
+
+/* Binomial tree over group ranks, root 0: rounds 0..L-1 gather up (a rank
+ * whose lowest set bit is j hears from its children r+2^k, k < j, then sends
+ * its subtree to r-2^j), rounds L..2L-1 send everything back down.  N-1
+ * connections in all, each opened by the child toward its lower-ranked
+ * parent; at most ceil(log2 N)+1 peers per rank.  The barrier is the same
+ * with empty messages. */
+static int lowbit(int r, int L)
+{
+	int j = 0;
+	while (j < L && !(r & (1 << j)))
+		j++;
+	return j;
+}
+
+static int subtree(int r, int j, int n)
+{
+	int s = 1 << j;
+	return r + s > n ? n - r : s;
+}
+
+static void tree_peers(struct op *op)
+{
+	int L = op->nrounds / 2, r = op->r, j = lowbit(r, L);
+	op->send_to = op->recv_from = -1;
+	if (op->round < L) {
+		int k = op->round;
+		if (k < j && r + (1 << k) < op->n) {
+			op->recv_from = r + (1 << k);
+		} else if (k == j && r != 0) {
+			op->send_to = r - (1 << j);
+			op->recv_from = op->send_to;
+			op->tag = (uint16_t)(L + j); /* the answer comes back down */
+		}
+	}
+	/* rounds >= L only send, from tree_step */
+}
+
+static int tree_send(struct op *op, struct hpct_emsg *m)
+{
+	(void)m;
+	int j = lowbit(op->r, op->nrounds / 2);
+	size_t len = (size_t)subtree(op->r, j, op->n) * op->sz;
+	/* the gather message has its own tag: the round's tag is the answer's */
+	struct hpct_group *g = op->g;
+	return hpct__eng_send(g->world->eng, hpct__group_world_rank(g, op->send_to), HPCT_MSG_DATA,
+			      g->id, op->seq, (uint16_t)j, op->tmp + (size_t)op->r * op->sz, len);
+}
+
+static int tree_step(struct op *op, struct hpct_emsg *m)
+{
+	int L = op->nrounds / 2, r = op->r, j = lowbit(r, L);
+	if (op->round < j) { /* a child's subtree, if that child exists */
+		if (!m)
+			return 0;
+		int c = r + (1 << op->round);
+		size_t want = (size_t)subtree(c, op->round, op->n) * op->sz;
+		if (m->len != want)
+			return HPCT_EPROTO;
+		if (want)
+			memcpy(op->tmp + (size_t)c * op->sz, m->data, want);
+		return 0;
+	}
+	if (m) { /* everything, from the parent */
+		if (m->len != (size_t)op->n * op->sz)
+			return HPCT_EPROTO;
+		if (m->len)
+			memcpy(op->tmp, m->data, m->len);
+	}
+	/* now down: children r + 2^k, k < j, largest subtree first */
+	for (int k = (j < L ? j : L) - 1; k >= 0; k--) {
+		int c = r + (1 << k);
+		if (c >= op->n)
+			continue;
+		int rc = hpct__eng_send(op->g->world->eng, hpct__group_world_rank(op->g, c),
+					HPCT_MSG_DATA, op->g->id, op->seq, (uint16_t)(L + k), op->tmp,
+					(size_t)op->n * op->sz);
+		if (rc < 0) {
+			op->send_to = c;
+			return rc;
+		}
+	}
+	return 1;
+}
+
+static int tree_run(struct hpct_group *g, const char *name, size_t sz, unsigned char *tmp)
+{
+	struct op op = {.g = g, .name = name, .n = g->size, .r = g->rank, .sz = sz, .tmp = tmp,
+			.peers = tree_peers, .send = tree_send, .step = tree_step};
+	op.nrounds = 2 * ceil_log2(op.n);
+	return drive(&op);
 }
 
 /* Bruck allgather: after round k a rank holds the items of the 2^(k+1)
@@ -209,7 +313,7 @@ static int ag_step(struct op *op, struct hpct_emsg *m)
 	return 0;
 }
 
-int hpct__coll_allgather(struct hpct_group *g, const void *item, size_t sz, void *out)
+static int bruck_allgather(struct hpct_group *g, const void *item, size_t sz, void *out)
 {
 	struct op op = {.g = g, .name = "allgather", .n = g->size, .r = g->rank, .sz = sz,
 			.peers = ag_set_peers, .send = ag_send, .step = ag_step};
@@ -250,7 +354,7 @@ static int bar_step(struct op *op, struct hpct_emsg *m)
 	return 0;
 }
 
-int hpct__coll_barrier(struct hpct_group *g)
+static int dissemination_barrier(struct hpct_group *g)
 {
 	struct op op = {.g = g, .name = "barrier", .n = g->size, .r = g->rank, .peers = bar_set_peers,
 			.send = bar_send, .step = bar_step};
@@ -369,4 +473,27 @@ int hpct__coll_alltoall(struct hpct_group *g, const void *items, size_t sz, void
 	free(op.tmp);
 	free(op.pack);
 	return rc;
+}
+
+int hpct__coll_allgather(struct hpct_group *g, const void *item, size_t sz, void *out)
+{
+	if (g->world->algo == HPCT_ALGO_BRUCK)
+		return bruck_allgather(g, item, sz, out);
+	unsigned char *tmp = malloc((size_t)g->size * sz);
+	if (!tmp)
+		return hpct__group_fail(g, HPCT_ENOMEM, "allgather: no memory for %d items of %zu bytes",
+					g->size, sz);
+	memcpy(tmp + (size_t)g->rank * sz, item, sz);
+	int rc = tree_run(g, "allgather", sz, tmp);
+	if (rc == 0)
+		memcpy(out, tmp, (size_t)g->size * sz);
+	free(tmp);
+	return rc;
+}
+
+int hpct__coll_barrier(struct hpct_group *g)
+{
+	if (g->world->algo == HPCT_ALGO_BRUCK)
+		return dissemination_barrier(g);
+	return tree_run(g, "barrier", 0, NULL);
 }

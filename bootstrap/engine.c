@@ -32,6 +32,7 @@ struct peer {
 	struct econn *out, *in;
 	enum out_state state;
 	int ever_up;
+	int pulling;    /* our connection is a one-shot pull: no retry if refused */
 	int last_err;
 	int retries;
 	double retry_at, backoff;
@@ -427,6 +428,7 @@ static void on_ack(struct hpct_engine *e, struct econn *c, const void *data, siz
 	}
 	p->state = OUT_READY;
 	p->ever_up = 1;
+	p->pulling = 0;
 	e->stats.conns_opened++;
 	flush_queue(e, p, c);
 }
@@ -535,11 +537,20 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, e->peers[c->peer].group, 0);
 		e->peers[c->peer].state = OUT_HELLO;
 		break;
-	case HPCT_TEV_CONNECT_FAILED:
-		e->peers[c->peer].out = NULL;
-		schedule_retry(e, c->peer, ev->err);
+	case HPCT_TEV_CONNECT_FAILED: {
+		struct peer *p = &e->peers[c->peer];
+		p->out = NULL;
+		if (p->pulling && !p->qhead) {
+			/* it is not up yet; it will come to us when it has data */
+			p->pulling = 0;
+			p->state = OUT_IDLE;
+			p->last_err = ev->err;
+		} else {
+			schedule_retry(e, c->peer, ev->err);
+		}
 		free(c);
 		break;
+	}
 	case HPCT_TEV_MESSAGE:
 		if (c->peer < 0)
 			on_hello(e, c, ev->data, ev->len);
@@ -641,6 +652,17 @@ int hpct__eng_peer_error(struct hpct_engine *e, int r)
 	    p->state != OUT_CONNECTING)
 		return HPCT_EPEERDEAD;
 	return 0;
+}
+
+void hpct__eng_pull(struct hpct_engine *e, int r, uint64_t group)
+{
+	struct peer *p = &e->peers[r];
+	/* a conn still in its handshake may be that very peer arriving */
+	if (p->in || p->state != OUT_IDLE || p->ever_up || e->pending)
+		return;
+	p->pulling = 1;
+	p->group = group;
+	start_connect(e, r);
 }
 
 int hpct__eng_peer_connected(struct hpct_engine *e, int r)

@@ -81,6 +81,11 @@ int hpct__eng_progress(struct hpct_engine *eng, int timeout_ms);
  * to it closed after it had been up; HPCT_EREFUSED when it refused us or
  * answered as another job/epoch/rank.  */
 int hpct__eng_peer_error(struct hpct_engine *eng, int peer);
+/* We wait for a message from `peer` and nothing connects us: connect to it
+ * once, so that a sender stuck in connect backoff can use our connection.
+ * Not retried if refused (the sender, having data, keeps trying). */
+void hpct__eng_pull(struct hpct_engine *eng, int peer, uint64_t group);
+
 /* 1 when a handshaken connection to the peer is open. */
 int hpct__eng_peer_connected(struct hpct_engine *eng, int peer);
 /* "rank 7 at 127.0.0.1:10012 (connection refused, 12 retries)" */

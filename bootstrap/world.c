@@ -48,6 +48,14 @@ static int start_rootless(struct hpct_world *w)
 	const char *tname = hpct__env_str(hpct__env_process(), "HPCT_TRANSPORT");
 	if (!tname)
 		tname = "tcp";
+	const char *algo = hpct__env_str(hpct__env_process(), "HPCT_ALGO");
+	if (!algo || strcmp(algo, "tree") == 0)
+		w->algo = HPCT_ALGO_TREE;
+	else if (strcmp(algo, "bruck") == 0)
+		w->algo = HPCT_ALGO_BRUCK;
+	else
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+				  "HPCT_ALGO=%s is not 'tree' or 'bruck'", algo);
 	const struct hpct_transport_ops *ops = hpct_transport_find(tname);
 	if (!ops)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,

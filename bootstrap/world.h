@@ -30,9 +30,15 @@ struct node_addr {
 	socklen_t len;
 };
 
+enum hpct_algo {
+	HPCT_ALGO_TREE,  /* binomial gather + broadcast: N-1 connections in all */
+	HPCT_ALGO_BRUCK, /* Bruck allgather, dissemination barrier: log N rounds */
+};
+
 struct hpct_world {
 	struct hpct_topo topo;
 	enum hpct_path path;
+	enum hpct_algo algo;            /* HPCT_ALGO, for allgather and barrier */
 	struct hpct_engine *eng;        /* rootless */
 	struct hpct_std_server *server; /* standard, rank 0 */
 	struct hpct_std_client *client; /* standard */

@@ -13,12 +13,15 @@
 struct cfg {
 	int n, nodes, port, rootless;
 	double timeout;
+	const char *algo; /* HPCT_ALGO, NULL for the default */
 };
 
 static void env_cb(int r, void *arg)
 {
 	struct cfg *c = arg;
 	ht_setenv_world(r, c->n, c->nodes, c->port, c->rootless, c->timeout);
+	if (c->algo)
+		setenv("HPCT_ALGO", c->algo, 1);
 }
 
 static void item_of(int rank, int salt, unsigned char *buf, size_t len)
@@ -132,15 +135,20 @@ static int rank_main(int r, void *arg)
 	return 0;
 }
 
-static void run(int n, int nodes, int slot, int rootless, const int *delays)
+static void run_algo(int n, int nodes, int slot, int rootless, const int *delays, const char *algo)
 {
 	struct cfg c = {.n = n, .nodes = nodes, .port = hpct_test_ports(slot), .rootless = rootless,
-			.timeout = 60};
+			.timeout = 60, .algo = algo};
 	int *codes = calloc((size_t)n, sizeof(int));
 	int bad = ht_spawn(n, env_cb, rank_main, &c, 120, delays, codes);
-	cr_assert_eq(bad, 0, "N=%d %s: %s", n, rootless ? "rootless" : "standard",
-		     ht_describe(codes, n));
+	cr_assert_eq(bad, 0, "N=%d %s%s%s: %s", n, rootless ? "rootless" : "standard",
+		     algo ? " " : "", algo ? algo : "", ht_describe(codes, n));
 	free(codes);
+}
+
+static void run(int n, int nodes, int slot, int rootless, const int *delays)
+{
+	run_algo(n, nodes, slot, rootless, delays, NULL);
 }
 
 Test(rootless, n2) { run(2, 1, 0, 1, NULL); }
@@ -164,4 +172,13 @@ Test(standard, staggered_starts, .timeout = 200)
 {
 	int delays[5] = {1500, 0, 800, 0, 300};
 	run(5, 1, 10, 0, delays);
+}
+
+Test(bruck, n2) { run_algo(2, 1, 11, 1, NULL, "bruck"); }
+Test(bruck, n7_three_nodes) { run_algo(7, 3, 12, 1, NULL, "bruck"); }
+Test(bruck, n64_four_nodes, .timeout = 200) { run_algo(64, 4, 13, 1, NULL, "bruck"); }
+Test(bruck, staggered_starts, .timeout = 200)
+{
+	int delays[6] = {0, 1500, 200, 900, 0, 400};
+	run_algo(6, 2, 14, 1, delays, "bruck");
 }

@@ -7,10 +7,15 @@
  * cold: all N ranks start; the time is from the first fork until the last
  * rank has finished a world allgather and a barrier (each rank reports its
  * CLOCK_MONOTONIC finish time through a pipe, so process exit is not
- * counted).  Runs of the two paths alternate, so drift in machine speed
- * hits both alike.  Prints median/min/max per path and N, the largest
+ * counted).  Every rank then waits until all have reported before it tears
+ * down: on a cluster a finished rank goes on with its own cores, while here
+ * 1024 exits would steal the 2 cores from the ranks still bootstrapping,
+ * and the path whose ranks finish at staggered times would pay for it.
+ * Runs of the two paths alternate, so drift in machine speed hits both
+ * alike.  Prints median/min/max per path and N, the largest
  * per-rank connection count, and writes the same as JSON. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -57,6 +62,7 @@ static int rank_main(void)
 {
 	struct record rec = {0};
 	int fd = atoi(getenv("HPCT_BENCH_FD"));
+	int release = atoi(getenv("HPCT_BENCH_RELEASE_FD"));
 	hpct_world *w = NULL;
 	rec.rc = hpct_world_create(&w);
 	if (rec.rc == 0) {
@@ -80,6 +86,9 @@ static int rank_main(void)
 	}
 	if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
 		return 3;
+	char c;
+	while (read(release, &c, 1) < 0 && errno == EINTR)
+		; /* EOF once the launcher has every report */
 	hpct_world_destroy(w);
 	return rec.rc == 0 ? 0 : 1;
 }
@@ -95,9 +104,15 @@ static void setenv_int(const char *name, long v)
 static double run_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
 		       double timeout, int *max_conns)
 {
-	int pfd[2];
+	int pfd[2], rel[2];
 	if (pipe(pfd) < 0)
 		return -1;
+	/* only the read end of the release pipe reaches the ranks */
+	if (pipe2(rel, O_CLOEXEC) < 0 || fcntl(rel[0], F_SETFD, 0) < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return -1;
+	}
 	/* blocks, the first n % nodes nodes one rank more (as hpct-run lays out) */
 	int base_cnt = n / nodes, extra = n % nodes, per = base_cnt + (extra > 0);
 	char buf[4096];
@@ -120,6 +135,7 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
 	setenv_int("HPCT_TIMEOUT", (long)timeout);
 	setenv_int("HPCT_BENCH_FD", pfd[1]);
+	setenv_int("HPCT_BENCH_RELEASE_FD", rel[0]);
 	unsetenv("LOCAL_WORLD_SIZE");
 
 	pid_t *pids = calloc((size_t)n, sizeof(*pids));
@@ -147,6 +163,7 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 		pids[r] = pid;
 	}
 	close(pfd[1]);
+	close(rel[0]);
 	double last = 0;
 	int got = 0, bad = 0;
 	*max_conns = 0;
@@ -164,6 +181,7 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 			*max_conns = rec.conns;
 	}
 	close(pfd[0]);
+	close(rel[1]);
 	for (int r = 0; r < n; r++) {
 		int st;
 		if (pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
