@@ -62,6 +62,9 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
  * Accepts NULL. */
 void hpct__std_server_stop(struct hpct_std_server *server, double deadline);
 
+/* Keys the store holds now (for tests: finished collectives leave none). */
+size_t hpct__std_server_keys(const struct hpct_std_server *server);
+
 /* Connects to the server, retrying with capped backoff until `deadline`,
  * and says HELLO.  Errors: HPCT_ETIMEDOUT (names this rank, host:port and the
  * last OS error), HPCT_EREFUSED (the server's reason), HPCT_ERESOLVE,

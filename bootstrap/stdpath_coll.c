@@ -81,17 +81,41 @@ int hpct__std_allgather(struct hpct_group *g, const void *item, size_t sz, void 
 	return rc ? failed(g, "allgather", rc) : 0;
 }
 
+/* The last rank to arrive releases the others through a key read exactly
+ * N-1 times, then swaps the counter for a key it reads once: the store keeps
+ * nothing of a finished barrier. */
 int hpct__std_barrier(struct hpct_group *g)
 {
 	if (g->failed)
 		return g->failed;
 	double dl = deadline(g);
-	char k[KEYLEN];
-	int64_t v;
-	key(k, g, "bar", 0, 0);
-	int rc = hpct__std_add(g->world->client, k, 1, &v, dl);
-	if (rc == 0)
-		rc = hpct__std_wait_ge(g->world->client, k, g->size, dl);
+	struct hpct_std_client *c = g->world->client;
+	char cnt[KEYLEN], rel[KEYLEN];
+	int64_t v = 0;
+	key(cnt, g, "bar", 0, 0);
+	key(rel, g, "bar", 1, 0);
+	int rc = hpct__std_add(c, cnt, 1, &v, dl);
+	unsigned char one = 1, back[8];
+	const char *kp[1];
+	void *bufs[1];
+	size_t lens[1];
+	if (rc == 0 && v == g->size) {
+		unsigned char done[8] = {0};
+		kp[0] = cnt;
+		bufs[0] = back;
+		lens[0] = sizeof(back);
+		if (g->size > 1)
+			rc = hpct__std_set(c, rel, &one, 1, g->size - 1, dl);
+		if (rc == 0)
+			rc = hpct__std_set(c, cnt, done, sizeof(done), 1, dl);
+		if (rc == 0)
+			rc = hpct__std_mget(c, kp, 1, bufs, lens, dl);
+	} else if (rc == 0) {
+		kp[0] = rel;
+		bufs[0] = back;
+		lens[0] = 1;
+		rc = hpct__std_mget(c, kp, 1, bufs, lens, dl);
+	}
 	g->seq++;
 	return rc ? failed(g, "barrier", rc) : 0;
 }

@@ -41,7 +41,8 @@ struct entry {
 
 struct table {
 	struct entry **b;
-	size_t mask, count;
+	size_t mask;
+	_Atomic size_t count; /* written by the server thread, read by tests */
 };
 
 enum { ST_OP, ST_HELLO, ST_N, ST_KLEN, ST_KEY, ST_SETHDR, ST_VAL, ST_I64 };
@@ -1142,4 +1143,9 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 	free(s->tab.b);
 	free(s->by_rank);
 	free(s);
+}
+
+size_t hpct__std_server_keys(const struct hpct_std_server *s)
+{
+	return s->tab.count;
 }
