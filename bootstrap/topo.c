@@ -438,6 +438,8 @@ static const struct {
 } tasks_vars[] = {
 	{"HPCT_TASKS_PER_NODE", 0},
 	{"LOCAL_WORLD_SIZE", 1},
+	/* inside srun the step's own layout, which may use fewer nodes */
+	{"SLURM_STEP_TASKS_PER_NODE", 0},
 	{"SLURM_TASKS_PER_NODE", 0},
 	{"OMPI_COMM_WORLD_LOCAL_SIZE", 1},
 };
@@ -512,8 +514,8 @@ static int layout_blocks(struct hpct_topo *t, int *tasks)
 
 static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
 {
-	static const char *const vars[] = {"HPCT_HOSTFILE", "HPCT_HOSTS", "SLURM_JOB_NODELIST",
-					   "SLURM_NODELIST", NULL};
+	static const char *const vars[] = {"HPCT_HOSTFILE", "HPCT_HOSTS", "SLURM_STEP_NODELIST",
+					   "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
 	const char *v = NULL;
 	int i, rc, n = 0;
 	for (i = 0; vars[i] && !(v = hpct__env_str(env, vars[i])); i++)

@@ -4,9 +4,11 @@
  *   rank        HPCT_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK
  *   world size  HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE
  *   local rank  HPCT_LOCAL_RANK, LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK
- *   node list   HPCT_HOSTFILE, HPCT_HOSTS, SLURM_JOB_NODELIST (SLURM_NODELIST)
+ *   node list   HPCT_HOSTFILE, HPCT_HOSTS, SLURM_STEP_NODELIST (inside srun),
+ *               SLURM_JOB_NODELIST (SLURM_NODELIST)
  *   tasks/node  HPCT_TASKS_PER_NODE, LOCAL_WORLD_SIZE (uniform),
- *               SLURM_TASKS_PER_NODE, OMPI_COMM_WORLD_LOCAL_SIZE (uniform),
+ *               SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE,
+ *               OMPI_COMM_WORLD_LOCAL_SIZE (uniform),
  *               else world size / nodes when it divides evenly
  *   job         HPCT_JOB_ID, TORCHELASTIC_RUN_ID (unless "none"), SLURM_JOB_ID,
  *               else "MASTER_ADDR:MASTER_PORT", else "default"

@@ -278,6 +278,25 @@ Test(topo, node_list_precedence)
 	hpct__topo_free(&t);
 }
 
+/* Inside srun the step may run on fewer nodes than the job holds: the
+ * step's node list and layout win over the job's. */
+Test(topo, slurm_step_wins_over_job)
+{
+	struct hpct_topo t;
+	set("SLURM_PROCID", "3");
+	set("SLURM_NTASKS", "4");
+	set("SLURM_JOB_NODELIST", "gpu-[01-04]");
+	set("SLURM_TASKS_PER_NODE", "1(x4)");
+	set("SLURM_STEP_NODELIST", "gpu-[03-04]");
+	set("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
+	read_ok(&t);
+	cr_assert_str_eq(t.nodelist_src, "SLURM_STEP_NODELIST");
+	cr_assert_eq(t.nnodes, 2);
+	cr_assert_str_eq(t.hosts[t.node], "gpu-04");
+	cr_assert_eq(t.local_rank, 1);
+	hpct__topo_free(&t);
+}
+
 static void expect_tasks(const char *layout)
 {
 	struct hpct_topo t;
