@@ -16,7 +16,8 @@ static int log_level = HPCT_LOG_WARN;
 static int log_subsys = HPCT_SUB_ALL;
 static FILE *log_file;
 static char log_host[64];
-static int log_rank = -1;
+/* written by the rank's thread, read by the store's server thread too */
+static _Atomic int log_rank = -1;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local char last_error[1024];
 
@@ -129,8 +130,9 @@ static const char *level_name(int level)
 static void emit(int level, const char *msg)
 {
 	char rank[24] = "";
-	if (log_rank >= 0)
-		snprintf(rank, sizeof(rank), " [%d]", log_rank);
+	int r = log_rank;
+	if (r >= 0)
+		snprintf(rank, sizeof(rank), " [%d]", r);
 	pthread_mutex_lock(&log_lock);
 	fprintf(log_file ? log_file : stderr, "%s:%d%s HPCT %s %s\n", log_host, (int)getpid(), rank,
 		level_name(level), msg);
