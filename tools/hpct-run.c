@@ -536,5 +536,8 @@ int main(int argc, char **argv)
 	}
 	double t_end = now() + o.timeout;
 	int code = launch(&s, &o, &old_mask);
-	return code ? code : supervise(&s, &o, t_end);
+	if (code == 0)
+		code = supervise(&s, &o, t_end);
+	free(s.pid);
+	return code;
 }
