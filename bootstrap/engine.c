@@ -257,11 +257,22 @@ static void flush_queue(struct hpct_engine *e, struct peer *p, struct econn *via
 	p->qtail = NULL;
 }
 
-static struct econn *ready_conn(struct peer *p)
+/* When two ranks connect to each other at once, the lower rank's connection
+ * is kept: the higher one closes its own while it has carried nothing but
+ * the HELLO, and the lower one sends nothing over the higher one's meanwhile. */
+static struct econn *usable_in(const struct hpct_engine *e, const struct peer *p)
+{
+	int r = (int)(p - e->peers);
+	if (p->in && p->out && r > e->cfg.rank)
+		return NULL;
+	return p->in;
+}
+
+static struct econn *ready_conn(const struct hpct_engine *e, const struct peer *p)
 {
 	if (p->state == OUT_READY)
 		return p->out;
-	return p->in;
+	return usable_in(e, p);
 }
 
 int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group, uint32_t seq,
@@ -282,7 +293,7 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 	q->next = NULL;
 	e->stats.msgs_sent++;
 	e->stats.bytes_sent += q->len;
-	struct econn *c = ready_conn(p);
+	struct econn *c = ready_conn(e, p);
 	if (c) {
 		int rc = e->cfg.ops->send(c->t, q->data, q->len);
 		free(q);
@@ -388,8 +399,17 @@ static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, s
 	send_hello(e, c->t, HPCT_HELLO_ACK, h.src, h.group, 0);
 	HPCT_TRACE(HPCT_SUB_NET, "admitted rank %u (group %016llx)", h.src,
 		   (unsigned long long)h.group);
+	if (c->peer < e->cfg.rank && p->out && p->state != OUT_READY) {
+		/* Crossing connects: the lower rank's wins, and ours has carried
+		 * only its HELLO (messages wait in the queue until READY). */
+		e->cfg.ops->close(p->out->t);
+		free(p->out);
+		p->out = NULL;
+		p->state = OUT_IDLE;
+		p->pulling = 0;
+	}
 	/* It came to us first: our queued messages can go this way. */
-	if (p->state != OUT_READY && p->qhead)
+	if (p->state != OUT_READY && p->qhead && usable_in(e, p))
 		flush_queue(e, p, c);
 }
 
@@ -710,7 +730,7 @@ void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const stru
 	size_t n = hpct__abort_encode(a, payload);
 	for (int r = 0; r < e->cfg.size; r++) {
 		struct peer *p = &e->peers[r];
-		if (ready_conn(p))
+		if (ready_conn(e, p))
 			hpct__eng_send(e, r, HPCT_MSG_ABORT, group, 0, 0, payload, n);
 	}
 }
