@@ -40,7 +40,16 @@ static void parse_subsys(const char *s)
 	int mask = 0;
 	for (const char *p = s + exclude; *p;) {
 		size_t len = strcspn(p, ",");
-		mask |= subsys_bit(p, len);
+		int bit = subsys_bit(p, len);
+		if (!bit && len > 0) {
+			/* a typo must not silently hide every warning */
+			fprintf(stderr, "%s:%d HPCT WARN HPCT_DEBUG_SUBSYS=%s: unknown subsystem '%.*s' "
+				"(have INIT, ENV, NET, COLL, STD, ALL); showing ALL\n",
+				log_host, (int)getpid(), s, (int)len, p);
+			log_subsys = HPCT_SUB_ALL;
+			return;
+		}
+		mask |= bit;
 		p += len;
 		if (*p == ',')
 			p++;
@@ -51,14 +60,20 @@ static void parse_subsys(const char *s)
 /* Expands %h and %p in HPCT_DEBUG_FILE. */
 static void open_file(const char *pattern)
 {
-	char path[512];
+	char path[512], pid[16];
 	size_t o = 0;
-	for (const char *p = pattern; *p && o + 32 < sizeof(path); p++) {
-		if (p[0] == '%' && p[1] == 'h') {
-			o += (size_t)snprintf(path + o, sizeof(path) - o, "%s", log_host);
-			p++;
-		} else if (p[0] == '%' && p[1] == 'p') {
-			o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	for (const char *p = pattern; *p && o + 1 < sizeof(path); p++) {
+		const char *put = NULL;
+		if (p[0] == '%' && p[1] == 'h')
+			put = log_host;
+		else if (p[0] == '%' && p[1] == 'p')
+			put = pid;
+		if (put) {
+			/* never past the buffer, however long the host name */
+			size_t n = strnlen(put, sizeof(path) - 1 - o);
+			memcpy(path + o, put, n);
+			o += n;
 			p++;
 		} else {
 			path[o++] = *p;

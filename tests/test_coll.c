@@ -91,7 +91,7 @@ static int rank_main(int r, void *arg)
 	if (hpct_world_create(&w) != 0)
 		return 2;
 	struct hpct_world_info info;
-	hpct_world_info(w, &info);
+	hpct_world_get_info(w, &info);
 	if (info.path != (c->rootless ? HPCT_PATH_ROOTLESS : HPCT_PATH_STANDARD))
 		return 3;
 	hpct_group *world = hpct_world_group(w);
@@ -128,7 +128,7 @@ static int rank_main(int r, void *arg)
 	if ((rc = exercise(world, 9)) != 0)
 		return 90 + rc % 10;
 	struct hpct_world_stats st;
-	hpct_world_stats(w, &st);
+	hpct_world_get_stats(w, &st);
 	if (c->rootless && (int)(st.conns_opened + st.conns_accepted) > 2 * ceil_log2(n) + 2)
 		return 99;
 	hpct_world_destroy(w);

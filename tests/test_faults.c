@@ -200,7 +200,7 @@ static int stranger_main(int r, void *arg)
 		usleep(50000);
 	}
 	struct hpct_world_stats st;
-	hpct_world_stats(w, &st);
+	hpct_world_get_stats(w, &st);
 	if (r == 0 && st.conns_refused < 1)
 		return 5; /* the stranger or the garbage was not refused by rank 0 */
 	hpct_world_destroy(w);

@@ -25,7 +25,8 @@ static void print_env(void)
 	const struct hpct_param *p = hpct__params(&n);
 	printf("%-28s %-8s %-8s %-24s %s\n", "VARIABLE", "TYPE", "DEFAULT", "VALUE", "HELP");
 	for (size_t i = 0; i < n; i++) {
-		const char *v = getenv(p[i].name);
+		/* empty counts as unset, as the library reads it */
+		const char *v = hpct__env_str(hpct__env_process(), p[i].name);
 		printf("%-28s %-8s %-8s %-24s %s\n", p[i].name, hpct__param_type_name(p[i].type),
 		       p[i].def ? p[i].def : "-", v ? v : "(unset)", p[i].help);
 	}

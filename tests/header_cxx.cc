@@ -1,0 +1,20 @@
+/* The public header as a C++ user sees it: compiled by the 'header-cxx'
+ * test with -std=c++11 -pedantic -Werror -Wall -Wextra.  It comes first so
+ * that it must be self-contained, and twice to check its guard. */
+#include "hpct/hpct.h"
+#include "hpct/hpct.h"
+
+static_assert(HPCT_ETIMEDOUT == -1003, "error codes are plain ints in C++ too");
+
+/* Uses the types only; calls nothing, so nothing needs to link. */
+int header_cxx_sizes();
+int header_cxx_sizes()
+{
+	/* no 'struct' needed: no function shares a name with a struct */
+	hpct_world_info info = {};
+	hpct_world_stats stats = {};
+	hpct_path path = HPCT_PATH_ROOTLESS;
+	const char *(*version)(void) = hpct_version;
+	return static_cast<int>(sizeof(info) + sizeof(stats)) + static_cast<int>(path) +
+	       (version != nullptr);
+}
