@@ -181,7 +181,7 @@ HPCT_API void hpct_world_destroy(struct hpct_world *w)
 	free(w);
 }
 
-HPCT_API int hpct_world_info(const struct hpct_world *w, struct hpct_world_info *info)
+HPCT_API int hpct_world_get_info(const struct hpct_world *w, struct hpct_world_info *info)
 {
 	if (!w || !info)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_info: NULL argument");
@@ -201,7 +201,7 @@ HPCT_API int hpct_world_info(const struct hpct_world *w, struct hpct_world_info 
 	return 0;
 }
 
-HPCT_API int hpct_world_stats(const struct hpct_world *w, struct hpct_world_stats *s)
+HPCT_API int hpct_world_get_stats(const struct hpct_world *w, struct hpct_world_stats *s)
 {
 	if (!w || !s)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_stats: NULL argument");

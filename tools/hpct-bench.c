@@ -68,7 +68,7 @@ static int rank_main(void)
 	if (rec.rc == 0) {
 		hpct_group *g = hpct_world_group(w);
 		struct hpct_world_info info;
-		hpct_world_info(w, &info);
+		hpct_world_get_info(w, &info);
 		unsigned char item[64], *all = malloc((size_t)info.size * sizeof(item));
 		memset(item, info.rank & 0xff, sizeof(item));
 		rec.rc = hpct_allgather(g, item, sizeof(item), all);
@@ -80,7 +80,7 @@ static int rank_main(void)
 			rec.rc = hpct_barrier(g);
 		rec.done = mono();
 		struct hpct_world_stats st;
-		hpct_world_stats(w, &st);
+		hpct_world_get_stats(w, &st);
 		rec.conns = (int)(st.conns_opened + st.conns_accepted);
 		free(all);
 	}

@@ -42,7 +42,7 @@ int main(void)
 	if (rc)
 		return fail("joining the world", rc);
 	struct hpct_world_info info;
-	hpct_world_info(w, &info);
+	hpct_world_get_info(w, &info);
 	hpct_group *world = hpct_world_group(w);
 
 	struct whoami me = {.rank = info.rank, .pid = (int32_t)getpid()};
@@ -83,7 +83,7 @@ int main(void)
 				slowest = joins[r];
 		}
 		struct hpct_world_stats st;
-		hpct_world_stats(w, &st);
+		hpct_world_get_stats(w, &st);
 		printf("%s path: %d ranks on %d nodes, job '%s' epoch %llu\n",
 		       info.path == HPCT_PATH_ROOTLESS ? "rootless" : "standard", info.size,
 		       info.nnodes, info.job_name, (unsigned long long)info.epoch);

@@ -120,8 +120,8 @@ HPCT_API int hpct_world_create(hpct_world **world_out);
 HPCT_API void hpct_world_destroy(hpct_world *world);
 
 /* Fills *info_out.  Never fails for a valid world. */
-HPCT_API int hpct_world_info(const hpct_world *world, struct hpct_world_info *info_out);
-HPCT_API int hpct_world_stats(const hpct_world *world, struct hpct_world_stats *stats_out);
+HPCT_API int hpct_world_get_info(const hpct_world *world, struct hpct_world_info *info_out);
+HPCT_API int hpct_world_get_stats(const hpct_world *world, struct hpct_world_stats *stats_out);
 
 /* The derived listen address of any rank (rootless path), as text.
  * HPCT_EINVAL for a rank out of range, HPCT_ESTATE on the standard path,
