@@ -14,6 +14,7 @@ struct cfg {
 	int n, nodes, port, rootless;
 	double timeout;
 	const char *algo; /* HPCT_ALGO, NULL for the default */
+	int ipv6;         /* one node at ::1, the rendezvous there too */
 };
 
 static void env_cb(int r, void *arg)
@@ -22,6 +23,10 @@ static void env_cb(int r, void *arg)
 	ht_setenv_world(r, c->n, c->nodes, c->port, c->rootless, c->timeout);
 	if (c->algo)
 		setenv("HPCT_ALGO", c->algo, 1);
+	if (c->ipv6) {
+		setenv("HPCT_HOSTS", "::1", 1);
+		setenv("MASTER_ADDR", "::1", 1);
+	}
 }
 
 static void item_of(int rank, int salt, unsigned char *buf, size_t len)
@@ -182,3 +187,15 @@ Test(bruck, staggered_starts, .timeout = 200)
 	int delays[6] = {0, 1500, 200, 900, 0, 400};
 	run_algo(6, 2, 14, 1, delays, "bruck");
 }
+
+static void run_ipv6(int slot, int rootless)
+{
+	struct cfg c = {.n = 5, .nodes = 1, .port = hpct_test_ports(slot), .rootless = rootless,
+			.timeout = 60, .ipv6 = 1};
+	int codes[5];
+	int bad = ht_spawn(5, env_cb, rank_main, &c, 60, NULL, codes);
+	cr_assert_eq(bad, 0, "IPv6 %s: %s", rootless ? "rootless" : "standard", ht_describe(codes, 5));
+}
+
+Test(ipv6, rootless) { run_ipv6(15, 1); }
+Test(ipv6, standard) { run_ipv6(16, 0); }

@@ -257,3 +257,31 @@ Test(faults, port_taken_is_named)
 		close(fds[i]);
 	cr_expect_eq(codes[0], 0, "exit %d: want HPCT_EADDRINUSE naming 127.0.0.1:port", codes[0]);
 }
+
+static int bad_ifname(int r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	hpct_world *w;
+	setenv("HPCT_SOCKET_IFNAME", "nosuch9", 1);
+	int rc = hpct_world_create(&w);
+	if (rc != HPCT_EBADENV)
+		return 70;
+	if (!strstr(hpct_last_error(), "HPCT_SOCKET_IFNAME=nosuch9 matches no interface (have: lo"))
+		return 71;
+	/* an interface that exists but does not hold the node's address */
+	setenv("HPCT_SOCKET_IFNAME", "=lo", 1);
+	setenv("HPCT_HOSTS", "127.0.0.1", 1);
+	if ((rc = hpct_world_create(&w)) != 0)
+		return 72; /* lo serves all of 127/8 */
+	hpct_world_destroy(w);
+	return 0;
+}
+
+Test(faults, unknown_interface_is_named)
+{
+	struct cfg c = {.n = 1, .port = hpct_test_ports(5), .rootless = 1, .timeout = 5};
+	int codes[1];
+	ht_spawn(1, env_cb, bad_ifname, &c, 20, NULL, codes);
+	cr_expect_eq(codes[0], 0, "exit %d", codes[0]);
+}
