@@ -332,8 +332,9 @@ static int bruck_allgather(struct hpct_group *g, const void *item, size_t sz, vo
 	return rc;
 }
 
-/* Dissemination barrier. */
-static void bar_set_peers(struct op *op)
+/* Round k sends 2^k ranks forward and hears from 2^k ranks back: the
+ * dissemination barrier's and Bruck alltoall's pattern. */
+static void forward_peers(struct op *op)
 {
 	int pow2 = 1 << op->round;
 	op->send_to = (op->r + pow2) % op->n;
@@ -356,7 +357,7 @@ static int bar_step(struct op *op, struct hpct_emsg *m)
 
 static int dissemination_barrier(struct hpct_group *g)
 {
-	struct op op = {.g = g, .name = "barrier", .n = g->size, .r = g->rank, .peers = bar_set_peers,
+	struct op op = {.g = g, .name = "barrier", .n = g->size, .r = g->rank, .peers = forward_peers,
 			.send = bar_send, .step = bar_step};
 	op.nrounds = ceil_log2(op.n);
 	return drive(&op);
@@ -417,13 +418,6 @@ static size_t a2a_pack(struct op *op)
 	return o;
 }
 
-static void a2a_set_peers(struct op *op)
-{
-	int pow2 = 1 << op->round;
-	op->send_to = (op->r + pow2) % op->n;
-	op->recv_from = ((op->r - pow2) % op->n + op->n) % op->n;
-}
-
 static int a2a_send(struct op *op, struct hpct_emsg *m)
 {
 	(void)m;
@@ -452,7 +446,7 @@ static int a2a_step(struct op *op, struct hpct_emsg *m)
 int hpct__coll_alltoall(struct hpct_group *g, const void *items, size_t sz, void *out)
 {
 	struct op op = {.g = g, .name = "alltoall", .n = g->size, .r = g->rank, .sz = sz,
-			.peers = a2a_set_peers, .send = a2a_send, .step = a2a_step};
+			.peers = forward_peers, .send = a2a_send, .step = a2a_step};
 	op.nrounds = ceil_log2(op.n);
 	op.tmp = malloc((size_t)op.n * sz);
 	op.pack = malloc((size_t)(op.n / 2 + 1) * sz);
