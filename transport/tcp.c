@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hpct/hpct.h"
@@ -30,6 +31,7 @@ struct tcp_conn {
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
 	int want_out; /* EPOLLOUT armed */
+	size_t max_msg;
 	struct tcp_conn *next_dead;
 };
 
@@ -38,6 +40,7 @@ struct tcp_ctx {
 	int lfd;
 	struct tcp_conn *dead; /* closed during progress, freed at its end */
 	size_t backlog;        /* bytes queued in every conn's out buffer */
+	double listen_resume;  /* > 0: listener paused (fd table full) until then */
 	int in_progress;
 	/* every open conn, to close them all on destroy */
 	struct tcp_conn **conns;
@@ -66,6 +69,23 @@ static int buf_reserve(struct buf *b, size_t more)
 	b->data = d;
 	b->cap = cap;
 	return 0;
+}
+
+/* A buffer left large by one big message is given back once empty. */
+static void buf_trim(struct buf *b)
+{
+	if (b->head == b->tail && b->cap > (1u << 20)) {
+		free(b->data);
+		b->data = NULL;
+		b->head = b->tail = b->cap = 0;
+	}
+}
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int track(struct tcp_ctx *ctx, struct tcp_conn *c)
@@ -188,6 +208,7 @@ static struct tcp_conn *conn_new(struct tcp_ctx *ctx, int fd, enum conn_state st
 	c->ctx = ctx;
 	c->fd = fd;
 	c->state = st;
+	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
 	if (track(ctx, c) < 0 || watch(c, EPOLL_CTL_ADD) < 0) {
 		untrack(ctx, c);
 		free(c);
@@ -237,6 +258,7 @@ static int flush(struct tcp_conn *c)
 		c->out.head += (size_t)n;
 		c->ctx->backlog -= (size_t)n;
 	}
+	buf_trim(&c->out);
 	int want = c->out.tail > c->out.head;
 	if (want != c->want_out)
 		return watch(c, EPOLL_CTL_MOD);
@@ -290,6 +312,11 @@ static size_t tcp_pending(struct hpct_tconn *conn)
 	return c->out.tail - c->out.head;
 }
 
+static void tcp_set_max_msg(struct hpct_tconn *conn, size_t max)
+{
+	((struct tcp_conn *)conn)->max_msg = max < HPCT_TRANSPORT_MAX_MSG ? max : HPCT_TRANSPORT_MAX_MSG;
+}
+
 static size_t tcp_backlog(void *arg)
 {
 	return ((struct tcp_ctx *)arg)->backlog;
@@ -332,6 +359,17 @@ static void tcp_peer_name(struct hpct_tconn *conn, char *buf, size_t len)
 	}
 }
 
+/* A connect to a port in the ephemeral range can be given that same port as
+ * its source and meet itself (TCP simultaneous open). */
+static int self_connected(struct tcp_conn *c)
+{
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof(me);
+	if (getsockname(c->fd, (struct sockaddr *)&me, &ml) < 0 || ml != c->peer_len)
+		return 0;
+	return memcmp(&me, &c->peer, ml) == 0;
+}
+
 static void emit_close(struct tcp_conn *c, enum hpct_tevent_type type, int err, hpct_tevent_cb cb,
 		       void *arg)
 {
@@ -346,8 +384,16 @@ static void do_accept(struct tcp_ctx *ctx, hpct_tevent_cb cb, void *arg, int *ne
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(ctx->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/* The listener stays readable: without a pause epoll
+				 * would return at once, forever. */
+				struct epoll_event ev = {.events = 0, .data.ptr = NULL};
+				epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ctx->lfd, &ev);
+				ctx->listen_resume = mono_now() + 0.1;
+			}
 			return; /* EAGAIN, or a transient error: the listener stays */
+		}
 		set_nodelay(fd);
 		struct tcp_conn *c = conn_new(ctx, fd, OPEN);
 		if (!c) {
@@ -380,6 +426,12 @@ static void do_read(struct tcp_conn *c, hpct_tevent_cb cb, void *arg, int *nev)
 			c->in.tail += (size_t)n;
 			if ((size_t)n < space)
 				break; /* short read: the socket is drained */
+			if (c->in.tail - c->in.head >= 4) {
+				uint32_t first;
+				memcpy(&first, c->in.data + c->in.head, 4);
+				if (ntohl(first) > c->max_msg)
+					break; /* refused below, before reading more */
+			}
 			continue;
 		}
 		if (n == 0)
@@ -394,15 +446,15 @@ static void do_read(struct tcp_conn *c, hpct_tevent_cb cb, void *arg, int *nev)
 		uint32_t len;
 		memcpy(&len, c->in.data + c->in.head, 4);
 		len = ntohl(len);
-		if (len > HPCT_TRANSPORT_MAX_MSG) {
+		if (len > c->max_msg) {
 			emit_close(c, HPCT_TEV_CLOSED, HPCT_EPROTO, cb, arg);
 			(*nev)++;
 			return;
 		}
-		if (c->in.tail - c->in.head < 4 + (size_t)len) {
-			buf_reserve(&c->in, 4 + (size_t)len - (c->in.tail - c->in.head));
+		/* the buffer grows with the bytes that come, not with the
+		 * length a peer announces */
+		if (c->in.tail - c->in.head < 4 + (size_t)len)
 			break;
-		}
 		struct hpct_tevent ev = {.type = HPCT_TEV_MESSAGE,
 					 .conn = &c->base,
 					 .data = c->in.data + c->in.head + 4,
@@ -411,6 +463,8 @@ static void do_read(struct tcp_conn *c, hpct_tevent_cb cb, void *arg, int *nev)
 		cb(arg, &ev);
 		(*nev)++;
 	}
+	if (c->state != CLOSED)
+		buf_trim(&c->in);
 	if (c->state != CLOSED && (eof || err)) {
 		emit_close(c, HPCT_TEV_CLOSED, err, cb, arg);
 		(*nev)++;
@@ -421,6 +475,16 @@ static int tcp_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbar
 {
 	struct tcp_ctx *ctx = arg;
 	struct epoll_event evs[64];
+	if (ctx->listen_resume > 0) {
+		double left = ctx->listen_resume - mono_now();
+		if (left <= 0) {
+			struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+			epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ctx->lfd, &ev);
+			ctx->listen_resume = 0;
+		} else if (timeout_ms < 0 || timeout_ms > (int)(left * 1000) + 1) {
+			timeout_ms = (int)(left * 1000) + 1;
+		}
+	}
 	int n = epoll_wait(ctx->epfd, evs, 64, timeout_ms);
 	if (n < 0)
 		return errno == EINTR ? 0 : -errno;
@@ -442,6 +506,8 @@ static int tcp_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbar
 			getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
 			if (soerr == 0 && (e & (EPOLLERR | EPOLLHUP)))
 				soerr = ECONNREFUSED;
+			if (soerr == 0 && self_connected(c))
+				soerr = ECONNREFUSED; /* nobody listens there yet */
 			if (soerr) {
 				emit_close(c, HPCT_TEV_CONNECT_FAILED, -soerr, cb, cbarg);
 				nev++;
@@ -479,6 +545,7 @@ const struct hpct_transport_ops hpct_transport_tcp = {
 	.listen = tcp_listen,
 	.connect = tcp_connect,
 	.send = tcp_send,
+	.set_max_msg = tcp_set_max_msg,
 	.pending = tcp_pending,
 	.backlog = tcp_backlog,
 	.progress = tcp_progress,

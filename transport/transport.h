@@ -25,7 +25,8 @@ struct hpct_tconn {
 
 enum hpct_tevent_type {
 	HPCT_TEV_CONNECTED,      /* an outgoing connection completed */
-	HPCT_TEV_CONNECT_FAILED, /* an outgoing connection failed: err; the conn is closed and freed after the callback */
+	HPCT_TEV_CONNECT_FAILED, /* an outgoing connection failed: err (-ECONNREFUSED also when
+				  * it met itself); the conn is closed and freed after the callback */
 	HPCT_TEV_ACCEPTED,       /* a new incoming connection; peer is its address */
 	HPCT_TEV_MESSAGE,        /* one whole message: data, len (valid during the callback only) */
 	HPCT_TEV_CLOSED,         /* the peer closed (err 0) or the connection failed (err < 0); the conn is freed after the callback */
@@ -58,6 +59,10 @@ struct hpct_transport_ops {
 		       struct hpct_tconn **conn_out);
 	/* Queues one whole message; the transport copies it.  0 or -errno. */
 	int (*send)(struct hpct_tconn *conn, const void *buf, size_t len);
+	/* Largest message this conn may receive (default HPCT_TRANSPORT_MAX_MSG);
+	 * a longer frame closes it with HPCT_EPROTO.  Kept small until a peer
+	 * has identified itself, so a stranger cannot make us allocate. */
+	void (*set_max_msg)(struct hpct_tconn *conn, size_t max);
 	/* Bytes accepted by send() and not yet handed to the network. */
 	size_t (*pending)(struct hpct_tconn *conn);
 	/* The same over every conn of the context. */
