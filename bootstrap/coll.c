@@ -16,6 +16,12 @@
 struct op;
 typedef int (*step_fn)(struct op *op, struct hpct_emsg *m);
 
+/* A peer this op sent to, and how many sends to it were lost before. */
+struct sent {
+	int grank;
+	uint64_t lost0;
+};
+
 struct op {
 	struct hpct_group *g;
 	const char *name;
@@ -28,6 +34,9 @@ struct op {
 	void (*peers)(struct op *op); /* picks send_to/recv_from as a round starts */
 	step_fn send;    /* sends this round's message */
 	step_fn step;    /* consumes the awaited message; 1 done, 0 next round, <0 error */
+	/* every peer sent to: the op ends when all of it has left */
+	struct sent *dests;
+	int ndests, capdests;
 	/* the collective's own data */
 	const void *in;
 	void *out;
@@ -44,11 +53,52 @@ static int ceil_log2(int n)
 	return k;
 }
 
-static int send_to(struct op *op, int grank, const void *buf, size_t len)
+/* Every send of an op goes through here, so the op knows whom to wait for. */
+static int op_send(struct op *op, int grank, uint16_t tag, const void *buf, size_t len)
 {
 	struct hpct_group *g = op->g;
-	return hpct__eng_send(g->world->eng, hpct__group_world_rank(g, grank), HPCT_MSG_DATA, g->id,
-			      op->seq, op->tag, buf, len);
+	struct hpct_engine *e = g->world->eng;
+	int wr = hpct__group_world_rank(g, grank), i;
+	for (i = 0; i < op->ndests && op->dests[i].grank != grank; i++)
+		;
+	if (i == op->ndests) {
+		if (op->ndests == op->capdests) {
+			int cap = op->capdests ? 2 * op->capdests : 8;
+			struct sent *d = realloc(op->dests, (size_t)cap * sizeof(*d));
+			if (!d)
+				return HPCT_ENOMEM;
+			op->dests = d;
+			op->capdests = cap;
+		}
+		op->dests[op->ndests++] = (struct sent){grank, hpct__eng_lost(e, wr)};
+	}
+	return hpct__eng_send(e, wr, HPCT_MSG_DATA, g->id, op->seq, tag, buf, len);
+}
+
+static int send_to(struct op *op, int grank, const void *buf, size_t len)
+{
+	return op_send(op, grank, op->tag, buf, len);
+}
+
+/* A destination whose sends were lost (-1: none). */
+static int lost_dest(const struct op *op)
+{
+	struct hpct_engine *e = op->g->world->eng;
+	for (int i = 0; i < op->ndests; i++)
+		if (hpct__eng_lost(e, hpct__group_world_rank(op->g, op->dests[i].grank)) !=
+		    op->dests[i].lost0)
+			return op->dests[i].grank;
+	return -1;
+}
+
+/* A destination still holding unsent bytes of ours (-1: all left). */
+static int unflushed_dest(const struct op *op)
+{
+	struct hpct_engine *e = op->g->world->eng;
+	for (int i = 0; i < op->ndests; i++)
+		if (!hpct__eng_flushed(e, hpct__group_world_rank(op->g, op->dests[i].grank)))
+			return op->dests[i].grank;
+	return -1;
 }
 
 static void abort_others(struct op *op, int code, int culprit)
@@ -58,7 +108,18 @@ static void abort_others(struct op *op, int code, int culprit)
 	/* the receiver only needs the gist; the text is cut at 255 bytes */
 	memcpy(a.text, g->failure, sizeof(a.text) - 1);
 	a.text[sizeof(a.text) - 1] = 0;
+	hpct__eng_group_failed(g->world->eng, g->id);
 	hpct__eng_broadcast_abort(g->world->eng, g->id, &a);
+}
+
+/* "round 2/3", or "final sends" once every round is done. */
+static const char *where(const struct op *op, char *buf, size_t len)
+{
+	if (op->round < op->nrounds)
+		snprintf(buf, len, "round %d/%d", op->round + 1, op->nrounds);
+	else
+		snprintf(buf, len, "final sends");
+	return buf;
 }
 
 /* The error for a peer that cannot deliver, naming it. */
@@ -66,12 +127,12 @@ static int peer_failed(struct op *op, int grank, int err)
 {
 	struct hpct_group *g = op->g;
 	struct hpct_world *w = g->world;
-	char who[320];
+	char who[320], at[32];
 	int wr = hpct__group_world_rank(g, grank);
 	hpct__eng_describe_peer(w->eng, wr, who, sizeof(who));
-	hpct__group_fail(g, err, "rank %d: %s on group %016llx (epoch %llu, call %u, round %d/%d) failed: %s",
+	hpct__group_fail(g, err, "rank %d: %s on group %016llx (epoch %llu, call %u, %s) failed: %s",
 			 w->topo.rank, op->name, (unsigned long long)g->id,
-			 (unsigned long long)w->topo.epoch, op->seq, op->round + 1, op->nrounds, who);
+			 (unsigned long long)w->topo.epoch, op->seq, where(op, at, sizeof(at)), who);
 	abort_others(op, err, wr);
 	return err;
 }
@@ -80,21 +141,23 @@ static int timed_out(struct op *op, double timeout)
 {
 	struct hpct_group *g = op->g;
 	struct hpct_world *w = g->world;
-	char from[320] = "", to[320] = "";
+	char from[320] = "", to[320] = "", at[32];
+	int pending_to = unflushed_dest(op);
 	if (op->recv_from >= 0)
 		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, op->recv_from), from,
 					sizeof(from));
-	if (op->send_to >= 0 && hpct__eng_peer_error(w->eng, hpct__group_world_rank(g, op->send_to)) == 0) {
-		/* only worth naming if our message may not have left */
-		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, op->send_to), to, sizeof(to));
-	}
-	int culprit = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from) : -1;
+	if (pending_to >= 0) /* our message to it has not left */
+		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, pending_to), to, sizeof(to));
+	int culprit = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from)
+		      : pending_to >= 0	 ? hpct__group_world_rank(g, pending_to)
+					 : -1;
 	hpct__group_fail(g, HPCT_ETIMEDOUT,
-			 "rank %d: %s on group %016llx (epoch %llu, call %u, round %d/%d) timed out "
-			 "after %.1f s; not heard from %s%s%s",
+			 "rank %d: %s on group %016llx (epoch %llu, call %u, %s) timed out after "
+			 "%.1f s; %s%s%s%s%s",
 			 w->topo.rank, op->name, (unsigned long long)g->id,
-			 (unsigned long long)w->topo.epoch, op->seq, op->round + 1, op->nrounds,
-			 timeout, from[0] ? from : "nobody", to[0] ? "; sending to " : "", to);
+			 (unsigned long long)w->topo.epoch, op->seq, where(op, at, sizeof(at)), timeout,
+			 from[0] ? "not heard from " : "", from, from[0] && to[0] ? "; " : "",
+			 to[0] ? "could not deliver to " : "", to);
 	abort_others(op, HPCT_ETIMEDOUT, culprit);
 	return HPCT_ETIMEDOUT;
 }
@@ -105,6 +168,7 @@ static int aborted(struct op *op, const struct hpct_abort *a)
 	hpct__group_fail(g, HPCT_EABORTED, "rank %d: %s on group %016llx (epoch %llu) aborted: rank %u gave up: %s",
 			 g->world->topo.rank, op->name, (unsigned long long)g->id,
 			 (unsigned long long)g->world->topo.epoch, a->origin, a->text);
+	hpct__eng_group_failed(g->world->eng, g->id);
 	/* pass it on: ranks that only talk to us learn it too */
 	struct hpct_abort fwd = *a;
 	hpct__eng_broadcast_abort(g->world->eng, g->id, &fwd);
@@ -112,7 +176,7 @@ static int aborted(struct op *op, const struct hpct_abort *a)
 }
 
 /* Runs an op to completion or failure. */
-static int drive(struct op *op)
+static int drive_op(struct op *op)
 {
 	struct hpct_group *g = op->g;
 	struct hpct_world *w = g->world;
@@ -122,11 +186,13 @@ static int drive(struct op *op)
 	double timeout = w->topo.timeout_s, deadline = hpct__now() + timeout;
 	int rc = 0, extended = 0, pulled = 0;
 	double round_start = 0;
-	uint64_t lost0 = hpct__eng_lost(w->eng, NULL);
 	/* The op is done when its rounds are and everything it sent has left:
 	 * a rank that goes quiet after returning must not strand a peer. */
-	while (op->round < op->nrounds || !hpct__eng_idle(w->eng)) {
-		if (op->round < op->nrounds && !op->sent) {
+	for (;;) {
+		int waiting = op->round < op->nrounds;
+		if (!waiting && unflushed_dest(op) < 0)
+			break;
+		if (waiting && !op->sent) {
 			op->sent = 1;
 			round_start = hpct__now();
 			pulled = 0;
@@ -137,24 +203,28 @@ static int drive(struct op *op)
 				return peer_failed(op, op->send_to, rc);
 		}
 		struct hpct_emsg *m = NULL;
-		int waiting = op->round < op->nrounds;
 		if (waiting && op->recv_from >= 0)
 			m = hpct__eng_take(w->eng, hpct__group_world_rank(g, op->recv_from), g->id,
 					   op->seq, op->tag);
 		if (waiting && (m || op->recv_from < 0)) {
 			rc = op->step(op, m);
+			int from = op->recv_from;
 			free(m);
 			if (rc < 0 && rc != HPCT_EPROTO)
 				return peer_failed(op, op->send_to, rc);
-			if (rc < 0)
-				return hpct__group_fail(g, rc, "rank %d: %s on group %016llx: peer rank %d sent a malformed message",
-							w->topo.rank, op->name, (unsigned long long)g->id,
-							hpct__group_world_rank(g, op->recv_from));
+			if (rc < 0) {
+				hpct__group_fail(g, rc, "rank %d: %s on group %016llx (epoch %llu, call %u): rank %d sent a message of the wrong size (do all ranks pass the same sizes?)",
+						 w->topo.rank, op->name, (unsigned long long)g->id,
+						 (unsigned long long)w->topo.epoch, op->seq,
+						 hpct__group_world_rank(g, from));
+				abort_others(op, rc, hpct__group_world_rank(g, from));
+				return rc;
+			}
 			op->round = rc == 1 ? op->nrounds : op->round + 1;
 			op->sent = 0;
 			continue;
 		}
-		if (!waiting) /* only sends are left: name whom they go to */
+		if (!waiting) /* only sends are left */
 			op->recv_from = -1;
 		/* An abort carries the first cause: it beats what we see locally. */
 		const struct hpct_abort *a = hpct__eng_abort_for(w->eng, g->id);
@@ -165,14 +235,11 @@ static int drive(struct op *op)
 				  : 0;
 		if (err)
 			return peer_failed(op, op->recv_from, err);
-		int lost_peer;
-		if (hpct__eng_lost(w->eng, &lost_peer) != lost0) {
-			/* something we sent cannot arrive: name its peer */
-			for (int i = 0; i < g->size; i++)
-				if (hpct__group_world_rank(g, i) == lost_peer)
-					return peer_failed(op, i, hpct__eng_peer_error(w->eng, lost_peer)
-									   ? hpct__eng_peer_error(w->eng, lost_peer)
-									   : HPCT_EPEERDEAD);
+		int lost = lost_dest(op);
+		if (lost >= 0) {
+			int wr = hpct__group_world_rank(g, lost);
+			err = hpct__eng_peer_error(w->eng, wr);
+			return peer_failed(op, lost, err ? err : HPCT_EPEERDEAD);
 		}
 		double now = hpct__now(), left = deadline - now;
 		if (!pulled && op->recv_from >= 0 && now - round_start > PULL_AFTER) {
@@ -192,6 +259,14 @@ static int drive(struct op *op)
 		hpct__eng_progress(w->eng, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
 	}
 	return 0;
+}
+
+static int drive(struct op *op)
+{
+	int rc = drive_op(op);
+	free(op->dests);
+	op->dests = NULL;
+	return rc;
 }
 
 /* Binomial tree over group ranks, root 0: rounds 0..L-1 gather up (a rank
@@ -237,9 +312,7 @@ static int tree_send(struct op *op, struct hpct_emsg *m)
 	int j = lowbit(op->r, op->nrounds / 2);
 	size_t len = (size_t)subtree(op->r, j, op->n) * op->sz;
 	/* the gather message has its own tag: the round's tag is the answer's */
-	struct hpct_group *g = op->g;
-	return hpct__eng_send(g->world->eng, hpct__group_world_rank(g, op->send_to), HPCT_MSG_DATA,
-			      g->id, op->seq, (uint16_t)j, op->tmp + (size_t)op->r * op->sz, len);
+	return op_send(op, op->send_to, (uint16_t)j, op->tmp + (size_t)op->r * op->sz, len);
 }
 
 static int tree_step(struct op *op, struct hpct_emsg *m)
@@ -267,9 +340,7 @@ static int tree_step(struct op *op, struct hpct_emsg *m)
 		int c = r + (1 << k);
 		if (c >= op->n)
 			continue;
-		int rc = hpct__eng_send(op->g->world->eng, hpct__group_world_rank(op->g, c),
-					HPCT_MSG_DATA, op->g->id, op->seq, (uint16_t)(L + k), op->tmp,
-					(size_t)op->n * op->sz);
+		int rc = op_send(op, c, (uint16_t)(L + k), op->tmp, (size_t)op->n * op->sz);
 		if (rc < 0) {
 			op->send_to = c;
 			return rc;

@@ -15,11 +15,12 @@ enum out_state { OUT_IDLE, OUT_CONNECTING, OUT_HELLO, OUT_READY, OUT_BACKOFF, OU
 
 /* What the engine hangs on each transport conn. */
 struct econn {
-	int peer;       /* -1 until an accepted conn is admitted */
+	int peer;        /* -1 until an accepted conn is admitted */
 	int outgoing;
-	double hello_deadline;
+	double deadline; /* handshake deadline, in progress time (see ptime) */
 	struct hpct_tconn *t;
-	struct econn *next_pending; /* accepted, not admitted yet */
+	struct econn **list; /* the handshake list it is on, or NULL */
+	struct econn *next;
 };
 
 struct qmsg {
@@ -35,6 +36,7 @@ struct peer {
 	int pulling;    /* our connection is a one-shot pull: no retry if refused */
 	int last_err;
 	int retries;
+	uint64_t lost;  /* sends to it that can no longer be delivered */
 	double retry_at, backoff;
 	uint64_t group; /* the group whose message asked for the connection */
 	struct qmsg *qhead, *qtail;
@@ -52,14 +54,16 @@ struct hpct_engine {
 	struct hpct_engine_cfg cfg;
 	void *tctx;
 	struct peer *peers;
-	int *backoff;          /* peers waiting to retry, each at most once */
+	int *backoff;           /* peers waiting to retry, each at most once */
 	int *backoff_tmp;
 	int nbackoff;
-	long nqueued;          /* messages waiting in peer queues for a connection */
-	uint64_t nlost;        /* sends that can no longer be delivered */
-	int last_lost;         /* the peer they were for */
+	long nqueued;           /* messages waiting in peer queues for a connection */
 	uint64_t rng;
-	struct econn *pending; /* accepted, waiting for HELLO */
+	/* Handshake deadlines count only time spent in progress(): a rank that
+	 * computes between collectives has not read what arrived meanwhile. */
+	double ptime;
+	struct econn *accepted; /* accepted, waiting for their HELLO */
+	struct econn *awaiting; /* ours, HELLO sent, waiting for the answer */
 	struct hpct_emsg *msgs, **msgs_tail;
 	struct abort_rec *aborts;
 	struct hpct_world_stats stats;
@@ -72,6 +76,26 @@ static double jitter(struct hpct_engine *e)
 	e->rng ^= e->rng >> 7;
 	e->rng ^= e->rng << 17;
 	return 0.75 + 0.5 * (double)(e->rng >> 11) / (double)(1ULL << 53);
+}
+
+static void list_add(struct econn **list, struct econn *c)
+{
+	c->list = list;
+	c->next = *list;
+	*list = c;
+}
+
+static void list_del(struct econn *c)
+{
+	if (!c->list)
+		return;
+	for (struct econn **pp = c->list; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	c->list = NULL;
 }
 
 static void schedule_retry(struct hpct_engine *e, int r, int err)
@@ -134,24 +158,10 @@ fail_alloc:
 	return rc;
 }
 
-/* Queued messages that can still be delivered (a refused or dead peer's
- * queue is dropped where that is learned). */
-static int has_queued(const struct hpct_engine *e)
-{
-	return e->nqueued > 0;
-}
-
-static size_t pending_bytes(const struct hpct_engine *e)
-{
-	return e->cfg.ops->backlog(e->tctx);
-}
-
 static void drop_queue(struct hpct_engine *e, struct peer *p)
 {
-	if (p->qhead) {
-		e->nlost++;
-		e->last_lost = (int)(p - e->peers);
-	}
+	if (p->qhead)
+		p->lost++;
 	while (p->qhead) {
 		struct qmsg *q = p->qhead;
 		p->qhead = q->next;
@@ -167,7 +177,8 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 		return;
 	/* A peer may still need our last messages (the final barrier round, or
 	 * an abort that tells it why we gave up). */
-	while (((flush_queued && has_queued(e)) || pending_bytes(e) > 0) && hpct__now() < deadline)
+	while (((flush_queued && e->nqueued > 0) || e->cfg.ops->backlog(e->tctx) > 0) &&
+	       hpct__now() < deadline)
 		hpct__eng_progress(e, 10);
 	e->cfg.ops->destroy(e->tctx);
 	for (int r = 0; r < e->cfg.size; r++) {
@@ -175,9 +186,9 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 		free(e->peers[r].in);
 		drop_queue(e, &e->peers[r]);
 	}
-	while (e->pending) {
-		struct econn *c = e->pending;
-		e->pending = c->next_pending;
+	while (e->accepted) {
+		struct econn *c = e->accepted;
+		e->accepted = c->next;
 		free(c);
 	}
 	while (e->msgs) {
@@ -240,6 +251,8 @@ static void start_connect(struct hpct_engine *e, int r)
 		schedule_retry(e, r, rc);
 		return;
 	}
+	/* until it has answered as the peer we meant, it gets no room */
+	e->cfg.ops->set_max_msg(c->t, HPCT_HELLO_LEN);
 	p->out = c;
 	p->state = OUT_CONNECTING;
 	HPCT_TRACE(HPCT_SUB_NET, "connecting to rank %d at %s", r, p->addr);
@@ -275,6 +288,14 @@ static struct econn *ready_conn(const struct hpct_engine *e, const struct peer *
 	return usable_in(e, p);
 }
 
+/* Whenever a peer's links change, queued messages go out if they can. */
+static void maybe_flush(struct hpct_engine *e, struct peer *p)
+{
+	struct econn *c;
+	if (p->qhead && (c = ready_conn(e, p)) != NULL)
+		flush_queue(e, p, c);
+}
+
 int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group, uint32_t seq,
 		   uint16_t round, const void *payload, size_t len)
 {
@@ -307,7 +328,10 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 	e->nqueued++;
 	if (p->state == OUT_IDLE || p->state == OUT_CLOSED) {
 		p->group = group;
+		p->pulling = 0;
 		start_connect(e, dst);
+	} else if (p->state == OUT_CONNECTING || p->state == OUT_HELLO) {
+		p->pulling = 0; /* it carries data now: retry if refused */
 	}
 	return 0;
 }
@@ -342,19 +366,10 @@ static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hel
 	e->stats.conns_refused++;
 }
 
-static void unlink_pending(struct hpct_engine *e, struct econn *c)
+/* An accepted conn that was never admitted. */
+static void drop_accepted(struct hpct_engine *e, struct econn *c)
 {
-	for (struct econn **pp = &e->pending; *pp; pp = &(*pp)->next_pending) {
-		if (*pp == c) {
-			*pp = c->next_pending;
-			return;
-		}
-	}
-}
-
-static void drop_conn(struct hpct_engine *e, struct econn *c)
-{
-	unlink_pending(e, c);
+	list_del(c);
 	e->cfg.ops->close(c->t);
 	free(c);
 }
@@ -369,7 +384,7 @@ static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, s
 		HPCT_WARN(HPCT_SUB_NET, "rank %d: refused connection from %s: not an hpct handshake",
 			  e->cfg.rank, from);
 		e->stats.conns_refused++;
-		drop_conn(e, c);
+		drop_accepted(e, c);
 		return;
 	}
 	uint32_t reason = HPCT_REFUSE_NONE;
@@ -387,14 +402,15 @@ static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, s
 		reason = HPCT_REFUSE_DUP;
 	if (reason) {
 		refuse(e, c, &h, reason);
-		drop_conn(e, c);
+		drop_accepted(e, c);
 		return;
 	}
-	unlink_pending(e, c);
+	list_del(c);
 	struct peer *p = &e->peers[h.src];
 	c->peer = (int)h.src;
 	p->in = c;
 	p->ever_up = 1;
+	e->cfg.ops->set_max_msg(c->t, HPCT_TRANSPORT_MAX_MSG);
 	e->stats.conns_accepted++;
 	send_hello(e, c->t, HPCT_HELLO_ACK, h.src, h.group, 0);
 	HPCT_TRACE(HPCT_SUB_NET, "admitted rank %u (group %016llx)", h.src,
@@ -402,15 +418,39 @@ static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, s
 	if (c->peer < e->cfg.rank && p->out && p->state != OUT_READY) {
 		/* Crossing connects: the lower rank's wins, and ours has carried
 		 * only its HELLO (messages wait in the queue until READY). */
+		list_del(p->out);
 		e->cfg.ops->close(p->out->t);
 		free(p->out);
 		p->out = NULL;
 		p->state = OUT_IDLE;
 		p->pulling = 0;
 	}
-	/* It came to us first: our queued messages can go this way. */
-	if (p->state != OUT_READY && p->qhead && usable_in(e, p))
-		flush_queue(e, p, c);
+	maybe_flush(e, p);
+}
+
+static void on_closed(struct hpct_engine *e, struct econn *c, int err);
+
+/* Our connection is not to the peer we meant, or it refused us.  With a
+ * working link from that peer, only our connection goes; otherwise the peer
+ * is refused for good (unless ours was a pull, which carried nothing). */
+static void out_rejected(struct hpct_engine *e, struct econn *c)
+{
+	struct peer *p = &e->peers[c->peer];
+	HPCT_INFO(HPCT_SUB_NET, "rank %d: rank %d at %s %s", e->cfg.rank, c->peer, p->addr, p->why);
+	list_del(c);
+	p->out = NULL;
+	e->cfg.ops->close(c->t);
+	free(c);
+	if (p->in || (p->pulling && !p->qhead)) {
+		p->state = p->in ? OUT_CLOSED : OUT_IDLE;
+		p->pulling = 0;
+		p->why[0] = 0;
+		maybe_flush(e, p);
+		return;
+	}
+	p->state = OUT_REFUSED;
+	p->last_err = HPCT_EREFUSED;
+	drop_queue(e, p);
 }
 
 /* The answer to our HELLO. */
@@ -418,42 +458,32 @@ static void on_ack(struct hpct_engine *e, struct econn *c, const void *data, siz
 {
 	struct peer *p = &e->peers[c->peer];
 	struct hpct_hello h;
-	int bad = hpct__hello_decode(data, len, &h) < 0 || h.type == HPCT_HELLO;
-	if (!bad && h.type == HPCT_HELLO_ACK &&
-	    (h.job != e->cfg.job || h.epoch != e->cfg.epoch || h.src != (uint32_t)c->peer)) {
+	int rc = hpct__hello_decode(data, len, &h);
+	if (rc < 0 || h.type == HPCT_HELLO) {
+		snprintf(p->why, sizeof(p->why), "did not answer with an hpct handshake");
+		out_rejected(e, c);
+	} else if (h.type == HPCT_HELLO_REFUSE) {
+		snprintf(p->why, sizeof(p->why), "refused us (%s); it is job %016llx epoch %llu",
+			 hpct__refuse_reason_str(h.reason), (unsigned long long)h.job,
+			 (unsigned long long)h.epoch);
+		out_rejected(e, c);
+	} else if (h.job != e->cfg.job || h.epoch != e->cfg.epoch || h.src != (uint32_t)c->peer) {
 		snprintf(p->why, sizeof(p->why),
 			 "answered as rank %u of job %016llx epoch %llu, expected rank %d of job "
 			 "%016llx epoch %llu",
 			 h.src, (unsigned long long)h.job, (unsigned long long)h.epoch, c->peer,
 			 (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch);
-		bad = 1;
-	} else if (!bad && h.type == HPCT_HELLO_REFUSE) {
-		snprintf(p->why, sizeof(p->why), "refused us (%s); it is job %016llx epoch %llu",
-			 hpct__refuse_reason_str(h.reason), (unsigned long long)h.job,
-			 (unsigned long long)h.epoch);
-		bad = 1;
-	} else if (bad) {
-		snprintf(p->why, sizeof(p->why), "did not answer with an hpct handshake");
+		out_rejected(e, c);
+	} else {
+		list_del(c);
+		p->state = OUT_READY;
+		p->ever_up = 1;
+		p->pulling = 0;
+		e->cfg.ops->set_max_msg(c->t, HPCT_TRANSPORT_MAX_MSG);
+		e->stats.conns_opened++;
+		maybe_flush(e, p);
 	}
-	if (bad) {
-		HPCT_INFO(HPCT_SUB_NET, "rank %d: rank %d at %s %s", e->cfg.rank, c->peer, p->addr,
-			  p->why);
-		p->state = OUT_REFUSED;
-		p->last_err = HPCT_EREFUSED;
-		p->out = NULL;
-		drop_queue(e, p);
-		e->cfg.ops->close(c->t);
-		free(c);
-		return;
-	}
-	p->state = OUT_READY;
-	p->ever_up = 1;
-	p->pulling = 0;
-	e->stats.conns_opened++;
-	flush_queue(e, p, c);
 }
-
-static void on_closed(struct hpct_engine *e, struct econn *c, int err);
 
 static void on_message(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
@@ -472,21 +502,25 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	const unsigned char *payload = (const unsigned char *)data + HPCT_MSG_HDR_LEN;
 	size_t plen = len - HPCT_MSG_HDR_LEN;
 	if (h.type == HPCT_MSG_ABORT) {
-		if (hpct__eng_abort_for(e, h.group))
+		struct hpct_abort a;
+		if (hpct__eng_abort_for(e, h.group) || hpct__abort_decode(payload, plen, &a) < 0)
 			return;
-		struct abort_rec *a = calloc(1, sizeof(*a));
-		if (!a || hpct__abort_decode(payload, plen, &a->a) < 0) {
-			free(a);
-			return;
-		}
-		a->group = h.group;
-		a->next = e->aborts;
-		e->aborts = a;
+		struct abort_rec *rec = calloc(1, sizeof(*rec));
+		if (!rec)
+			return; /* the sender also closes: we still learn it failed */
+		rec->a = a;
+		rec->group = h.group;
+		rec->next = e->aborts;
+		e->aborts = rec;
 		return;
 	}
 	struct hpct_emsg *m = malloc(sizeof(*m) + plen);
-	if (!m)
+	if (!m) {
+		/* a silently dropped message would hang its receiver */
+		e->cfg.ops->close(c->t);
+		on_closed(e, c, HPCT_ENOMEM);
 		return;
+	}
 	m->next = NULL;
 	m->src = c->peer;
 	m->group = h.group;
@@ -500,25 +534,27 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 
 static void on_closed(struct hpct_engine *e, struct econn *c, int err)
 {
+	list_del(c);
 	if (c->peer < 0) {
-		unlink_pending(e, c);
 		free(c);
 		return;
 	}
-	struct peer *p = &e->peers[c->peer];
-	if (e->cfg.ops->pending(c->t) > 0) { /* bytes we had promised it */
-		e->nlost++;
-		e->last_lost = c->peer;
-	}
+	int r = c->peer;
+	struct peer *p = &e->peers[r];
+	if (e->cfg.ops->pending(c->t) > 0)
+		p->lost++; /* bytes we had promised it */
 	if (err)
 		p->last_err = err;
 	else if (!p->last_err || p->last_err == -ECONNREFUSED)
 		p->last_err = HPCT_EPEERDEAD;
+	HPCT_TRACE(HPCT_SUB_NET, "connection to rank %d closed (%s)", r,
+		   err ? hpct_strerror(err) : "by the peer");
+	if (p->in == c)
+		p->in = NULL;
 	if (p->out == c) {
 		p->out = NULL;
 		if (p->state == OUT_HELLO && !p->ever_up && !p->in) {
 			/* Closed before admitting us: it may be restarting; retry. */
-			int r = c->peer;
 			free(c);
 			schedule_retry(e, r, err ? err : -ECONNRESET);
 			return;
@@ -526,13 +562,11 @@ static void on_closed(struct hpct_engine *e, struct econn *c, int err)
 		if (p->state != OUT_REFUSED)
 			p->state = OUT_CLOSED;
 	}
-	if (p->in == c)
-		p->in = NULL;
-	if (hpct__eng_peer_error(e, c->peer))
-		drop_queue(e, p);
-	HPCT_TRACE(HPCT_SUB_NET, "connection to rank %d closed (%s)", c->peer,
-		   err ? hpct_strerror(err) : "by the peer");
 	free(c);
+	if (hpct__eng_peer_error(e, r))
+		drop_queue(e, p);
+	else
+		maybe_flush(e, p);
 }
 
 static void on_event(void *arg, const struct hpct_tevent *ev)
@@ -548,23 +582,27 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		}
 		c->peer = -1;
 		c->t = ev->conn;
-		c->hello_deadline = hpct__now() + e->cfg.handshake_timeout_s;
+		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
 		ev->conn->user = c;
-		c->next_pending = e->pending;
-		e->pending = c;
+		/* a stranger gets room for a HELLO and no more */
+		e->cfg.ops->set_max_msg(c->t, HPCT_HELLO_LEN);
+		list_add(&e->accepted, c);
 		break;
 	case HPCT_TEV_CONNECTED:
 		send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, e->peers[c->peer].group, 0);
 		e->peers[c->peer].state = OUT_HELLO;
+		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
+		list_add(&e->awaiting, c);
 		break;
 	case HPCT_TEV_CONNECT_FAILED: {
 		struct peer *p = &e->peers[c->peer];
 		p->out = NULL;
-		if (p->pulling && !p->qhead) {
-			/* it is not up yet; it will come to us when it has data */
+		if (p->in || (p->pulling && !p->qhead)) {
+			/* it is not up yet (a pull), or it reached us meanwhile */
+			p->state = p->in ? OUT_CLOSED : OUT_IDLE;
 			p->pulling = 0;
-			p->state = OUT_IDLE;
 			p->last_err = ev->err;
+			maybe_flush(e, p);
 		} else {
 			schedule_retry(e, c->peer, ev->err);
 		}
@@ -574,7 +612,7 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 	case HPCT_TEV_MESSAGE:
 		if (c->peer < 0)
 			on_hello(e, c, ev->data, ev->len);
-		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO)
+		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO && e->peers[c->peer].out == c)
 			on_ack(e, c, ev->data, ev->len);
 		else
 			on_message(e, c, ev->data, ev->len);
@@ -600,6 +638,12 @@ static int run_retries(struct hpct_engine *e)
 			continue;
 		if (p->in) { /* it reached us meanwhile */
 			p->state = OUT_IDLE;
+			maybe_flush(e, p);
+			continue;
+		}
+		if (p->ever_up) { /* it was up and its links are gone: dead */
+			p->state = OUT_CLOSED;
+			drop_queue(e, p);
 			continue;
 		}
 		if (p->retry_at <= now)
@@ -621,33 +665,32 @@ static int run_retries(struct hpct_engine *e)
 	return ms < 0 ? 0 : ms;
 }
 
-static void expire_pending(struct hpct_engine *e)
+/* Handshakes that stayed silent while we were listening. */
+static void expire_handshakes(struct hpct_engine *e)
 {
-	double now = hpct__now();
-	struct econn *c = e->pending;
-	while (c) {
-		struct econn *next = c->next_pending;
-		if (now > c->hello_deadline) {
-			char from[HPCT_ADDRSTRLEN];
-			e->cfg.ops->peer_name(c->t, from, sizeof(from));
-			HPCT_INFO(HPCT_SUB_NET, "rank %d: %s sent no handshake within %.1f s; closing",
-				  e->cfg.rank, from, e->cfg.handshake_timeout_s);
-			drop_conn(e, c);
-		}
-		c = next;
+	for (struct econn *c = e->accepted, *next; c; c = next) {
+		next = c->next;
+		if (e->ptime <= c->deadline)
+			continue;
+		char from[HPCT_ADDRSTRLEN];
+		e->cfg.ops->peer_name(c->t, from, sizeof(from));
+		HPCT_INFO(HPCT_SUB_NET, "rank %d: %s sent no handshake within %.1f s; closing",
+			  e->cfg.rank, from, e->cfg.handshake_timeout_s);
+		drop_accepted(e, c);
 	}
-}
-
-uint64_t hpct__eng_lost(const struct hpct_engine *e, int *peer_out)
-{
-	if (peer_out)
-		*peer_out = e->last_lost;
-	return e->nlost;
-}
-
-int hpct__eng_idle(const struct hpct_engine *e)
-{
-	return !has_queued(e) && pending_bytes(e) == 0;
+	for (struct econn *c = e->awaiting, *next; c; c = next) {
+		next = c->next;
+		if (e->ptime <= c->deadline)
+			continue;
+		/* something accepted and never answered: a stopped process, or
+		 * not hpct; try again until the caller's deadline */
+		struct peer *p = &e->peers[c->peer];
+		list_del(c);
+		p->out = NULL;
+		e->cfg.ops->close(c->t);
+		free(c);
+		schedule_retry(e, (int)(p - e->peers), HPCT_ETIMEDOUT);
+	}
 }
 
 int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
@@ -655,9 +698,11 @@ int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
 	int retry_ms = run_retries(e);
 	if (retry_ms >= 0 && retry_ms < timeout_ms)
 		timeout_ms = retry_ms;
-	if (e->pending)
-		expire_pending(e);
+	double t0 = hpct__now();
 	int rc = e->cfg.ops->progress(e->tctx, timeout_ms, on_event, e);
+	e->ptime += hpct__now() - t0;
+	if (e->accepted || e->awaiting)
+		expire_handshakes(e);
 	if (e->nbackoff)
 		run_retries(e);
 	return rc;
@@ -674,27 +719,42 @@ int hpct__eng_peer_error(struct hpct_engine *e, int r)
 	return 0;
 }
 
+int hpct__eng_peer_connected(struct hpct_engine *e, int r)
+{
+	return e->peers[r].state == OUT_READY || e->peers[r].in != NULL;
+}
+
+int hpct__eng_flushed(struct hpct_engine *e, int r)
+{
+	struct peer *p = &e->peers[r];
+	if (p->qhead)
+		return 0;
+	if (p->out && e->cfg.ops->pending(p->out->t) > 0)
+		return 0;
+	return !(p->in && e->cfg.ops->pending(p->in->t) > 0);
+}
+
+uint64_t hpct__eng_lost(struct hpct_engine *e, int r)
+{
+	return e->peers[r].lost;
+}
+
 void hpct__eng_pull(struct hpct_engine *e, int r, uint64_t group)
 {
 	struct peer *p = &e->peers[r];
 	/* a conn still in its handshake may be that very peer arriving */
-	if (p->in || p->state != OUT_IDLE || p->ever_up || e->pending)
+	if (p->in || p->state != OUT_IDLE || p->ever_up || e->accepted)
 		return;
 	p->pulling = 1;
 	p->group = group;
 	start_connect(e, r);
 }
 
-int hpct__eng_peer_connected(struct hpct_engine *e, int r)
-{
-	return e->peers[r].state == OUT_READY || e->peers[r].in != NULL;
-}
-
 void hpct__eng_describe_peer(struct hpct_engine *e, int r, char *buf, size_t len)
 {
 	struct peer *p = &e->peers[r];
 	const char *addr = peer_addr_text(e, r);
-	if (p->why[0]) {
+	if (p->why[0] && p->state == OUT_REFUSED) {
 		snprintf(buf, len, "rank %d at %s %s", r, addr, p->why);
 		return;
 	}
@@ -705,11 +765,13 @@ void hpct__eng_describe_peer(struct hpct_engine *e, int r, char *buf, size_t len
 		what = "connected";
 	else if (p->state == OUT_HELLO)
 		what = "connected, handshake unanswered";
+	else if (p->last_err == HPCT_ETIMEDOUT)
+		what = "accepted our connection but never answered the handshake";
 	else if (p->state == OUT_IDLE && !p->qhead)
 		what = "never connected to us";
 	else
 		what = "not reached";
-	if (p->last_err && p->last_err != HPCT_EPEERDEAD)
+	if (p->last_err && p->last_err != HPCT_EPEERDEAD && p->last_err != HPCT_ETIMEDOUT)
 		snprintf(buf, len, "rank %d at %s (%s; last error: %s, %d retries)", r, addr, what,
 			 hpct_strerror(p->last_err), p->retries);
 	else
@@ -735,6 +797,28 @@ void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const stru
 	}
 }
 
+/* Drops messages of a group still queued for a connection. */
+static void drop_queued_sends(struct hpct_engine *e, uint64_t group)
+{
+	for (int r = 0; r < e->cfg.size; r++) {
+		struct peer *p = &e->peers[r];
+		struct qmsg **qq = &p->qhead, *last = NULL;
+		while (*qq) {
+			struct qmsg *q = *qq;
+			struct hpct_msg_hdr h;
+			if (hpct__msg_hdr_decode(q->data, q->len, &h) == 0 && h.group == group) {
+				*qq = q->next;
+				free(q);
+				e->nqueued--;
+			} else {
+				last = q;
+				qq = &q->next;
+			}
+		}
+		p->qtail = last;
+	}
+}
+
 void hpct__eng_forget_group(struct hpct_engine *e, uint64_t group)
 {
 	struct hpct_emsg **pp = &e->msgs;
@@ -757,6 +841,12 @@ void hpct__eng_forget_group(struct hpct_engine *e, uint64_t group)
 			ap = &a->next;
 		}
 	}
+	drop_queued_sends(e, group);
+}
+
+void hpct__eng_group_failed(struct hpct_engine *e, uint64_t group)
+{
+	drop_queued_sends(e, group);
 }
 
 void hpct__eng_stats(const struct hpct_engine *e, struct hpct_world_stats *s)

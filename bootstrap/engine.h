@@ -66,13 +66,13 @@ int hpct__eng_send(struct hpct_engine *eng, int dst, uint8_t type, uint64_t grou
 struct hpct_emsg *hpct__eng_take(struct hpct_engine *eng, int src, uint64_t group, uint32_t seq,
 				 uint16_t round);
 
-/* How many sends could not be delivered so far (their peer died or refused
- * us with them queued); *peer_out names the last such peer. */
-uint64_t hpct__eng_lost(const struct hpct_engine *eng, int *peer_out);
+/* How many times sends to `peer` were lost so far (it died or refused us
+ * with messages queued or bytes unsent); grows, never shrinks. */
+uint64_t hpct__eng_lost(struct hpct_engine *eng, int peer);
 
-/* 1 when every message sent so far has been handed to the network (none
- * waits for a connection or sits in a transport buffer). */
-int hpct__eng_idle(const struct hpct_engine *eng);
+/* 1 when everything sent to `peer` has been handed to the network: nothing
+ * waits for a connection or sits in a transport buffer. */
+int hpct__eng_flushed(struct hpct_engine *eng, int peer);
 
 /* Waits up to timeout_ms for events (less when a connect retry is due). */
 int hpct__eng_progress(struct hpct_engine *eng, int timeout_ms);
@@ -95,8 +95,11 @@ void hpct__eng_describe_peer(struct hpct_engine *eng, int peer, char *buf, size_
 const struct hpct_abort *hpct__eng_abort_for(struct hpct_engine *eng, uint64_t group);
 /* Tells every connected peer that this rank gave up on `group`. */
 void hpct__eng_broadcast_abort(struct hpct_engine *eng, uint64_t group, const struct hpct_abort *a);
-/* Forgets queued messages and aborts of a destroyed group. */
+/* Forgets received messages, aborts and queued sends of a destroyed group. */
 void hpct__eng_forget_group(struct hpct_engine *eng, uint64_t group);
+/* Drops sends of a failed group still waiting for a connection, so they
+ * keep neither later collectives nor world destroy waiting. */
+void hpct__eng_group_failed(struct hpct_engine *eng, uint64_t group);
 
 void hpct__eng_stats(const struct hpct_engine *eng, struct hpct_world_stats *stats_out);
 
