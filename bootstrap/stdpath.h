@@ -26,7 +26,13 @@
  * gets an HPCT_EPROTO reply and the connection is closed; a HELLO with a wrong
  * magic, job or size, a rank out of range or a rank already connected gets
  * HPCT_EREFUSED and is closed.  Requests on one connection are answered in
- * order; a parked MGET or WAITGE holds back the ones behind it. */
+ * order; a parked MGET or WAITGE holds back the ones behind it.
+ * A rank whose connection closes after HELLO without BYE (it died, gave up
+ * after a timeout, or was dropped for a protocol error) is lost: every parked
+ * MGET and WAITGE, and from then on every one that cannot be answered at
+ * once, gets HPCT_EPEERDEAD with a reason naming the first rank lost ("rank 3
+ * at 10.0.0.7:41234 left without saying goodbye (Connection reset by
+ * peer)").  Keys that exist are still served; SET and ADD still work. */
 #ifndef HPCT_STDPATH_H
 #define HPCT_STDPATH_H
 
@@ -76,10 +82,14 @@ void hpct__std_client_close(struct hpct_std_client *client);
 
 /* Each call blocks until answered or `deadline`; errors name the server
  * address, the key and this rank: HPCT_ETIMEDOUT, HPCT_EPEERDEAD (the server
- * closed or died), HPCT_EINVAL (a length above the limits, or a counter op on
- * a non-counter), HPCT_EPROTO.  After a timeout or a lost connection the
- * client is unusable (a reply may still be owed): later calls return
- * HPCT_ESTATE; close it.  A client is used by one thread at a time. */
+ * closed or died, or another rank was lost: then the server's reason, naming
+ * that rank, ends the message), HPCT_EINVAL (a length above the limits, or a
+ * counter op on a non-counter), HPCT_EPROTO.  After a timeout or a lost
+ * connection the client is unusable (a reply may still be owed): later calls
+ * return HPCT_ESTATE; close it.  After HPCT_EPEERDEAD for another rank, as
+ * after HPCT_EINVAL, it stays usable (and close still says BYE, so this rank
+ * is not reported lost too), but no wait can succeed any more unless its keys
+ * already exist.  A client is used by one thread at a time. */
 int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
 		  int readers, double deadline);
 /* Fetches n keys, waiting until all exist; value i must be exactly lens[i]

@@ -220,6 +220,11 @@ static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const cha
 	}
 	if (status > -1001 || status < -1099)
 		status = HPCT_EPROTO; /* only our own codes are expected */
+	if (status == HPCT_EPEERDEAD)
+		/* Another rank is gone and the server's reason names it; the
+		 * reply was read whole, so this connection stays in step. */
+		return hpct__fail(status, HPCT_SUB_STD, "rank %d: %s at the rendezvous %s cannot complete: %s",
+				  c->rank, what, c->addr, msg);
 	return hpct__fail(status, HPCT_SUB_STD, "rank %d: the rendezvous at %s refused %s: %s", c->rank,
 			  c->addr, what, msg);
 }

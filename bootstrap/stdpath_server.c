@@ -51,6 +51,8 @@ struct conn {
 	struct hpct_std_server *s;
 	int fd, rank; /* rank -1 until HELLO */
 	int dead, closing, queued, parked, ever_parked;
+	int said_bye, dropped; /* left properly; closed by us after a protocol error */
+	int err;	       /* errno that ended the connection, 0 if none */
 	uint32_t evmask;
 	char peer[HPCT_ADDRSTRLEN];
 	struct conn *prev, *next;   /* every open connection */
@@ -83,6 +85,10 @@ struct hpct_std_server {
 	struct table tab;
 	struct conn *conns, *runq, *deadq, **by_rank;
 	double t0;
+	/* The first rank whose connection closed without BYE: from then on no
+	 * wait can be trusted to end, so none is parked (lost_rank -1: none). */
+	int lost_rank, final;
+	char lost_why[HPCT_ADDRSTRLEN + 160];
 	pthread_mutex_t lock; /* guards stopping and stop_deadline */
 	int stopping;
 	double stop_deadline;
@@ -213,6 +219,8 @@ static void unpark(struct conn *c)
 		tab_remove(&c->s->tab, e);
 }
 
+static void rank_lost(struct conn *c);
+
 static void conn_close(struct conn *c)
 {
 	struct hpct_std_server *s = c->s;
@@ -224,6 +232,8 @@ static void conn_close(struct conn *c)
 		s->by_rank[c->rank] = NULL;
 		s->joined--;
 	}
+	if (c->rank >= 0 && !c->said_bye && !s->final)
+		rank_lost(c);
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	if (c->prev)
@@ -333,6 +343,7 @@ static void __attribute__((format(printf, 2, 3))) conn_bad(struct conn *c, const
 		  who(c, w, sizeof(w)), msg);
 	c->ipos = c->ilen = 0;
 	c->closing = 1;
+	c->dropped = 1;
 	reply_err(c, HPCT_EPROTO, msg);
 }
 
@@ -355,8 +366,47 @@ static void req_done(struct conn *c)
 	}
 }
 
+/* c said HELLO and is gone without BYE: whatever it was to set will never
+ * come, so every parked wait is answered now, and every later one that
+ * cannot be answered at once is answered in park(), naming the first rank
+ * lost (later losses are mostly ranks giving up because of it). */
+static void rank_lost(struct conn *c)
+{
+	struct hpct_std_server *s = c->s;
+	if (s->lost_rank >= 0) {
+		HPCT_INFO(HPCT_SUB_STD, "rendezvous %s: rank %d at %s left without saying goodbye too",
+			  s->addr, c->rank, c->peer);
+		return;
+	}
+	char reason[96] = "";
+	if (c->err)
+		snprintf(reason, sizeof(reason), " (%s)", strerror(c->err));
+	else if (c->dropped)
+		snprintf(reason, sizeof(reason), " (dropped after a protocol error)");
+	s->lost_rank = c->rank;
+	snprintf(s->lost_why, sizeof(s->lost_why), "rank %d at %s left without saying goodbye%s",
+		 c->rank, c->peer, reason);
+	int n = 0;
+	for (struct conn *x = s->conns, *next; x; x = next) {
+		next = x->next; /* reply_err may close x, never another */
+		if (x->dead || !x->parked)
+			continue;
+		unpark(x);
+		req_done(x);
+		reply_err(x, HPCT_EPEERDEAD, s->lost_why);
+		n++;
+	}
+	HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: %s; failing %d waiting requests, and every wait from now on",
+		  s->addr, s->lost_why, n);
+}
+
 static void park(struct conn *c, size_t i)
 {
+	if (c->s->lost_rank >= 0) {
+		req_done(c);
+		reply_err(c, HPCT_EPEERDEAD, c->s->lost_why);
+		return;
+	}
 	struct entry *e = tab_get(&c->s->tab, ckey(c, i), c->klens[i]);
 	if (!e) {
 		conn_close(c);
@@ -422,6 +472,7 @@ static void mget_try(struct conn *c)
 		unsigned char b;
 		ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			c->err = r < 0 ? errno : 0;
 			conn_close(c);
 			return;
 		}
@@ -678,6 +729,7 @@ static void conn_progress(struct conn *c)
 			}
 			if (c->op == HPCT_STD_BYE) {
 				HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %d left", c->s->addr, c->rank);
+				c->said_bye = 1;
 				c->closing = 1;
 				schedule(c);
 				return;
@@ -811,8 +863,12 @@ static void conn_read(struct conn *c, uint32_t events)
 		if (room == 0) {
 			/* Not reading (closing, or parked with a full buffer): a
 			 * hang-up is all that is left to notice. */
-			if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
+			if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+				socklen_t el = sizeof(c->err);
+				if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &c->err, &el) != 0)
+					c->err = 0;
 				conn_close(c);
+			}
 			break;
 		}
 		ssize_t r = recv(c->fd, dst, room, MSG_DONTWAIT);
@@ -822,8 +878,10 @@ static void conn_read(struct conn *c, uint32_t events)
 			break;
 		if (r <= 0) {
 			char w[HPCT_ADDRSTRLEN + 24];
+			c->err = r < 0 ? errno : 0;
 			HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: %s hung up (%s)", c->s->addr,
-				   who(c, w, sizeof(w)), r == 0 ? "end of stream" : strerror(errno));
+				   who(c, w, sizeof(w)),
+				   r == 0 ? "end of stream" : strerror(c->err));
 			conn_close(c);
 			break;
 		}
@@ -850,6 +908,7 @@ static void conn_flush(struct conn *c)
 			continue;
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
+		c->err = r < 0 ? errno : 0;
 		conn_close(c);
 		return;
 	}
@@ -1030,6 +1089,7 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory");
 	s->nranks = nranks;
 	s->job = job;
+	s->lost_rank = -1;
 	s->t0 = hpct__now();
 	hpct__addr_str((struct sockaddr *)&ss, s->addr, sizeof(s->addr));
 	s->by_rank = calloc((size_t)nranks, sizeof(*s->by_rank));
@@ -1118,6 +1178,7 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: cannot wake its thread (%s)", s->addr,
 			  strerror(errno));
 	pthread_join(s->thread, NULL);
+	s->final = 1; /* closing them ourselves loses no rank */
 	while (s->conns) {
 		struct conn *c = s->conns;
 		conn_close(c); /* unlinks c and moves it to deadq */

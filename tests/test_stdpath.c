@@ -267,11 +267,25 @@ Test(stdpath, mget_deadline_names_key, .timeout = 30)
 	cr_expect(strstr(msg, "no-such-key-17") && strstr(msg, addr) && strstr(msg, "rank 1"), "%s", msg);
 	/* A reply is still owed on that connection: it is unusable now. */
 	cr_expect_eq(hpct__std_set(c, "x", "1", 1, 0, hpct__now() + 1), HPCT_ESTATE);
+	/* Rank 1 gave up and hung up without BYE: it is lost, and a wait that
+	 * cannot be answered at once fails fast, naming it. */
+	t0 = hpct__now();
+	cr_expect_eq(hpct__std_wait_ge(d, "never", 1, hpct__now() + 5), HPCT_EPEERDEAD);
+	cr_expect(strstr(hpct_last_error(), "never") &&
+			  strstr(hpct_last_error(), "rank 1 at 127.0.0.1:"),
+		  "%s", hpct_last_error());
+	cr_expect_lt(hpct__now() - t0, 1.0);
+	hpct__std_client_close(c);
+	hpct__std_client_close(d);
+	hpct__std_server_stop(s, hpct__now() + 5);
+
+	/* WAITGE's deadline, on a server that lost no rank. */
+	s = start(port + 1, 2);
+	d = join(port + 1, 0, 2);
 	t0 = hpct__now();
 	cr_expect_eq(hpct__std_wait_ge(d, "never", 1, hpct__now() + 0.2), HPCT_ETIMEDOUT);
 	cr_expect(strstr(hpct_last_error(), "never"), "%s", hpct_last_error());
 	cr_expect_lt(hpct__now() - t0, 1.0);
-	hpct__std_client_close(c);
 	hpct__std_client_close(d);
 	hpct__std_server_stop(s, hpct__now() + 5);
 }
@@ -594,4 +608,89 @@ Test(stdpath, collectives_leave_no_keys, .timeout = 60)
 	int port = hpct_test_ports(10), codes[6];
 	int bad = ht_spawn(6, coll_env, coll_rank, &port, 50, NULL, codes);
 	cr_assert_eq(bad, 0, "%s", ht_describe(codes, 6));
+}
+
+/* ---- a rank lost mid-wait ---- */
+
+struct waitge_arg {
+	struct hpct_std_client *c;
+	int rc;
+	double took;
+	char msg[1024];
+};
+
+static void *waitge_thread(void *p)
+{
+	struct waitge_arg *w = p;
+	double t0 = hpct__now();
+	w->rc = hpct__std_wait_ge(w->c, "n", 5, hpct__now() + 5);
+	w->took = hpct__now() - t0;
+	snprintf(w->msg, sizeof(w->msg), "%s", hpct_last_error());
+	return NULL;
+}
+
+/* Rank 3 says HELLO and then its socket is reset, while rank 0 waits in an
+ * MGET and rank 2 in a WAITGE: both are answered HPCT_EPEERDEAD at once,
+ * naming rank 3, long before their deadline; rank 1's BYE before that
+ * answered nobody.  Slot 11 lies partly in the faults range: only its first
+ * port is used, below the faults program's first one. */
+Test(stdpath, lost_rank_fails_waiters_fast, .timeout = 30)
+{
+	int port = hpct_test_ports(11);
+	struct hpct_std_server *s = start(port, 4);
+	struct hpct_std_client *a = join(port, 0, 4), *b = join(port, 1, 4), *c = join(port, 2, 4);
+	int dead = raw_connect(port);
+	raw_hello(dead, 3, 4);
+	struct wait_arg w = {.c = a, .key = "k"};
+	struct waitge_arg g = {.c = c};
+	pthread_t th, tg;
+	pthread_create(&th, NULL, mget_thread, &w);
+	pthread_create(&tg, NULL, waitge_thread, &g);
+	usleep(100 * 1000);
+	hpct__std_client_close(b); /* BYE: not lost */
+	usleep(200 * 1000);
+	/* SO_LINGER 0: close sends a reset, as a killed process's socket may */
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	setsockopt(dead, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(dead);
+	pthread_join(th, NULL);
+	pthread_join(tg, NULL);
+	char want[64];
+	snprintf(want, sizeof(want), "127.0.0.1:%d", port);
+	cr_expect_eq(w.rc, HPCT_EPEERDEAD, "got %s: %s", hpct_errname(w.rc), w.msg);
+	cr_expect(w.took >= 0.25 && w.took < 1.5, "MGET answered after %.3f s", w.took);
+	cr_expect(strstr(w.msg, "rank 0: MGET of 'k'") && strstr(w.msg, want) &&
+			  strstr(w.msg, "rank 3 at 127.0.0.1:") &&
+			  strstr(w.msg, "left without saying goodbye") &&
+			  strstr(w.msg, "Connection reset"),
+		  "%s", w.msg);
+	cr_expect(!strstr(w.msg, "rank 1"), "%s", w.msg);
+	cr_expect_eq(g.rc, HPCT_EPEERDEAD, "got %s: %s", hpct_errname(g.rc), g.msg);
+	cr_expect(g.took >= 0.25 && g.took < 1.5, "WAITGE answered after %.3f s", g.took);
+	cr_expect(strstr(g.msg, "rank 2: WAITGE of 'n'") && strstr(g.msg, "rank 3 at 127.0.0.1:"),
+		  "%s", g.msg);
+
+	/* The clients stay usable: what can complete completes, what would
+	 * wait fails at once. */
+	double dl = hpct__now() + 5, t0;
+	char buf[4];
+	int64_t v = 0;
+	cr_expect_eq(hpct__std_set(a, "there", "abc", 4, 0, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(get_one(c, "there", buf, 4, 5), 0, "%s", hpct_last_error());
+	cr_expect_str_eq(buf, "abc");
+	t0 = hpct__now();
+	cr_expect_eq(get_one(c, "still-missing", buf, 4, 5), HPCT_EPEERDEAD);
+	cr_expect(strstr(hpct_last_error(), "rank 3 at 127.0.0.1:"), "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_add(a, "n", 5, &v, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(v, 5);
+	cr_expect_eq(hpct__std_wait_ge(c, "n", 5, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_wait_ge(a, "n", 6, dl), HPCT_EPEERDEAD);
+	cr_expect_lt(hpct__now() - t0, 1.0);
+	/* no entry left behind by the answered waits: "there" and "n" only */
+	cr_expect_eq(hpct__std_server_keys(s), 2);
+	hpct__std_client_close(a);
+	hpct__std_client_close(c);
+	t0 = hpct__now();
+	hpct__std_server_stop(s, hpct__now() + 5);
+	cr_expect_lt(hpct__now() - t0, 1.0, "the clients' BYE after HPCT_EPEERDEAD was not seen");
 }
