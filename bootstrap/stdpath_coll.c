@@ -21,7 +21,7 @@ static void key(char *buf, const struct hpct_group *g, const char *what, int a, 
 /* Adds the group context to the store client's message (already logged). */
 static int failed(struct hpct_group *g, const char *op, int rc)
 {
-	char msg[512];
+	char msg[1024];
 	snprintf(msg, sizeof(msg), "%s", hpct_last_error());
 	return hpct__group_fail(g, rc, "rank %d: %s on group %016llx (epoch %llu, call %u) failed: %s",
 				g->world->topo.rank, op, (unsigned long long)g->id,
@@ -77,8 +77,10 @@ int hpct__std_allgather(struct hpct_group *g, const void *item, size_t sz, void 
 		if (rc == 0)
 			rc = fetch_all(g, "ag", -1, sz, out, dl);
 	}
+	if (rc)
+		rc = failed(g, "allgather", rc); /* names this call: seq not yet bumped */
 	g->seq++;
-	return rc ? failed(g, "allgather", rc) : 0;
+	return rc;
 }
 
 /* The last rank to arrive releases the others through a key read exactly
@@ -116,8 +118,10 @@ int hpct__std_barrier(struct hpct_group *g)
 		lens[0] = 1;
 		rc = hpct__std_mget(c, kp, 1, bufs, lens, dl);
 	}
+	if (rc)
+		rc = failed(g, "barrier", rc); /* names this call: seq not yet bumped */
 	g->seq++;
-	return rc ? failed(g, "barrier", rc) : 0;
+	return rc;
 }
 
 int hpct__std_broadcast(struct hpct_group *g, void *buf, size_t len, int root)
@@ -136,8 +140,10 @@ int hpct__std_broadcast(struct hpct_group *g, void *buf, size_t len, int root)
 			rc = hpct__std_mget(g->world->client, &kp, 1, &buf, &len, dl);
 		}
 	}
+	if (rc)
+		rc = failed(g, "broadcast", rc); /* names this call: seq not yet bumped */
 	g->seq++;
-	return rc ? failed(g, "broadcast", rc) : 0;
+	return rc;
 }
 
 int hpct__std_alltoall(struct hpct_group *g, const void *items, size_t sz, void *out)
@@ -157,6 +163,8 @@ int hpct__std_alltoall(struct hpct_group *g, const void *items, size_t sz, void 
 	}
 	if (rc == 0 && g->size > 1)
 		rc = fetch_all(g, "a2a", g->rank, sz, out, dl);
+	if (rc)
+		rc = failed(g, "alltoall", rc); /* names this call: seq not yet bumped */
 	g->seq++;
-	return rc ? failed(g, "alltoall", rc) : 0;
+	return rc;
 }

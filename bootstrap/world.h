@@ -21,7 +21,7 @@ struct hpct_group {
 	uint32_t seq;      /* collectives started on this group */
 	uint64_t counter;  /* children created from this group */
 	int failed;        /* sticky: a failed collective leaves the group unusable */
-	char failure[512];
+	char failure[1024];
 };
 
 struct node_addr {

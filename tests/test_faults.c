@@ -285,3 +285,99 @@ Test(faults, unknown_interface_is_named)
 	ht_spawn(1, env_cb, bad_ifname, &c, 20, NULL, codes);
 	cr_expect_eq(codes[0], 0, "exit %d", codes[0]);
 }
+
+/* The standard path: rank 0 serves the store, so the victim is another
+ * rank.  Its connection to the store closes without BYE; the store answers
+ * every wait with HPCT_EPEERDEAD naming it, at once, not at the deadline. */
+static int killed_midway_std(int r, void *arg)
+{
+	struct cfg *c = arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0)
+		return 2;
+	hpct_group *g = hpct_world_group(w);
+	int item = r, all[8];
+	if (hpct_allgather(g, &item, sizeof(item), all) != 0)
+		return 3;
+	if (r == c->victim) {
+		usleep(200000); /* die while the others wait for its next item */
+		raise(SIGKILL);
+	}
+	double t0 = mono();
+	int rc = 0;
+	for (int i = 0; i < 50 && rc == 0; i++)
+		rc = hpct_allgather(g, &item, sizeof(item), all);
+	double took = mono() - t0;
+	char msg[1024];
+	snprintf(msg, sizeof(msg), "%s", hpct_last_error());
+	hpct_world_destroy(w);
+	if (took > 5)
+		return 44;
+	if (rc == 0)
+		return 40;
+	if (rc != HPCT_EPEERDEAD) {
+		fprintf(stderr, "rank %d got %s: %s\n", r, hpct_errname(rc), msg);
+		return 41;
+	}
+	char want[64];
+	snprintf(want, sizeof(want), "rank %d at 127.0.0.1:", c->victim);
+	if (!strstr(msg, want) || !strstr(msg, "left without saying goodbye")) {
+		fprintf(stderr, "expected '%s' in: %s\n", want, msg);
+		return 42;
+	}
+	return 0;
+}
+
+Test(faults, rank_killed_midway_fails_fast_standard, .timeout = 60)
+{
+	struct cfg c = {
+		.n = 8, .port = hpct_test_ports(6), .rootless = 0, .victim = 2, .timeout = 20};
+	int codes[8];
+	ht_spawn(8, env_cb, killed_midway_std, &c, 40, NULL, codes);
+	for (int r = 0; r < 8; r++)
+		if (r != c.victim)
+			cr_expect_eq(codes[r], 0, "rank %d exited %d", r, codes[r]);
+	cr_expect_eq(codes[c.victim], 128 + SIGKILL);
+}
+
+/* After a world collective failed because one rank never came, the
+ * survivors can still form a group among themselves and work in it: the
+ * failed group's undeliverable sends must not hold up their collectives. */
+static int survivors(int r, void *arg)
+{
+	struct cfg *c = arg;
+	if (r == c->victim)
+		return 0;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0)
+		return 2;
+	hpct_group *world = hpct_world_group(w);
+	char b[16] = "from rank 0";
+	if (hpct_broadcast(world, b, sizeof(b), 0) == 0 && r == 0)
+		return 3; /* rank 0 must have failed: it sends to rank 2 */
+	int members[2] = {0, 1}, item = r * 7, all[2];
+	hpct_group *g;
+	if (hpct_group_create(world, members, 2, &g) != 0 || !g)
+		return 4;
+	double t0 = mono();
+	if (hpct_barrier(g) != 0 || hpct_allgather(g, &item, sizeof(item), all) != 0)
+		return 5;
+	if (all[0] != 0 || all[1] != 7)
+		return 6;
+	/* rank 1 waits out rank 0's failing broadcast in the barrier; after
+	 * that, nothing may take a deadline */
+	if (mono() - t0 > c->timeout + 2)
+		return 7;
+	hpct_group_destroy(g);
+	hpct_world_destroy(w);
+	return 0;
+}
+
+Test(faults, survivors_form_a_group_after_a_failure, .timeout = 60)
+{
+	struct cfg c = {.n = 3, .port = hpct_test_ports(7), .rootless = 1, .victim = 2, .timeout = 3};
+	int codes[3];
+	ht_spawn(3, env_cb, survivors, &c, 30, NULL, codes);
+	for (int r = 0; r < 2; r++)
+		cr_expect_eq(codes[r], 0, "rank %d exited %d", r, codes[r]);
+}
