@@ -27,13 +27,13 @@ struct op {
 	const char *name;
 	uint32_t seq;
 	int round, nrounds;
-	uint16_t tag;    /* this round's message tag; peers() may change it */
-	int sent;        /* this round's message is on its way */
-	int send_to;     /* group rank, -1 none */
-	int recv_from;   /* group rank, -1 none */
+	uint16_t tag;                 /* this round's message tag; peers() may change it */
+	int sent;                     /* this round's message is on its way */
+	int send_to;                  /* group rank, -1 none */
+	int recv_from;                /* group rank, -1 none */
 	void (*peers)(struct op *op); /* picks send_to/recv_from as a round starts */
-	step_fn send;    /* sends this round's message */
-	step_fn step;    /* consumes the awaited message; 1 done, 0 next round, <0 error */
+	step_fn send;                 /* sends this round's message */
+	step_fn step; /* consumes the awaited message; 1 done, 0 next round, <0 error */
 	/* every peer sent to: the op ends when all of it has left */
 	struct sent *dests;
 	int ndests, capdests;
@@ -70,7 +70,7 @@ static int op_send(struct op *op, int grank, uint16_t tag, const void *buf, size
 			op->dests = d;
 			op->capdests = cap;
 		}
-		op->dests[op->ndests++] = (struct sent){grank, hpct__eng_lost(e, wr)};
+		op->dests[op->ndests++] = (struct sent){ grank, hpct__eng_lost(e, wr) };
 	}
 	return hpct__eng_send(e, wr, HPCT_MSG_DATA, g->id, op->seq, tag, buf, len);
 }
@@ -104,7 +104,9 @@ static int unflushed_dest(const struct op *op)
 static void abort_others(struct op *op, int code, int culprit)
 {
 	struct hpct_group *g = op->g;
-	struct hpct_abort a = {.code = code, .origin = (uint32_t)g->world->topo.rank, .culprit = culprit};
+	struct hpct_abort a = { .code = code,
+		                .origin = (uint32_t)g->world->topo.rank,
+		                .culprit = culprit };
 	/* the receiver only needs the gist; the text is cut at 255 bytes */
 	memcpy(a.text, g->failure, sizeof(a.text) - 1);
 	a.text[sizeof(a.text) - 1] = 0;
@@ -130,9 +132,10 @@ static int peer_failed(struct op *op, int grank, int err)
 	char who[320], at[32];
 	int wr = hpct__group_world_rank(g, grank);
 	hpct__eng_describe_peer(w->eng, wr, who, sizeof(who));
-	hpct__group_fail(g, err, "rank %d: %s on group %016llx (epoch %llu, call %u, %s) failed: %s",
-			 w->topo.rank, op->name, (unsigned long long)g->id,
-			 (unsigned long long)w->topo.epoch, op->seq, where(op, at, sizeof(at)), who);
+	hpct__group_fail(
+	        g, err, "rank %d: %s on group %016llx (epoch %llu, call %u, %s) failed: %s",
+	        w->topo.rank, op->name, (unsigned long long)g->id,
+	        (unsigned long long)w->topo.epoch, op->seq, where(op, at, sizeof(at)), who);
 	abort_others(op, err, wr);
 	return err;
 }
@@ -145,19 +148,20 @@ static int timed_out(struct op *op, double timeout)
 	int pending_to = unflushed_dest(op);
 	if (op->recv_from >= 0)
 		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, op->recv_from), from,
-					sizeof(from));
+		                        sizeof(from));
 	if (pending_to >= 0) /* our message to it has not left */
-		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, pending_to), to, sizeof(to));
+		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, pending_to), to,
+		                        sizeof(to));
 	int culprit = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from)
-		      : pending_to >= 0	 ? hpct__group_world_rank(g, pending_to)
-					 : -1;
+	              : pending_to >= 0  ? hpct__group_world_rank(g, pending_to)
+	                                 : -1;
 	hpct__group_fail(g, HPCT_ETIMEDOUT,
-			 "rank %d: %s on group %016llx (epoch %llu, call %u, %s) timed out after "
-			 "%.1f s; %s%s%s%s%s",
-			 w->topo.rank, op->name, (unsigned long long)g->id,
-			 (unsigned long long)w->topo.epoch, op->seq, where(op, at, sizeof(at)), timeout,
-			 from[0] ? "not heard from " : "", from, from[0] && to[0] ? "; " : "",
-			 to[0] ? "could not deliver to " : "", to);
+	                 "rank %d: %s on group %016llx (epoch %llu, call %u, %s) timed out after "
+	                 "%.1f s; %s%s%s%s%s",
+	                 w->topo.rank, op->name, (unsigned long long)g->id,
+	                 (unsigned long long)w->topo.epoch, op->seq, where(op, at, sizeof(at)),
+	                 timeout, from[0] ? "not heard from " : "", from,
+	                 from[0] && to[0] ? "; " : "", to[0] ? "could not deliver to " : "", to);
 	abort_others(op, HPCT_ETIMEDOUT, culprit);
 	return HPCT_ETIMEDOUT;
 }
@@ -165,9 +169,10 @@ static int timed_out(struct op *op, double timeout)
 static int aborted(struct op *op, const struct hpct_abort *a)
 {
 	struct hpct_group *g = op->g;
-	hpct__group_fail(g, HPCT_EABORTED, "rank %d: %s on group %016llx (epoch %llu) aborted: rank %u gave up: %s",
-			 g->world->topo.rank, op->name, (unsigned long long)g->id,
-			 (unsigned long long)g->world->topo.epoch, a->origin, a->text);
+	hpct__group_fail(g, HPCT_EABORTED,
+	                 "rank %d: %s on group %016llx (epoch %llu) aborted: rank %u gave up: %s",
+	                 g->world->topo.rank, op->name, (unsigned long long)g->id,
+	                 (unsigned long long)g->world->topo.epoch, a->origin, a->text);
 	hpct__eng_group_failed(g->world->eng, g->id);
 	/* pass it on: ranks that only talk to us learn it too */
 	struct hpct_abort fwd = *a;
@@ -205,7 +210,7 @@ static int drive_op(struct op *op)
 		struct hpct_emsg *m = NULL;
 		if (waiting && op->recv_from >= 0)
 			m = hpct__eng_take(w->eng, hpct__group_world_rank(g, op->recv_from), g->id,
-					   op->seq, op->tag);
+			                   op->seq, op->tag);
 		if (waiting && (m || op->recv_from < 0)) {
 			rc = op->step(op, m);
 			int from = op->recv_from;
@@ -213,10 +218,13 @@ static int drive_op(struct op *op)
 			if (rc < 0 && rc != HPCT_EPROTO)
 				return peer_failed(op, op->send_to, rc);
 			if (rc < 0) {
-				hpct__group_fail(g, rc, "rank %d: %s on group %016llx (epoch %llu, call %u): rank %d sent a message of the wrong size (do all ranks pass the same sizes?)",
-						 w->topo.rank, op->name, (unsigned long long)g->id,
-						 (unsigned long long)w->topo.epoch, op->seq,
-						 hpct__group_world_rank(g, from));
+				hpct__group_fail(g, rc,
+				                 "rank %d: %s on group %016llx (epoch %llu, call "
+				                 "%u): rank %d sent a message of the wrong size "
+				                 "(do all ranks pass the same sizes?)",
+				                 w->topo.rank, op->name, (unsigned long long)g->id,
+				                 (unsigned long long)w->topo.epoch, op->seq,
+				                 hpct__group_world_rank(g, from));
 				abort_others(op, rc, hpct__group_world_rank(g, from));
 				return rc;
 			}
@@ -231,8 +239,9 @@ static int drive_op(struct op *op)
 		if (a)
 			return aborted(op, a);
 		int err = op->recv_from >= 0
-				  ? hpct__eng_peer_error(w->eng, hpct__group_world_rank(g, op->recv_from))
-				  : 0;
+		                  ? hpct__eng_peer_error(w->eng,
+		                                         hpct__group_world_rank(g, op->recv_from))
+		                  : 0;
 		if (err)
 			return peer_failed(op, op->recv_from, err);
 		int lost = lost_dest(op);
@@ -351,8 +360,15 @@ static int tree_step(struct op *op, struct hpct_emsg *m)
 
 static int tree_run(struct hpct_group *g, const char *name, size_t sz, unsigned char *tmp)
 {
-	struct op op = {.g = g, .name = name, .n = g->size, .r = g->rank, .sz = sz, .tmp = tmp,
-			.peers = tree_peers, .send = tree_send, .step = tree_step};
+	struct op op = { .g = g,
+		         .name = name,
+		         .n = g->size,
+		         .r = g->rank,
+		         .sz = sz,
+		         .tmp = tmp,
+		         .peers = tree_peers,
+		         .send = tree_send,
+		         .step = tree_step };
 	op.nrounds = 2 * ceil_log2(op.n);
 	return drive(&op);
 }
@@ -386,13 +402,19 @@ static int ag_step(struct op *op, struct hpct_emsg *m)
 
 static int bruck_allgather(struct hpct_group *g, const void *item, size_t sz, void *out)
 {
-	struct op op = {.g = g, .name = "allgather", .n = g->size, .r = g->rank, .sz = sz,
-			.peers = ag_set_peers, .send = ag_send, .step = ag_step};
+	struct op op = { .g = g,
+		         .name = "allgather",
+		         .n = g->size,
+		         .r = g->rank,
+		         .sz = sz,
+		         .peers = ag_set_peers,
+		         .send = ag_send,
+		         .step = ag_step };
 	op.nrounds = ceil_log2(op.n);
 	op.tmp = malloc((size_t)op.n * sz);
 	if (!op.tmp)
-		return hpct__group_fail(g, HPCT_ENOMEM, "allgather: no memory for %d items of %zu bytes",
-					op.n, sz);
+		return hpct__group_fail(g, HPCT_ENOMEM,
+		                        "allgather: no memory for %d items of %zu bytes", op.n, sz);
 	memcpy(op.tmp, item, sz);
 	int rc = drive(&op);
 	if (rc == 0)
@@ -428,8 +450,13 @@ static int bar_step(struct op *op, struct hpct_emsg *m)
 
 static int dissemination_barrier(struct hpct_group *g)
 {
-	struct op op = {.g = g, .name = "barrier", .n = g->size, .r = g->rank, .peers = forward_peers,
-			.send = bar_send, .step = bar_step};
+	struct op op = { .g = g,
+		         .name = "barrier",
+		         .n = g->size,
+		         .r = g->rank,
+		         .peers = forward_peers,
+		         .send = bar_send,
+		         .step = bar_step };
 	op.nrounds = ceil_log2(op.n);
 	return drive(&op);
 }
@@ -462,9 +489,17 @@ static int bc_step(struct op *op, struct hpct_emsg *m)
 
 int hpct__coll_broadcast(struct hpct_group *g, void *buf, size_t len, int root)
 {
-	struct op op = {.g = g, .name = "broadcast", .n = g->size, .r = g->rank, .root = root,
-			.out = buf, .len = len, .step = bc_step, /* sends happen in bc_step */
-			.send_to = -1, .recv_from = -1, .nrounds = 1};
+	struct op op = { .g = g,
+		         .name = "broadcast",
+		         .n = g->size,
+		         .r = g->rank,
+		         .root = root,
+		         .out = buf,
+		         .len = len,
+		         .step = bc_step, /* sends happen in bc_step */
+		         .send_to = -1,
+		         .recv_from = -1,
+		         .nrounds = 1 };
 	int rel = (op.r - root + op.n) % op.n;
 	if (rel != 0) {
 		int mask = 1;
@@ -516,16 +551,22 @@ static int a2a_step(struct op *op, struct hpct_emsg *m)
 
 int hpct__coll_alltoall(struct hpct_group *g, const void *items, size_t sz, void *out)
 {
-	struct op op = {.g = g, .name = "alltoall", .n = g->size, .r = g->rank, .sz = sz,
-			.peers = forward_peers, .send = a2a_send, .step = a2a_step};
+	struct op op = { .g = g,
+		         .name = "alltoall",
+		         .n = g->size,
+		         .r = g->rank,
+		         .sz = sz,
+		         .peers = forward_peers,
+		         .send = a2a_send,
+		         .step = a2a_step };
 	op.nrounds = ceil_log2(op.n);
 	op.tmp = malloc((size_t)op.n * sz);
 	op.pack = malloc((size_t)(op.n / 2 + 1) * sz);
 	if (!op.tmp || !op.pack) {
 		free(op.tmp);
 		free(op.pack);
-		return hpct__group_fail(g, HPCT_ENOMEM, "alltoall: no memory for %d items of %zu bytes",
-					op.n, sz);
+		return hpct__group_fail(g, HPCT_ENOMEM,
+		                        "alltoall: no memory for %d items of %zu bytes", op.n, sz);
 	}
 	const unsigned char *in = items;
 	for (int j = 0; j < op.n; j++)
@@ -546,8 +587,9 @@ int hpct__coll_allgather(struct hpct_group *g, const void *item, size_t sz, void
 		return bruck_allgather(g, item, sz, out);
 	unsigned char *tmp = malloc((size_t)g->size * sz);
 	if (!tmp)
-		return hpct__group_fail(g, HPCT_ENOMEM, "allgather: no memory for %d items of %zu bytes",
-					g->size, sz);
+		return hpct__group_fail(g, HPCT_ENOMEM,
+		                        "allgather: no memory for %d items of %zu bytes", g->size,
+		                        sz);
 	memcpy(tmp + (size_t)g->rank * sz, item, sz);
 	int rc = tree_run(g, "allgather", sz, tmp);
 	if (rc == 0)

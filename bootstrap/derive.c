@@ -35,7 +35,7 @@ uint64_t hpct__derive_world_group(uint64_t job, uint64_t epoch, int size)
 }
 
 uint64_t hpct__derive_group(uint64_t job, uint64_t epoch, uint64_t parent, uint64_t counter,
-			    const int *members, int n)
+                            const int *members, int n)
 {
 	uint64_t h = hpct__hash_u64(job, epoch);
 	h = hpct__hash_u64(h, parent);
@@ -56,7 +56,7 @@ static int name_matches(const char *spec, const char *name)
 		size_t len = strcspn(p, ",");
 		if (len > 0)
 			hit = exact ? (strlen(name) == len && strncmp(name, p, len) == 0)
-				    : strncmp(name, p, len) == 0;
+			            : strncmp(name, p, len) == 0;
 		p += len + (p[len] == ',');
 	}
 	return exclude ? !hit : hit;
@@ -71,7 +71,7 @@ static int same_ip(const struct sockaddr *a, const struct sockaddr *b)
 		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
 	if (a->sa_family == AF_INET6)
 		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-			      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+		              &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
 	return 0;
 }
 
@@ -89,17 +89,17 @@ int hpct__ifname_check(const char *spec, const struct sockaddr *addr)
 	struct ifaddrs *ifs = NULL;
 	if (getifaddrs(&ifs) < 0)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_SOCKET_IFNAME=%s: cannot list interfaces", spec);
+		                  "HPCT_SOCKET_IFNAME=%s: cannot list interfaces", spec);
 	char seen[512] = "", addrtxt[HPCT_ADDRSTRLEN];
 	size_t o = 0;
 	int matched = 0, holds = 0;
 	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-		if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET &&
-				     i->ifa_addr->sa_family != AF_INET6))
+		if (!i->ifa_addr ||
+		    (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
 			continue;
 		if (!strstr(seen, i->ifa_name) && o + strlen(i->ifa_name) + 3 < sizeof(seen))
 			o += (size_t)snprintf(seen + o, sizeof(seen) - o, "%s%s", o ? ", " : "",
-					      i->ifa_name);
+			                      i->ifa_name);
 		if (!name_matches(spec, i->ifa_name))
 			continue;
 		matched = 1;
@@ -113,11 +113,12 @@ int hpct__ifname_check(const char *spec, const struct sockaddr *addr)
 	hpct__addr_str(addr, addrtxt, sizeof(addrtxt));
 	if (!matched)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_SOCKET_IFNAME=%s matches no interface (have: %s)", spec, seen);
+		                  "HPCT_SOCKET_IFNAME=%s matches no interface (have: %s)", spec,
+		                  seen);
 	if (!holds)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_SOCKET_IFNAME=%s: no matching interface holds this node's "
-				  "address %s from the node list (have: %s)",
-				  spec, addrtxt, seen);
+		                  "HPCT_SOCKET_IFNAME=%s: no matching interface holds this node's "
+		                  "address %s from the node list (have: %s)",
+		                  spec, addrtxt, seen);
 	return 0;
 }

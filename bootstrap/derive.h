@@ -20,7 +20,7 @@ int hpct__derive_window(const struct hpct_topo *topo, uint64_t epoch);
  * parent identity, the parent's counter, member world ranks). */
 uint64_t hpct__derive_world_group(uint64_t job, uint64_t epoch, int size);
 uint64_t hpct__derive_group(uint64_t job, uint64_t epoch, uint64_t parent, uint64_t counter,
-			    const int *members, int n);
+                            const int *members, int n);
 
 /* HPCT_SOCKET_IFNAME in NCCL's syntax: comma-separated prefixes, "^" before
  * the list excludes, "=" before the list asks exact names.  Checks that some

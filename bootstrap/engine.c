@@ -9,13 +9,21 @@
 #include "util.h"
 
 #define BACKOFF_FIRST 0.002
-#define BACKOFF_CAP 0.1
+#define BACKOFF_CAP   0.1
 
-enum out_state { OUT_IDLE, OUT_CONNECTING, OUT_HELLO, OUT_READY, OUT_BACKOFF, OUT_REFUSED, OUT_CLOSED };
+enum out_state {
+	OUT_IDLE,
+	OUT_CONNECTING,
+	OUT_HELLO,
+	OUT_READY,
+	OUT_BACKOFF,
+	OUT_REFUSED,
+	OUT_CLOSED
+};
 
 /* What the engine hangs on each transport conn. */
 struct econn {
-	int peer;        /* -1 until an accepted conn is admitted */
+	int peer; /* -1 until an accepted conn is admitted */
 	int outgoing;
 	double deadline; /* handshake deadline, in progress time (see ptime) */
 	struct hpct_tconn *t;
@@ -33,10 +41,10 @@ struct peer {
 	struct econn *out, *in;
 	enum out_state state;
 	int ever_up;
-	int pulling;    /* our connection is a one-shot pull: no retry if refused */
+	int pulling; /* our connection is a one-shot pull: no retry if refused */
 	int last_err;
 	int retries;
-	uint64_t lost;  /* sends to it that can no longer be delivered */
+	uint64_t lost; /* sends to it that can no longer be delivered */
 	double retry_at, backoff;
 	uint64_t group; /* the group whose message asked for the connection */
 	struct qmsg *qhead, *qtail;
@@ -54,10 +62,10 @@ struct hpct_engine {
 	struct hpct_engine_cfg cfg;
 	void *tctx;
 	struct peer *peers;
-	int *backoff;           /* peers waiting to retry, each at most once */
+	int *backoff; /* peers waiting to retry, each at most once */
 	int *backoff_tmp;
 	int nbackoff;
-	long nqueued;           /* messages waiting in peer queues for a connection */
+	long nqueued; /* messages waiting in peer queues for a connection */
 	uint64_t rng;
 	/* Handshake deadlines count only time spent in progress(): a rank that
 	 * computes between collectives has not read what arrived meanwhile. */
@@ -118,14 +126,15 @@ static const char *peer_addr_text(struct hpct_engine *e, int r)
 	if (!p->addr[0]) {
 		struct sockaddr_storage ss;
 		socklen_t sl;
-		if (e->cfg.peer_addr(e->cfg.peer_addr_arg, r, &ss, &sl, p->addr, sizeof(p->addr)) < 0)
+		if (e->cfg.peer_addr(e->cfg.peer_addr_arg, r, &ss, &sl, p->addr, sizeof(p->addr)) <
+		    0)
 			snprintf(p->addr, sizeof(p->addr), "(unresolved)");
 	}
 	return p->addr;
 }
 
 int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *listen,
-		     socklen_t listen_len, struct hpct_engine **eng_out)
+                     socklen_t listen_len, struct hpct_engine **eng_out)
 {
 	struct hpct_engine *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -208,16 +217,16 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 }
 
 static void send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
-		       uint64_t group, uint32_t reason)
+                       uint64_t group, uint32_t reason)
 {
-	struct hpct_hello h = {.type = type,
-			       .job = e->cfg.job,
-			       .epoch = e->cfg.epoch,
-			       .group = group,
-			       .src = (uint32_t)e->cfg.rank,
-			       .dst = dst,
-			       .size = (uint32_t)e->cfg.size,
-			       .reason = reason};
+	struct hpct_hello h = { .type = type,
+		                .job = e->cfg.job,
+		                .epoch = e->cfg.epoch,
+		                .group = group,
+		                .src = (uint32_t)e->cfg.rank,
+		                .dst = dst,
+		                .size = (uint32_t)e->cfg.size,
+		                .reason = reason };
 	unsigned char buf[HPCT_HELLO_LEN];
 	hpct__hello_encode(&h, buf);
 	e->cfg.ops->send(t, buf, sizeof(buf));
@@ -297,7 +306,7 @@ static void maybe_flush(struct hpct_engine *e, struct peer *p)
 }
 
 int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group, uint32_t seq,
-		   uint16_t round, const void *payload, size_t len)
+                   uint16_t round, const void *payload, size_t len)
 {
 	struct peer *p = &e->peers[dst];
 	int err = hpct__eng_peer_error(e, dst);
@@ -306,7 +315,7 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 	struct qmsg *q = malloc(sizeof(*q) + HPCT_MSG_HDR_LEN + len);
 	if (!q)
 		return HPCT_ENOMEM;
-	struct hpct_msg_hdr h = {.type = type, .round = round, .seq = seq, .group = group};
+	struct hpct_msg_hdr h = { .type = type, .round = round, .seq = seq, .group = group };
 	hpct__msg_hdr_encode(&h, q->data);
 	if (len)
 		memcpy(q->data + HPCT_MSG_HDR_LEN, payload, len);
@@ -337,7 +346,7 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 }
 
 struct hpct_emsg *hpct__eng_take(struct hpct_engine *e, int src, uint64_t group, uint32_t seq,
-				 uint16_t round)
+                                 uint16_t round)
 {
 	for (struct hpct_emsg **pp = &e->msgs; *pp; pp = &(*pp)->next) {
 		struct hpct_emsg *m = *pp;
@@ -352,16 +361,17 @@ struct hpct_emsg *hpct__eng_take(struct hpct_engine *e, int src, uint64_t group,
 	return NULL;
 }
 
-static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hello *h, uint32_t reason)
+static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hello *h,
+                   uint32_t reason)
 {
 	char from[HPCT_ADDRSTRLEN];
 	e->cfg.ops->peer_name(c->t, from, sizeof(from));
 	HPCT_WARN(HPCT_SUB_NET,
-		  "rank %d: refused connection from %s claiming rank %u of job %016llx epoch %llu "
-		  "(size %u, for rank %u): %s; this is job %016llx epoch %llu size %d",
-		  e->cfg.rank, from, h->src, (unsigned long long)h->job, (unsigned long long)h->epoch,
-		  h->size, h->dst, hpct__refuse_reason_str(reason), (unsigned long long)e->cfg.job,
-		  (unsigned long long)e->cfg.epoch, e->cfg.size);
+	          "rank %d: refused connection from %s claiming rank %u of job %016llx epoch %llu "
+	          "(size %u, for rank %u): %s; this is job %016llx epoch %llu size %d",
+	          e->cfg.rank, from, h->src, (unsigned long long)h->job,
+	          (unsigned long long)h->epoch, h->size, h->dst, hpct__refuse_reason_str(reason),
+	          (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch, e->cfg.size);
 	send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, h->group, reason);
 	e->stats.conns_refused++;
 }
@@ -381,8 +391,9 @@ static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, s
 	char from[HPCT_ADDRSTRLEN];
 	if (hpct__hello_decode(data, len, &h) < 0 || h.type != HPCT_HELLO) {
 		e->cfg.ops->peer_name(c->t, from, sizeof(from));
-		HPCT_WARN(HPCT_SUB_NET, "rank %d: refused connection from %s: not an hpct handshake",
-			  e->cfg.rank, from);
+		HPCT_WARN(HPCT_SUB_NET,
+		          "rank %d: refused connection from %s: not an hpct handshake", e->cfg.rank,
+		          from);
 		e->stats.conns_refused++;
 		drop_accepted(e, c);
 		return;
@@ -414,7 +425,7 @@ static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, s
 	e->stats.conns_accepted++;
 	send_hello(e, c->t, HPCT_HELLO_ACK, h.src, h.group, 0);
 	HPCT_TRACE(HPCT_SUB_NET, "admitted rank %u (group %016llx)", h.src,
-		   (unsigned long long)h.group);
+	           (unsigned long long)h.group);
 	if (c->peer < e->cfg.rank && p->out && p->state != OUT_READY) {
 		/* Crossing connects: the lower rank's wins, and ours has carried
 		 * only its HELLO (messages wait in the queue until READY). */
@@ -464,15 +475,15 @@ static void on_ack(struct hpct_engine *e, struct econn *c, const void *data, siz
 		out_rejected(e, c);
 	} else if (h.type == HPCT_HELLO_REFUSE) {
 		snprintf(p->why, sizeof(p->why), "refused us (%s); it is job %016llx epoch %llu",
-			 hpct__refuse_reason_str(h.reason), (unsigned long long)h.job,
-			 (unsigned long long)h.epoch);
+		         hpct__refuse_reason_str(h.reason), (unsigned long long)h.job,
+		         (unsigned long long)h.epoch);
 		out_rejected(e, c);
 	} else if (h.job != e->cfg.job || h.epoch != e->cfg.epoch || h.src != (uint32_t)c->peer) {
 		snprintf(p->why, sizeof(p->why),
-			 "answered as rank %u of job %016llx epoch %llu, expected rank %d of job "
-			 "%016llx epoch %llu",
-			 h.src, (unsigned long long)h.job, (unsigned long long)h.epoch, c->peer,
-			 (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch);
+		         "answered as rank %u of job %016llx epoch %llu, expected rank %d of job "
+		         "%016llx epoch %llu",
+		         h.src, (unsigned long long)h.job, (unsigned long long)h.epoch, c->peer,
+		         (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch);
 		out_rejected(e, c);
 	} else {
 		list_del(c);
@@ -492,7 +503,7 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	if (hpct__msg_hdr_decode(data, len, &h) < 0) {
 		e->cfg.ops->peer_name(c->t, from, sizeof(from));
 		HPCT_WARN(HPCT_SUB_NET, "rank %d: malformed message from rank %d at %s; closing",
-			  e->cfg.rank, c->peer, from);
+		          e->cfg.rank, c->peer, from);
 		e->cfg.ops->close(c->t);
 		on_closed(e, c, HPCT_EPROTO);
 		return;
@@ -548,7 +559,7 @@ static void on_closed(struct hpct_engine *e, struct econn *c, int err)
 	else if (!p->last_err || p->last_err == -ECONNREFUSED)
 		p->last_err = HPCT_EPEERDEAD;
 	HPCT_TRACE(HPCT_SUB_NET, "connection to rank %d closed (%s)", r,
-		   err ? hpct_strerror(err) : "by the peer");
+	           err ? hpct_strerror(err) : "by the peer");
 	if (p->in == c)
 		p->in = NULL;
 	if (p->out == c) {
@@ -612,7 +623,8 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 	case HPCT_TEV_MESSAGE:
 		if (c->peer < 0)
 			on_hello(e, c, ev->data, ev->len);
-		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO && e->peers[c->peer].out == c)
+		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO &&
+		         e->peers[c->peer].out == c)
 			on_ack(e, c, ev->data, ev->len);
 		else
 			on_message(e, c, ev->data, ev->len);
@@ -675,7 +687,7 @@ static void expire_handshakes(struct hpct_engine *e)
 		char from[HPCT_ADDRSTRLEN];
 		e->cfg.ops->peer_name(c->t, from, sizeof(from));
 		HPCT_INFO(HPCT_SUB_NET, "rank %d: %s sent no handshake within %.1f s; closing",
-			  e->cfg.rank, from, e->cfg.handshake_timeout_s);
+		          e->cfg.rank, from, e->cfg.handshake_timeout_s);
 		drop_accepted(e, c);
 	}
 	for (struct econn *c = e->awaiting, *next; c; c = next) {
@@ -773,7 +785,7 @@ void hpct__eng_describe_peer(struct hpct_engine *e, int r, char *buf, size_t len
 		what = "not reached";
 	if (p->last_err && p->last_err != HPCT_EPEERDEAD && p->last_err != HPCT_ETIMEDOUT)
 		snprintf(buf, len, "rank %d at %s (%s; last error: %s, %d retries)", r, addr, what,
-			 hpct_strerror(p->last_err), p->retries);
+		         hpct_strerror(p->last_err), p->retries);
 	else
 		snprintf(buf, len, "rank %d at %s (%s)", r, addr, what);
 }

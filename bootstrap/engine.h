@@ -23,7 +23,7 @@ struct hpct_engine;
 
 /* Fills the derived address of `rank`; text is "host:port" for messages. */
 typedef int (*hpct_peer_addr_fn)(void *arg, int rank, struct sockaddr_storage *ss,
-				 socklen_t *len_out, char *text, size_t textlen);
+                                 socklen_t *len_out, char *text, size_t textlen);
 
 struct hpct_engine_cfg {
 	const struct hpct_transport_ops *ops;
@@ -49,7 +49,7 @@ struct hpct_emsg {
  * derived address).  -EADDRINUSE etc. are returned as is; the caller names
  * the culprit. */
 int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *listen,
-		     socklen_t listen_len, struct hpct_engine **eng_out);
+                     socklen_t listen_len, struct hpct_engine **eng_out);
 /* Pushes out bytes already handed to connections, and with flush_queued
  * also messages still waiting for a connection, until `deadline` (hpct__now
  * seconds); then closes everything and frees the engine.  Accepts NULL. */
@@ -60,11 +60,11 @@ void hpct__eng_destroy(struct hpct_engine *eng, double deadline, int flush_queue
  * when the peer is known to be gone or refused us (not logged: the caller
  * names the collective). */
 int hpct__eng_send(struct hpct_engine *eng, int dst, uint8_t type, uint64_t group, uint32_t seq,
-		   uint16_t round, const void *payload, size_t len);
+                   uint16_t round, const void *payload, size_t len);
 
 /* Removes and returns the DATA message with this tag from src, or NULL. */
 struct hpct_emsg *hpct__eng_take(struct hpct_engine *eng, int src, uint64_t group, uint32_t seq,
-				 uint16_t round);
+                                 uint16_t round);
 
 /* How many times sends to `peer` were lost so far (it died or refused us
  * with messages queued or bytes unsent); grows, never shrinks. */

@@ -9,8 +9,8 @@ HPCT_API const char *hpct_strerror(int err)
 	if (err == 0)
 		return "success";
 	switch (err) {
-#define HPCT_ERROR_MSG(name, value, msg)                                        \
-	case HPCT_##name:                                                       \
+#define HPCT_ERROR_MSG(name, value, msg) \
+	case HPCT_##name:                \
 		return msg;
 		HPCT_ERROR_MAP(HPCT_ERROR_MSG)
 #undef HPCT_ERROR_MSG
@@ -25,8 +25,8 @@ HPCT_API const char *hpct_errname(int err)
 	if (err == 0)
 		return "OK";
 	switch (err) {
-#define HPCT_ERROR_NAME(name, value, msg)                                       \
-	case HPCT_##name:                                                       \
+#define HPCT_ERROR_NAME(name, value, msg) \
+	case HPCT_##name:                 \
 		return "HPCT_" #name;
 		HPCT_ERROR_MAP(HPCT_ERROR_NAME)
 #undef HPCT_ERROR_NAME

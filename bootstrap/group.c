@@ -33,22 +33,24 @@ static int track(struct hpct_world *w, struct hpct_group *g)
 }
 
 HPCT_API int hpct_group_create(struct hpct_group *parent, const int *members, int n,
-			       struct hpct_group **group_out)
+                               struct hpct_group **group_out)
 {
 	if (!parent || !group_out || (n > 0 && !members))
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "hpct_group_create: NULL argument");
 	struct hpct_world *w = parent->world;
 	if (n < 1 || n > parent->size)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-				  "rank %d: hpct_group_create: %d members for a parent of size %d",
-				  w->topo.rank, n, parent->size);
+		                  "rank %d: hpct_group_create: %d members for a parent of size %d",
+		                  w->topo.rank, n, parent->size);
 	int me = -1;
 	for (int i = 0; i < n; i++) {
-		if (members[i] < 0 || members[i] >= parent->size || (i > 0 && members[i] <= members[i - 1]))
-			return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-					  "rank %d: hpct_group_create: member %d is %d; members must be "
-					  "increasing ranks below the parent's size %d",
-					  w->topo.rank, i, members[i], parent->size);
+		if (members[i] < 0 || members[i] >= parent->size ||
+		    (i > 0 && members[i] <= members[i - 1]))
+			return hpct__fail(
+			        HPCT_EINVAL, HPCT_SUB_COLL,
+			        "rank %d: hpct_group_create: member %d is %d; members must be "
+			        "increasing ranks below the parent's size %d",
+			        w->topo.rank, i, members[i], parent->size);
 		if (members[i] == parent->rank)
 			me = i;
 	}
@@ -76,9 +78,10 @@ HPCT_API int hpct_group_create(struct hpct_group *parent, const int *members, in
 	g->rank = me;
 	g->size = n;
 	g->members = wr;
-	HPCT_INFO(HPCT_SUB_COLL, "group %016llx: %d members, rank %d (parent %016llx, counter %llu)",
-		  (unsigned long long)id, n, me, (unsigned long long)parent->id,
-		  (unsigned long long)counter);
+	HPCT_INFO(HPCT_SUB_COLL,
+	          "group %016llx: %d members, rank %d (parent %016llx, counter %llu)",
+	          (unsigned long long)id, n, me, (unsigned long long)parent->id,
+	          (unsigned long long)counter);
 	*group_out = g;
 	return 0;
 }
@@ -128,24 +131,25 @@ HPCT_API uint64_t hpct_group_id(const struct hpct_group *g)
 }
 
 static int check(const struct hpct_group *g, const char *op, const void *a, const void *b,
-		 int need_b)
+                 int need_b)
 {
 	if (!g)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "%s: group is NULL", op);
 	if (!a || (need_b && !b))
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-				  "rank %d: %s on group %016llx: NULL buffer", g->world->topo.rank,
-				  op, (unsigned long long)g->id);
+		                  "rank %d: %s on group %016llx: NULL buffer", g->world->topo.rank,
+		                  op, (unsigned long long)g->id);
 	return 0;
 }
 
 static int check_size(const struct hpct_group *g, const char *op, size_t sz)
 {
 	if (sz == 0 || sz > HPCT_TRANSPORT_MAX_MSG / 2 / (size_t)g->size)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-				  "rank %d: %s on group %016llx: item size %zu must be 1..%zu for %d ranks",
-				  g->world->topo.rank, op, (unsigned long long)g->id, sz,
-				  (size_t)HPCT_TRANSPORT_MAX_MSG / 2 / (size_t)g->size, g->size);
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_COLL,
+		        "rank %d: %s on group %016llx: item size %zu must be 1..%zu for %d ranks",
+		        g->world->topo.rank, op, (unsigned long long)g->id, sz,
+		        (size_t)HPCT_TRANSPORT_MAX_MSG / 2 / (size_t)g->size, g->size);
 	return 0;
 }
 
@@ -157,7 +161,7 @@ HPCT_API int hpct_allgather(struct hpct_group *g, const void *item, size_t sz, v
 	if (rc)
 		return rc;
 	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_allgather(g, item, sz, out)
-						    : hpct__std_allgather(g, item, sz, out);
+	                                            : hpct__std_allgather(g, item, sz, out);
 }
 
 HPCT_API int hpct_barrier(struct hpct_group *g)
@@ -174,17 +178,18 @@ HPCT_API int hpct_broadcast(struct hpct_group *g, void *buf, size_t len, int roo
 	if (rc)
 		return rc;
 	if (root < 0 || root >= g->size)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-				  "rank %d: broadcast on group %016llx: root %d is not a rank of the "
-				  "group (size %d)",
-				  g->world->topo.rank, (unsigned long long)g->id, root, g->size);
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_COLL,
+		        "rank %d: broadcast on group %016llx: root %d is not a rank of the "
+		        "group (size %d)",
+		        g->world->topo.rank, (unsigned long long)g->id, root, g->size);
 	if (len == 0 || len > HPCT_TRANSPORT_MAX_MSG / 2)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-				  "rank %d: broadcast on group %016llx: length %zu must be 1..%u",
-				  g->world->topo.rank, (unsigned long long)g->id, len,
-				  HPCT_TRANSPORT_MAX_MSG / 2);
+		                  "rank %d: broadcast on group %016llx: length %zu must be 1..%u",
+		                  g->world->topo.rank, (unsigned long long)g->id, len,
+		                  HPCT_TRANSPORT_MAX_MSG / 2);
 	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_broadcast(g, buf, len, root)
-						    : hpct__std_broadcast(g, buf, len, root);
+	                                            : hpct__std_broadcast(g, buf, len, root);
 }
 
 HPCT_API int hpct_alltoall(struct hpct_group *g, const void *items, size_t sz, void *out)
@@ -195,5 +200,5 @@ HPCT_API int hpct_alltoall(struct hpct_group *g, const void *items, size_t sz, v
 	if (rc)
 		return rc;
 	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_alltoall(g, items, sz, out)
-						    : hpct__std_alltoall(g, items, sz, out);
+	                                            : hpct__std_alltoall(g, items, sz, out);
 }

@@ -34,7 +34,8 @@ static int quote_len(size_t n)
 	return n > QUOTE_MAX ? QUOTE_MAX : (int)n;
 }
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (err && errlen) {
@@ -67,14 +68,14 @@ static const char *what(const char *s, size_t p, char buf[8])
 
 /* Digits at s[*p]; *ndigits_out counts them, leading zeros included. */
 static int parse_number(const char *s, size_t *p, uint64_t *v_out, size_t *ndigits_out, char *err,
-			size_t errlen)
+                        size_t errlen)
 {
 	size_t q = *p;
 	uint64_t v = 0;
 	char wb[8];
 	if (!is_digit(s[q]))
 		return bad(err, errlen, "expected a digit at position %zu, found %s", q + 1,
-			   what(s, q, wb));
+		           what(s, q, wb));
 	for (; is_digit(s[q]); q++) {
 		unsigned d = (unsigned)(s[q] - '0');
 		if (v > (UINT64_MAX - d) / 10) {
@@ -82,7 +83,7 @@ static int parse_number(const char *s, size_t *p, uint64_t *v_out, size_t *ndigi
 			while (is_digit(s[e]))
 				e++;
 			return bad(err, errlen, "number '%.*s' at position %zu is too large",
-				   quote_len(e - *p), s + *p, *p + 1);
+			           quote_len(e - *p), s + *p, *p + 1);
 		}
 		v = v * 10 + d;
 	}
@@ -104,22 +105,22 @@ static size_t digits_of(uint64_t v)
 
 struct range {
 	uint64_t lo, hi;
-	int width; /* printed with at least this many digits: Slurm keeps the low bound's */
+	int width;   /* printed with at least this many digits: Slurm keeps the low bound's */
 	size_t next; /* index just after the range text */
 };
 
 /* One "lo" or "lo-hi" at s[p], inside the group [open, close]. */
-static int parse_range(const char *s, size_t p, size_t open, size_t close, struct range *r, char *err,
-		       size_t errlen)
+static int parse_range(const char *s, size_t p, size_t open, size_t close, struct range *r,
+                       char *err, size_t errlen)
 {
 	size_t start = p, nd, nd_hi;
 	char wb[8];
 	if (!is_digit(s[p])) {
 		if (s[p] == ',' || s[p] == ']')
 			return bad(err, errlen, "empty range at position %zu in '%.*s'", p + 1,
-				   quote_len(close - open + 1), s + open);
-		return bad(err, errlen, "%s at position %zu is not a digit (in '%.*s')", what(s, p, wb),
-			   p + 1, quote_len(close - open + 1), s + open);
+			           quote_len(close - open + 1), s + open);
+		return bad(err, errlen, "%s at position %zu is not a digit (in '%.*s')",
+		           what(s, p, wb), p + 1, quote_len(close - open + 1), s + open);
 	}
 	int rc = parse_number(s, &p, &r->lo, &nd, err, errlen);
 	if (rc)
@@ -129,17 +130,17 @@ static int parse_range(const char *s, size_t p, size_t open, size_t close, struc
 		p++;
 		if (!is_digit(s[p]))
 			return bad(err, errlen, "%s at position %zu is not a digit (in '%.*s')",
-				   what(s, p, wb), p + 1, quote_len(close - open + 1), s + open);
+			           what(s, p, wb), p + 1, quote_len(close - open + 1), s + open);
 		rc = parse_number(s, &p, &r->hi, &nd_hi, err, errlen);
 		if (rc)
 			return rc;
 		if (r->hi < r->lo)
 			return bad(err, errlen, "descending range '%.*s' at position %zu",
-				   quote_len(p - start), s + start, start + 1);
+			           quote_len(p - start), s + start, start + 1);
 	}
 	if (s[p] != ',' && s[p] != ']')
-		return bad(err, errlen, "%s at position %zu is not a digit (in '%.*s')", what(s, p, wb),
-			   p + 1, quote_len(close - open + 1), s + open);
+		return bad(err, errlen, "%s at position %zu is not a digit (in '%.*s')",
+		           what(s, p, wb), p + 1, quote_len(close - open + 1), s + open);
 	/* Capped so that "%0*" stays in int; the name-length check rejects it anyway. */
 	r->width = nd > NAME_MAX_LEN ? NAME_MAX_LEN + 1 : (int)nd;
 	r->next = p;
@@ -148,8 +149,9 @@ static int parse_range(const char *s, size_t p, size_t open, size_t close, struc
 
 /* Checks "[...]" at s[open]: sets *close_out, the number of values (at most
  * room) and the widest value printed. */
-static int scan_group(const char *s, size_t open, uint64_t room, size_t max_hosts, size_t *close_out,
-		      uint64_t *count_out, size_t *width_out, char *err, size_t errlen)
+static int scan_group(const char *s, size_t open, uint64_t room, size_t max_hosts,
+                      size_t *close_out, uint64_t *count_out, size_t *width_out, char *err,
+                      size_t errlen)
 {
 	size_t close = open + 1;
 	while (s[close] && s[close] != ']' && s[close] != '[')
@@ -157,8 +159,8 @@ static int scan_group(const char *s, size_t open, uint64_t room, size_t max_host
 	if (!s[close])
 		return bad(err, errlen, "unbalanced '[' at position %zu", open + 1);
 	if (s[close] == '[')
-		return bad(err, errlen, "'[' at position %zu inside the '[' at position %zu", close + 1,
-			   open + 1);
+		return bad(err, errlen, "'[' at position %zu inside the '[' at position %zu",
+		           close + 1, open + 1);
 	uint64_t count = 0;
 	size_t width = 0;
 	size_t p = open + 1;
@@ -169,7 +171,7 @@ static int scan_group(const char *s, size_t open, uint64_t room, size_t max_host
 			return rc;
 		if (r.hi - r.lo >= room || count + (r.hi - r.lo) + 1 > room)
 			return bad(err, errlen, "more than %zu names (at '%.*s', position %zu)",
-				   max_hosts, quote_len(close - open + 1), s + open, open + 1);
+			           max_hosts, quote_len(close - open + 1), s + open, open + 1);
 		count += r.hi - r.lo + 1;
 		size_t w = digits_of(r.hi);
 		if ((size_t)r.width > w)
@@ -199,7 +201,7 @@ struct item {
 /* One name pattern at s[start] up to a top-level ',', blank or the end;
  * *count_out (at most room) is the number of names it expands to. */
 static int scan_item(const char *s, size_t start, uint64_t room, size_t max_hosts, struct item *it,
-		     uint64_t *count_out, char *err, size_t errlen)
+                     uint64_t *count_out, char *err, size_t errlen)
 {
 	size_t p = start, namelen = 0;
 	uint64_t count = 1;
@@ -214,8 +216,9 @@ static int scan_item(const char *s, size_t start, uint64_t room, size_t max_host
 			continue;
 		}
 		if (it->ngroups == MAX_GROUPS)
-			return bad(err, errlen, "more than %d '[...]' groups in one name at position %zu",
-				   MAX_GROUPS, p + 1);
+			return bad(err, errlen,
+			           "more than %d '[...]' groups in one name at position %zu",
+			           MAX_GROUPS, p + 1);
 		size_t close = 0, width = 0;
 		uint64_t n = 1;
 		int rc = scan_group(s, p, room, max_hosts, &close, &n, &width, err, errlen);
@@ -223,7 +226,7 @@ static int scan_item(const char *s, size_t start, uint64_t room, size_t max_host
 			return rc;
 		if (count > room / n)
 			return bad(err, errlen, "more than %zu names (at '%.*s', position %zu)",
-				   max_hosts, quote_len(close + 1 - start), s + start, start + 1);
+			           max_hosts, quote_len(close + 1 - start), s + start, start + 1);
 		count *= n;
 		namelen += width;
 		it->g[it->ngroups].open = p;
@@ -233,10 +236,11 @@ static int scan_item(const char *s, size_t start, uint64_t room, size_t max_host
 	}
 	if (count > room)
 		return bad(err, errlen, "more than %zu names (at '%.*s', position %zu)", max_hosts,
-			   quote_len(p - start), s + start, start + 1);
+		           quote_len(p - start), s + start, start + 1);
 	if (namelen > NAME_MAX_LEN)
-		return bad(err, errlen, "name at position %zu ('%.*s') is longer than %d characters",
-			   start + 1, quote_len(p - start), s + start, NAME_MAX_LEN);
+		return bad(err, errlen,
+		           "name at position %zu ('%.*s') is longer than %d characters", start + 1,
+		           quote_len(p - start), s + start, NAME_MAX_LEN);
 	it->end = p;
 	*count_out = count;
 	return 0;
@@ -258,18 +262,19 @@ static int emit_item(const char *s, const struct item *it, char **out, char *err
 	struct range cur[MAX_GROUPS];
 	for (int g = 0; g < it->ngroups; g++)
 		if (parse_range(s, it->g[g].open + 1, it->g[g].open, it->g[g].close, &cur[g], err,
-				errlen))
+		                errlen))
 			return HPCT_EBADENV;
 	for (size_t k = 0;; k++) {
 		char name[NAME_MAX_LEN + 1], num[32];
 		size_t o = 0, lit = it->start;
 		for (int g = 0; g < it->ngroups; g++) {
 			int n = snprintf(num, sizeof(num), "%0*llu", cur[g].width,
-					 (unsigned long long)cur[g].lo);
+			                 (unsigned long long)cur[g].lo);
 			if (n < 0 || (size_t)n >= sizeof(num) ||
 			    append(name, &o, s + lit, it->g[g].open - lit) ||
 			    append(name, &o, num, (size_t)n))
-				return bad(err, errlen, "name at position %zu is too long", it->start + 1);
+				return bad(err, errlen, "name at position %zu is too long",
+				           it->start + 1);
 			lit = it->g[g].close + 1;
 		}
 		if (append(name, &o, s + lit, it->end - lit))
@@ -296,7 +301,7 @@ static int emit_item(const char *s, const struct item *it, char **out, char *err
 
 /* The whole list; out == NULL only checks and counts. */
 static int scan_list(const char *s, size_t max_hosts, char **out, size_t *n_out, char *err,
-		     size_t errlen)
+                     size_t errlen)
 {
 	size_t p = 0, n = 0;
 	while (is_space(s[p]))
@@ -306,7 +311,7 @@ static int scan_list(const char *s, size_t max_hosts, char **out, size_t *n_out,
 	for (;;) {
 		if (s[p] == ',')
 			return bad(err, errlen, "empty name at position %zu", p + 1);
-		struct item it = {0};
+		struct item it = { 0 };
 		uint64_t count = 0;
 		int rc = scan_item(s, p, max_hosts - n, max_hosts, &it, &count, err, errlen);
 		if (rc)
@@ -335,7 +340,7 @@ static int scan_list(const char *s, size_t max_hosts, char **out, size_t *n_out,
 }
 
 int hpct__hostlist_parse(const char *s, size_t max_hosts, char ***hosts_out, int *n_out, char *err,
-			 size_t errlen)
+                         size_t errlen)
 {
 	if (err && errlen)
 		err[0] = 0;
@@ -363,7 +368,7 @@ int hpct__hostlist_parse(const char *s, size_t max_hosts, char ***hosts_out, int
 
 /* The list; out == NULL only checks and counts (at most cap entries). */
 static int scan_tasks(const char *s, int nnodes, size_t cap, int *out, size_t *n_out, char *err,
-		      size_t errlen)
+                      size_t errlen)
 {
 	size_t p = 0, n = 0, nd;
 	char wb[8];
@@ -381,37 +386,43 @@ static int scan_tasks(const char *s, int nnodes, size_t cap, int *out, size_t *n
 			return rc;
 		if (count == 0)
 			return bad(err, errlen, "count '%.*s' at position %zu must be at least 1",
-				   quote_len(p - start), s + start, start + 1);
+			           quote_len(p - start), s + start, start + 1);
 		if (count > INT_MAX)
 			return bad(err, errlen, "count '%.*s' at position %zu is too large",
-				   quote_len(p - start), s + start, start + 1);
+			           quote_len(p - start), s + start, start + 1);
 		if (s[p] == '(') {
 			size_t paren = p;
 			if (s[p + 1] != 'x')
-				return bad(err, errlen, "expected 'x' after '(' at position %zu, found %s",
-					   p + 2, what(s, p + 1, wb));
+				return bad(err, errlen,
+				           "expected 'x' after '(' at position %zu, found %s",
+				           p + 2, what(s, p + 1, wb));
 			p += 2;
 			size_t rstart = p;
 			rc = parse_number(s, &p, &rep, &nd, err, errlen);
 			if (rc)
 				return rc;
 			if (rep == 0)
-				return bad(err, errlen,
-					   "repeat count 'x%.*s' at position %zu must be at least 1",
-					   quote_len(p - rstart), s + rstart, rstart);
+				return bad(
+				        err, errlen,
+				        "repeat count 'x%.*s' at position %zu must be at least 1",
+				        quote_len(p - rstart), s + rstart, rstart);
 			if (!s[p])
-				return bad(err, errlen, "unbalanced '(' at position %zu", paren + 1);
+				return bad(err, errlen, "unbalanced '(' at position %zu",
+				           paren + 1);
 			if (s[p] != ')')
-				return bad(err, errlen, "expected ')' at position %zu, found %s", p + 1,
-					   what(s, p, wb));
+				return bad(err, errlen, "expected ')' at position %zu, found %s",
+				           p + 1, what(s, p, wb));
 			p++;
 		}
 		if (rep > cap - n) {
 			if (nnodes > 0)
-				return bad(err, errlen, "more than %d counts for %d nodes (at '%.*s', position %zu)",
-					   nnodes, nnodes, quote_len(p - start), s + start, start + 1);
-			return bad(err, errlen, "more than %zu counts (at '%.*s', position %zu)", cap,
-				   quote_len(p - start), s + start, start + 1);
+				return bad(err, errlen,
+				           "more than %d counts for %d nodes (at '%.*s', position "
+				           "%zu)",
+				           nnodes, nnodes, quote_len(p - start), s + start,
+				           start + 1);
+			return bad(err, errlen, "more than %zu counts (at '%.*s', position %zu)",
+			           cap, quote_len(p - start), s + start, start + 1);
 		}
 		for (uint64_t i = 0; out && i < rep; i++)
 			out[n + i] = (int)count;
@@ -422,7 +433,8 @@ static int scan_tasks(const char *s, int nnodes, size_t cap, int *out, size_t *n
 		if (!s[q])
 			break;
 		if (s[p] != ',')
-			return bad(err, errlen, "unexpected %s at position %zu", what(s, p, wb), p + 1);
+			return bad(err, errlen, "unexpected %s at position %zu", what(s, p, wb),
+			           p + 1);
 		size_t comma = p++;
 		while (is_space(s[p]))
 			p++;
@@ -436,7 +448,7 @@ static int scan_tasks(const char *s, int nnodes, size_t cap, int *out, size_t *n
 }
 
 int hpct__tasks_per_node_parse(const char *s, int nnodes, int **counts_out, int *n_out, char *err,
-			       size_t errlen)
+                               size_t errlen)
 {
 	if (err && errlen)
 		err[0] = 0;

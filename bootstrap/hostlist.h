@@ -11,14 +11,14 @@
  * IPv6 literals are plain names.  At most max_hosts names.  On success
  * *hosts_out is a malloc'd array of malloc'd strings (free with
  * hpct__strv_free) and *n_out its length (>= 1). */
-int hpct__hostlist_parse(const char *s, size_t max_hosts, char ***hosts_out, int *n_out,
-			 char *err, size_t errlen);
+int hpct__hostlist_parse(const char *s, size_t max_hosts, char ***hosts_out, int *n_out, char *err,
+                         size_t errlen);
 
 /* Slurm tasks-per-node syntax: "8(x4),2" -> 8 8 8 8 2.  The expansion must
  * have exactly nnodes entries (nnodes <= 0: any count, *n_out tells) and
  * every count must be >= 1.  *counts_out is malloc'd. */
-int hpct__tasks_per_node_parse(const char *s, int nnodes, int **counts_out, int *n_out,
-			       char *err, size_t errlen);
+int hpct__tasks_per_node_parse(const char *s, int nnodes, int **counts_out, int *n_out, char *err,
+                               size_t errlen);
 
 void hpct__strv_free(char **v, int n);
 

@@ -26,8 +26,8 @@ static int subsys_bit(const char *name, size_t len)
 	static const struct {
 		const char *name;
 		int bit;
-	} map[] = {{"INIT", HPCT_SUB_INIT}, {"ENV", HPCT_SUB_ENV}, {"NET", HPCT_SUB_NET},
-		   {"COLL", HPCT_SUB_COLL}, {"STD", HPCT_SUB_STD},   {"ALL", HPCT_SUB_ALL}};
+	} map[] = { { "INIT", HPCT_SUB_INIT }, { "ENV", HPCT_SUB_ENV }, { "NET", HPCT_SUB_NET },
+		    { "COLL", HPCT_SUB_COLL }, { "STD", HPCT_SUB_STD }, { "ALL", HPCT_SUB_ALL } };
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (strlen(map[i].name) == len && strncasecmp(name, map[i].name, len) == 0)
 			return map[i].bit;
@@ -43,9 +43,10 @@ static void parse_subsys(const char *s)
 		int bit = subsys_bit(p, len);
 		if (!bit && len > 0) {
 			/* a typo must not silently hide every warning */
-			fprintf(stderr, "%s:%d HPCT WARN HPCT_DEBUG_SUBSYS=%s: unknown subsystem '%.*s' "
-				"(have INIT, ENV, NET, COLL, STD, ALL); showing ALL\n",
-				log_host, (int)getpid(), s, (int)len, p);
+			fprintf(stderr,
+			        "%s:%d HPCT WARN HPCT_DEBUG_SUBSYS=%s: unknown subsystem '%.*s' "
+			        "(have INIT, ENV, NET, COLL, STD, ALL); showing ALL\n",
+			        log_host, (int)getpid(), s, (int)len, p);
 			log_subsys = HPCT_SUB_ALL;
 			return;
 		}
@@ -85,7 +86,7 @@ static void open_file(const char *pattern)
 		setvbuf(log_file, NULL, _IOLBF, 0);
 	else
 		fprintf(stderr, "%s:%d HPCT WARN cannot open HPCT_DEBUG_FILE=%s: %s\n", log_host,
-			(int)getpid(), path, strerror(errno));
+		        (int)getpid(), path, strerror(errno));
 }
 
 static void log_setup(void)
@@ -102,8 +103,10 @@ static void log_setup(void)
 		else if (strcasecmp(lvl, "TRACE") == 0)
 			log_level = HPCT_LOG_TRACE;
 		else
-			fprintf(stderr, "%s:%d HPCT WARN HPCT_DEBUG='%s' is not NONE, WARN, INFO or TRACE; using WARN\n",
-				log_host, (int)getpid(), lvl);
+			fprintf(stderr,
+			        "%s:%d HPCT WARN HPCT_DEBUG='%s' is not NONE, WARN, INFO or TRACE; "
+			        "using WARN\n",
+			        log_host, (int)getpid(), lvl);
 	}
 	const char *sub = getenv("HPCT_DEBUG_SUBSYS");
 	if (sub && *sub)
@@ -150,7 +153,7 @@ static void emit(int level, const char *msg)
 		snprintf(rank, sizeof(rank), " [%d]", r);
 	pthread_mutex_lock(&log_lock);
 	fprintf(log_file ? log_file : stderr, "%s:%d%s HPCT %s %s\n", log_host, (int)getpid(), rank,
-		level_name(level), msg);
+	        level_name(level), msg);
 	pthread_mutex_unlock(&log_lock);
 }
 

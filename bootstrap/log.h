@@ -31,20 +31,20 @@ int hpct__fail(int err, int subsys, const char *fmt, ...) __attribute__((format(
 /* Keeps a message for hpct_last_error() without logging it. */
 void hpct__set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-#define HPCT_INFO(sub, ...)                                                     \
-	do {                                                                    \
-		if (hpct__log_enabled(HPCT_LOG_INFO, (sub)))                    \
-			hpct__log(HPCT_LOG_INFO, (sub), __VA_ARGS__);           \
+#define HPCT_INFO(sub, ...)                                           \
+	do {                                                          \
+		if (hpct__log_enabled(HPCT_LOG_INFO, (sub)))          \
+			hpct__log(HPCT_LOG_INFO, (sub), __VA_ARGS__); \
 	} while (0)
-#define HPCT_TRACE(sub, ...)                                                    \
-	do {                                                                    \
-		if (hpct__log_enabled(HPCT_LOG_TRACE, (sub)))                   \
-			hpct__log(HPCT_LOG_TRACE, (sub), __VA_ARGS__);          \
+#define HPCT_TRACE(sub, ...)                                           \
+	do {                                                           \
+		if (hpct__log_enabled(HPCT_LOG_TRACE, (sub)))          \
+			hpct__log(HPCT_LOG_TRACE, (sub), __VA_ARGS__); \
 	} while (0)
-#define HPCT_WARN(sub, ...)                                                     \
-	do {                                                                    \
-		if (hpct__log_enabled(HPCT_LOG_WARN, (sub)))                    \
-			hpct__log(HPCT_LOG_WARN, (sub), __VA_ARGS__);           \
+#define HPCT_WARN(sub, ...)                                           \
+	do {                                                          \
+		if (hpct__log_enabled(HPCT_LOG_WARN, (sub)))          \
+			hpct__log(HPCT_LOG_WARN, (sub), __VA_ARGS__); \
 	} while (0)
 
 #endif

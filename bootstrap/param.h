@@ -13,7 +13,7 @@ enum hpct_param_type { HPCT_PT_INT, HPCT_PT_STR, HPCT_PT_BOOL, HPCT_PT_SECONDS }
 struct hpct_param {
 	const char *name;
 	enum hpct_param_type type;
-	const char *def;  /* default as text, NULL when there is none */
+	const char *def; /* default as text, NULL when there is none */
 	const char *help;
 };
 
@@ -38,7 +38,7 @@ const char *hpct__env_str(const struct hpct_env *env, const char *name);
  * HPCT_EBADENV, logged with the variable and its value.  *set_out (may be
  * NULL) tells whether the variable was set. */
 int hpct__env_int(const struct hpct_env *env, const char *name, long min, long max, long fallback,
-		  long *out, int *set_out);
+                  long *out, int *set_out);
 int hpct__env_bool(const struct hpct_env *env, const char *name, int *out, int *set_out);
 int hpct__env_seconds(const struct hpct_env *env, const char *name, double *out, int *set_out);
 

@@ -39,10 +39,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HPCT_STD_MAGIC 0x48504331u          /* "HPC1" */
-#define HPCT_STD_MAX_KEY 4096u               /* bytes in a key */
-#define HPCT_STD_MAX_VALUE (64u << 20)       /* bytes in a value */
-#define HPCT_STD_MAX_KEYS 1000000u           /* keys in one MGET */
+#define HPCT_STD_MAGIC     0x48504331u /* "HPC1" */
+#define HPCT_STD_MAX_KEY   4096u       /* bytes in a key */
+#define HPCT_STD_MAX_VALUE (64u << 20) /* bytes in a value */
+#define HPCT_STD_MAX_KEYS  1000000u    /* keys in one MGET */
 
 enum hpct_std_op {
 	HPCT_STD_HELLO = 1,
@@ -60,7 +60,7 @@ struct hpct_std_client;
  * never the wildcard), for `nranks` clients of job `job`.  Binds before
  * returning: HPCT_EADDRINUSE names host:port.  */
 int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
-			   struct hpct_std_server **server_out);
+                           struct hpct_std_server **server_out);
 /* Waits until every client said BYE or hung up, or until `deadline`
  * (CLOCK_MONOTONIC seconds, see hpct__now), then stops the thread and frees
  * everything.  A connection that has not said HELLO yet is waited for too.
@@ -76,7 +76,7 @@ size_t hpct__std_server_keys(const struct hpct_std_server *server);
  * last OS error), HPCT_EREFUSED (the server's reason), HPCT_ERESOLVE,
  * HPCT_EINVAL, -errno. */
 int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
-			     double deadline, struct hpct_std_client **client_out);
+                             double deadline, struct hpct_std_client **client_out);
 /* Says BYE and closes.  Accepts NULL. */
 void hpct__std_client_close(struct hpct_std_client *client);
 
@@ -91,15 +91,15 @@ void hpct__std_client_close(struct hpct_std_client *client);
  * is not reported lost too), but no wait can succeed any more unless its keys
  * already exist.  A client is used by one thread at a time. */
 int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
-		  int readers, double deadline);
+                  int readers, double deadline);
 /* Fetches n keys, waiting until all exist; value i must be exactly lens[i]
  * bytes and is copied to bufs[i] (else HPCT_EPROTO naming the key, after the
  * whole answer was read).  Counts as one read of each key. */
 int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
-		   const size_t *lens, double deadline);
+                   const size_t *lens, double deadline);
 /* Adds delta to the counter `key` (created at 0) and returns the sum. */
 int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int64_t *value_out,
-		  double deadline);
+                  double deadline);
 /* Returns once the counter `key` is >= value. */
 int hpct__std_wait_ge(struct hpct_std_client *c, const char *key, int64_t value, double deadline);
 

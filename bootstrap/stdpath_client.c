@@ -19,13 +19,13 @@
 #include "log.h"
 #include "util.h"
 
-#define RBUF 65536
+#define RBUF      65536
 #define KEY_SHOWN 120 /* bytes of a key quoted in a message */
 
 struct hpct_std_client {
 	int fd, rank;
-	int broken;	 /* a reply may still be owed, or the stream is gone */
-	char why[256];	 /* what broke it */
+	int broken;    /* a reply may still be owed, or the stream is gone */
+	char why[256]; /* what broke it */
 	char addr[HPCT_ADDRSTRLEN];
 	size_t rpos, rlen;
 	unsigned char rbuf[RBUF];
@@ -62,7 +62,7 @@ static int wait_fd(int fd, short events, double deadline)
 		double left = deadline - hpct__now();
 		if (left <= 0)
 			left = 0;
-		struct pollfd pfd = {.fd = fd, .events = events};
+		struct pollfd pfd = { .fd = fd, .events = events };
 		int ms = left > 86400 ? 86400 * 1000 : (int)(left * 1000) + (left > 0);
 		int r = poll(&pfd, 1, ms);
 		if (r > 0)
@@ -78,7 +78,7 @@ static int wait_fd(int fd, short events, double deadline)
 static int send_iov(struct hpct_std_client *c, struct iovec *iov, int niov, double deadline)
 {
 	while (niov > 0) {
-		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
 		ssize_t r = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (r < 0) {
 			if (errno == EINTR)
@@ -123,7 +123,7 @@ static int recv_exact(struct hpct_std_client *c, void *buf, size_t len, double d
 		/* Large reads skip the buffer; small ones fill it to save syscalls. */
 		int direct = p && len >= RBUF;
 		ssize_t r = direct ? recv(c->fd, p, len, MSG_DONTWAIT)
-				   : recv(c->fd, c->rbuf, RBUF, MSG_DONTWAIT);
+		                   : recv(c->fd, c->rbuf, RBUF, MSG_DONTWAIT);
 		if (r == 0)
 			return HPCT_EPEERDEAD;
 		if (r < 0) {
@@ -164,16 +164,20 @@ static int io_fail(struct hpct_std_client *c, int rc, const char *what, double t
 	set_broken(c);
 	if (rc == HPCT_ETIMEDOUT) {
 		snprintf(c->why, sizeof(c->why), "timed out");
-		return hpct__fail(rc, HPCT_SUB_STD, "rank %d: no answer from the rendezvous at %s to %s after %.1f s",
-				  c->rank, c->addr, what, hpct__now() - t0);
+		return hpct__fail(rc, HPCT_SUB_STD,
+		                  "rank %d: no answer from the rendezvous at %s to %s after %.1f s",
+		                  c->rank, c->addr, what, hpct__now() - t0);
 	}
-	snprintf(c->why, sizeof(c->why), "%s", rc == HPCT_EPEERDEAD ? "closed by the server" : strerror(-rc));
+	snprintf(c->why, sizeof(c->why), "%s",
+	         rc == HPCT_EPEERDEAD ? "closed by the server" : strerror(-rc));
 	if (rc == HPCT_EPEERDEAD || rc == -ECONNRESET || rc == -EPIPE)
-		return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_STD,
-				  "rank %d: the rendezvous at %s closed the connection during %s (%s)",
-				  c->rank, c->addr, what, rc == HPCT_EPEERDEAD ? "server gone?" : strerror(-rc));
+		return hpct__fail(
+		        HPCT_EPEERDEAD, HPCT_SUB_STD,
+		        "rank %d: the rendezvous at %s closed the connection during %s (%s)",
+		        c->rank, c->addr, what,
+		        rc == HPCT_EPEERDEAD ? "server gone?" : strerror(-rc));
 	return hpct__fail(rc, HPCT_SUB_STD, "rank %d: %s at the rendezvous %s failed (%s)", c->rank,
-			  what, c->addr, strerror(-rc));
+	                  what, c->addr, strerror(-rc));
 }
 
 static int check_usable(struct hpct_std_client *c, const char *what)
@@ -182,15 +186,16 @@ static int check_usable(struct hpct_std_client *c, const char *what)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD, "%s: no rendezvous client", what);
 	if (c->broken)
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_STD,
-				  "rank %d: %s: the connection to the rendezvous at %s is unusable since an earlier failure (%s)",
-				  c->rank, what, c->addr, c->why);
+		                  "rank %d: %s: the connection to the rendezvous at %s is unusable "
+		                  "since an earlier failure (%s)",
+		                  c->rank, what, c->addr, c->why);
 	return 0;
 }
 
 /* Sends a request and reads the reply's status.  On an error reply, reads
  * the server's reason and returns its code with a message naming `what`. */
-static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const char *what,
-	       double t0, double deadline)
+static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const char *what, double t0,
+               double deadline)
 {
 	unsigned char st[4];
 	int rc = send_iov(c, iov, niov, deadline);
@@ -223,17 +228,19 @@ static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const cha
 	if (status == HPCT_EPEERDEAD)
 		/* Another rank is gone and the server's reason names it; the
 		 * reply was read whole, so this connection stays in step. */
-		return hpct__fail(status, HPCT_SUB_STD, "rank %d: %s at the rendezvous %s cannot complete: %s",
-				  c->rank, what, c->addr, msg);
-	return hpct__fail(status, HPCT_SUB_STD, "rank %d: the rendezvous at %s refused %s: %s", c->rank,
-			  c->addr, what, msg);
+		return hpct__fail(status, HPCT_SUB_STD,
+		                  "rank %d: %s at the rendezvous %s cannot complete: %s", c->rank,
+		                  what, c->addr, msg);
+	return hpct__fail(status, HPCT_SUB_STD, "rank %d: the rendezvous at %s refused %s: %s",
+	                  c->rank, c->addr, what, msg);
 }
 
 static void describe(char *buf, size_t len, const char *op, const char *const *keys, int n)
 {
 	int o = snprintf(buf, len, "%s", op);
 	for (int i = 0; i < n && i < 3 && o > 0 && (size_t)o < len; i++)
-		o += snprintf(buf + o, len - (size_t)o, "%s'%.*s'", i ? ", " : " of ", KEY_SHOWN, keys[i]);
+		o += snprintf(buf + o, len - (size_t)o, "%s'%.*s'", i ? ", " : " of ", KEY_SHOWN,
+		              keys[i]);
 	if (n > 3 && o > 0 && (size_t)o < len)
 		snprintf(buf + o, len - (size_t)o, " and %d more keys", n - 3);
 }
@@ -261,7 +268,8 @@ static void sleep_s(double s)
 {
 	if (s <= 0)
 		return;
-	struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+	struct timespec ts = { .tv_sec = (time_t)s,
+		               .tv_nsec = (long)((s - (double)(time_t)s) * 1e9) };
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
@@ -302,15 +310,16 @@ static int try_connect(const struct sockaddr_storage *ss, socklen_t sl, double d
 }
 
 int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
-			     double deadline, struct hpct_std_client **client_out)
+                             double deadline, struct hpct_std_client **client_out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	double t0 = hpct__now();
 	if (!host || port <= 0 || port > 65535 || size < 1 || rank < 0 || rank >= size)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD,
-				  "rank %d: bad rendezvous arguments (host '%s', port %d, world size %d)",
-				  rank, host ? host : "(null)", port, size);
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_STD,
+		        "rank %d: bad rendezvous arguments (host '%s', port %d, world size %d)",
+		        rank, host ? host : "(null)", port, size);
 	int rc = hpct__resolve(host, port, AF_UNSPEC, &ss, &sl);
 	if (rc)
 		return rc;
@@ -321,7 +330,7 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 	hpct__addr_str((struct sockaddr *)&ss, c->addr, sizeof(c->addr));
 
 	unsigned int seed = (unsigned int)(rank * 2654435761u) ^ (unsigned int)getpid() ^
-			    (unsigned int)(t0 * 1e6);
+	                    (unsigned int)(t0 * 1e6);
 	double backoff = 0.001;
 	int attempts = 0, err = 0;
 	for (;;) {
@@ -335,9 +344,10 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 			err = ETIMEDOUT;
 		double now = hpct__now();
 		if (!retryable(err) || now >= deadline || c->fd == HPCT_ETIMEDOUT) {
-			rc = hpct__fail(retryable(err) ? HPCT_ETIMEDOUT : -err, HPCT_SUB_STD,
-					"rank %d: no rendezvous at %s after %.1f s and %d attempts (%s)", rank,
-					c->addr, now - t0, attempts, strerror(err));
+			rc = hpct__fail(
+			        retryable(err) ? HPCT_ETIMEDOUT : -err, HPCT_SUB_STD,
+			        "rank %d: no rendezvous at %s after %.1f s and %d attempts (%s)",
+			        rank, c->addr, now - t0, attempts, strerror(err));
 			goto free_client;
 		}
 		/* Jitter (+-20%) keeps a thousand ranks from retrying in step. */
@@ -346,8 +356,8 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 		sleep_s(nap < deadline - now ? nap : deadline - now);
 		backoff = backoff * 2 < 0.1 ? backoff * 2 : 0.1;
 	}
-	HPCT_TRACE(HPCT_SUB_STD, "rank %d: connected to the rendezvous at %s after %d attempts", rank,
-		   c->addr, attempts);
+	HPCT_TRACE(HPCT_SUB_STD, "rank %d: connected to the rendezvous at %s after %d attempts",
+	           rank, c->addr, attempts);
 
 	unsigned char hello[21];
 	hello[0] = HPCT_STD_HELLO;
@@ -355,7 +365,7 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 	put32(hello + 5, HPCT_STD_MAGIC);
 	put32(hello + 9, (uint32_t)size);
 	put64(hello + 13, job);
-	struct iovec iov = {.iov_base = hello, .iov_len = sizeof(hello)};
+	struct iovec iov = { .iov_base = hello, .iov_len = sizeof(hello) };
 	rc = rpc(c, &iov, 1, "HELLO", t0, deadline);
 	if (rc)
 		goto close_fd;
@@ -375,9 +385,9 @@ void hpct__std_client_close(struct hpct_std_client *c)
 	if (!c)
 		return;
 	if (!c->broken) {
-		unsigned char bye[5] = {HPCT_STD_BYE, 0, 0, 0, 0};
+		unsigned char bye[5] = { HPCT_STD_BYE, 0, 0, 0, 0 };
 		put32(bye + 1, (uint32_t)c->rank);
-		struct iovec iov = {.iov_base = bye, .iov_len = sizeof(bye)};
+		struct iovec iov = { .iov_base = bye, .iov_len = sizeof(bye) };
 		send_iov(c, &iov, 1, hpct__now() + 1.0);
 	}
 	if (c->fd >= 0)
@@ -388,28 +398,31 @@ void hpct__std_client_close(struct hpct_std_client *c)
 static int check_key(struct hpct_std_client *c, const char *key, const char *op)
 {
 	if (!key || strlen(key) > HPCT_STD_MAX_KEY)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD, "rank %d: %s of a key of %zu bytes (limit %u): '%.*s...'",
-				  c->rank, op, key ? strlen(key) : 0, HPCT_STD_MAX_KEY, KEY_SHOWN,
-				  key ? key : "(null)");
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD,
+		                  "rank %d: %s of a key of %zu bytes (limit %u): '%.*s...'",
+		                  c->rank, op, key ? strlen(key) : 0, HPCT_STD_MAX_KEY, KEY_SHOWN,
+		                  key ? key : "(null)");
 	return 0;
 }
 
 /* Requests whose body is one key and a trailing fixed field. */
 static int key_rpc(struct hpct_std_client *c, uint8_t op, const char *key, const void *tail,
-		   size_t tlen, const void *val, size_t vlen, const char *what, double t0,
-		   double deadline)
+                   size_t tlen, const void *val, size_t vlen, const char *what, double t0,
+                   double deadline)
 {
 	unsigned char hdr[9];
 	uint32_t klen = (uint32_t)strlen(key);
 	hdr[0] = op;
 	put32(hdr + 1, (uint32_t)c->rank);
 	put32(hdr + 5, klen);
-	struct iovec iov[4] = {{hdr, 9}, {(void *)key, klen}, {(void *)tail, tlen}, {(void *)val, vlen}};
+	struct iovec iov[4] = {
+		{ hdr, 9 }, { (void *)key, klen }, { (void *)tail, tlen }, { (void *)val, vlen }
+	};
 	return rpc(c, iov, vlen ? 4 : 3, what, t0, deadline);
 }
 
 int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
-		  int readers, double deadline)
+                  int readers, double deadline)
 {
 	double t0 = hpct__now();
 	int rc = check_usable(c, "SET");
@@ -417,8 +430,8 @@ int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, s
 		return rc;
 	if (len > HPCT_STD_MAX_VALUE || readers < 0 || (len && !val))
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD,
-				  "rank %d: SET of '%.*s': %zu bytes (limit %u), %d readers", c->rank,
-				  KEY_SHOWN, key, len, HPCT_STD_MAX_VALUE, readers);
+		                  "rank %d: SET of '%.*s': %zu bytes (limit %u), %d readers",
+		                  c->rank, KEY_SHOWN, key, len, HPCT_STD_MAX_VALUE, readers);
 	char what[KEY_SHOWN + 32];
 	describe(what, sizeof(what), "SET", &key, 1);
 	unsigned char tail[8];
@@ -428,7 +441,7 @@ int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, s
 }
 
 int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int64_t *value_out,
-		  double deadline)
+                  double deadline)
 {
 	double t0 = hpct__now();
 	int rc = check_usable(c, "ADD");
@@ -464,15 +477,15 @@ int hpct__std_wait_ge(struct hpct_std_client *c, const char *key, int64_t value,
 }
 
 int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
-		   const size_t *lens, double deadline)
+                   const size_t *lens, double deadline)
 {
 	double t0 = hpct__now();
 	int rc = check_usable(c, "MGET");
 	if (rc)
 		return rc;
 	if (n < 0 || (uint32_t)n > HPCT_STD_MAX_KEYS)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD, "rank %d: MGET of %d keys (limit %u)", c->rank,
-				  n, HPCT_STD_MAX_KEYS);
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD, "rank %d: MGET of %d keys (limit %u)",
+		                  c->rank, n, HPCT_STD_MAX_KEYS);
 	if (n == 0)
 		return 0;
 	size_t total = 9;
@@ -483,8 +496,8 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 	}
 	unsigned char *req = malloc(total);
 	if (!req)
-		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rank %d: out of memory for an MGET of %d keys",
-				  c->rank, n);
+		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD,
+		                  "rank %d: out of memory for an MGET of %d keys", c->rank, n);
 	req[0] = HPCT_STD_MGET;
 	put32(req + 1, (uint32_t)c->rank);
 	put32(req + 5, (uint32_t)n);
@@ -497,7 +510,7 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 	}
 	char what[3 * KEY_SHOWN + 64];
 	describe(what, sizeof(what), "MGET", keys, n);
-	struct iovec iov = {.iov_base = req, .iov_len = total};
+	struct iovec iov = { .iov_base = req, .iov_len = total };
 	rc = rpc(c, &iov, 1, what, t0, deadline);
 	free(req);
 	if (rc)
@@ -513,8 +526,9 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 			set_broken(c);
 			snprintf(c->why, sizeof(c->why), "a %u-byte value in a reply", len);
 			return hpct__fail(HPCT_EPROTO, HPCT_SUB_STD,
-					  "rank %d: the rendezvous at %s answered %s with a %u-byte value for '%.*s'",
-					  c->rank, c->addr, what, len, KEY_SHOWN, keys[i]);
+			                  "rank %d: the rendezvous at %s answered %s with a "
+			                  "%u-byte value for '%.*s'",
+			                  c->rank, c->addr, what, len, KEY_SHOWN, keys[i]);
 		}
 		int fits = len == lens[i];
 		if (!fits && bad < 0) {
@@ -525,8 +539,9 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 			return io_fail(c, rc, what, t0);
 	}
 	if (bad >= 0)
-		return hpct__fail(HPCT_EPROTO, HPCT_SUB_STD,
-				  "rank %d: key '%.*s' at the rendezvous %s holds %u bytes, expected %zu",
-				  c->rank, KEY_SHOWN, keys[bad], c->addr, bad_len, lens[bad]);
+		return hpct__fail(
+		        HPCT_EPROTO, HPCT_SUB_STD,
+		        "rank %d: key '%.*s' at the rendezvous %s holds %u bytes, expected %zu",
+		        c->rank, KEY_SHOWN, keys[bad], c->addr, bad_len, lens[bad]);
 	return 0;
 }

@@ -14,8 +14,8 @@
 static void key(char *buf, const struct hpct_group *g, const char *what, int a, int b)
 {
 	snprintf(buf, KEYLEN, "e%llu/g%016llx/%u/%s/%d/%d",
-		 (unsigned long long)g->world->topo.epoch, (unsigned long long)g->id, g->seq, what, a,
-		 b);
+	         (unsigned long long)g->world->topo.epoch, (unsigned long long)g->id, g->seq, what,
+	         a, b);
 }
 
 /* Adds the group context to the store client's message (already logged). */
@@ -23,9 +23,10 @@ static int failed(struct hpct_group *g, const char *op, int rc)
 {
 	char msg[1024];
 	snprintf(msg, sizeof(msg), "%s", hpct_last_error());
-	return hpct__group_fail(g, rc, "rank %d: %s on group %016llx (epoch %llu, call %u) failed: %s",
-				g->world->topo.rank, op, (unsigned long long)g->id,
-				(unsigned long long)g->world->topo.epoch, g->seq, msg);
+	return hpct__group_fail(g, rc,
+	                        "rank %d: %s on group %016llx (epoch %llu, call %u) failed: %s",
+	                        g->world->topo.rank, op, (unsigned long long)g->id,
+	                        (unsigned long long)g->world->topo.epoch, g->seq, msg);
 }
 
 static double deadline(const struct hpct_group *g)
@@ -35,7 +36,7 @@ static double deadline(const struct hpct_group *g)
 
 /* Reads the items of every other rank in one request. */
 static int fetch_all(struct hpct_group *g, const char *what, int self_dst, size_t sz, void *out,
-		     double dl)
+                     double dl)
 {
 	int n = g->size - 1;
 	char(*keys)[KEYLEN] = malloc((size_t)(n > 0 ? n : 1) * KEYLEN);
@@ -102,7 +103,7 @@ int hpct__std_barrier(struct hpct_group *g)
 	void *bufs[1];
 	size_t lens[1];
 	if (rc == 0 && v == g->size) {
-		unsigned char done[8] = {0};
+		unsigned char done[8] = { 0 };
 		kp[0] = cnt;
 		bufs[0] = back;
 		lens[0] = sizeof(back);

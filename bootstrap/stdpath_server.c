@@ -19,10 +19,10 @@
 #include "log.h"
 #include "util.h"
 
-#define IN_CAP (16 * 1024)	 /* holds the largest field parsed whole (a key) */
-#define OUT_HIGH (4u << 20)	 /* stop parsing a connection while this much is unsent */
-#define READS_PER_EVENT 16	 /* fairness: one busy sender cannot starve the loop */
-#define KEY_SHOWN 200		 /* bytes of a key quoted in a log line */
+#define IN_CAP          (16 * 1024) /* holds the largest field parsed whole (a key) */
+#define OUT_HIGH        (4u << 20)  /* stop parsing a connection while this much is unsent */
+#define READS_PER_EVENT 16          /* fairness: one busy sender cannot starve the loop */
+#define KEY_SHOWN       200         /* bytes of a key quoted in a log line */
 
 struct conn;
 
@@ -31,9 +31,9 @@ struct entry {
 	uint64_t hash;
 	unsigned char *val; /* owned; NULL while absent */
 	uint32_t vlen;
-	int present;		/* absent entries exist only while someone waits on them */
-	uint32_t readers_left;	/* reads before deletion; 0: kept */
-	int64_t min_wait;	/* lowest WAITGE target parked here (a lower bound) */
+	int present;           /* absent entries exist only while someone waits on them */
+	uint32_t readers_left; /* reads before deletion; 0: kept */
+	int64_t min_wait;      /* lowest WAITGE target parked here (a lower bound) */
 	struct conn *waiters;
 	uint32_t klen;
 	char key[];
@@ -52,7 +52,7 @@ struct conn {
 	int fd, rank; /* rank -1 until HELLO */
 	int dead, closing, queued, parked, ever_parked;
 	int said_bye, dropped; /* left properly; closed by us after a protocol error */
-	int err;	       /* errno that ended the connection, 0 if none */
+	int err;               /* errno that ended the connection, 0 if none */
 	uint32_t evmask;
 	char peer[HPCT_ADDRSTRLEN];
 	struct conn *prev, *next;   /* every open connection */
@@ -246,7 +246,7 @@ static void conn_close(struct conn *c)
 	c->dnext = s->deadq;
 	s->deadq = c;
 	if (s->listen_paused) {
-		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->lfd};
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &s->lfd };
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) == 0)
 			s->listen_paused = 0;
 	}
@@ -295,8 +295,8 @@ static void put(struct conn *c, const void *p, size_t n)
 
 static void put32(struct conn *c, uint32_t v)
 {
-	unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-			      (unsigned char)(v >> 8), (unsigned char)v};
+	unsigned char b[4] = { (unsigned char)(v >> 24), (unsigned char)(v >> 16),
+		               (unsigned char)(v >> 8), (unsigned char)v };
 	put(c, b, 4);
 }
 
@@ -340,7 +340,7 @@ static void __attribute__((format(printf, 2, 3))) conn_bad(struct conn *c, const
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: closing the connection from %s: %s", c->s->addr,
-		  who(c, w, sizeof(w)), msg);
+	          who(c, w, sizeof(w)), msg);
 	c->ipos = c->ilen = 0;
 	c->closing = 1;
 	c->dropped = 1;
@@ -374,8 +374,9 @@ static void rank_lost(struct conn *c)
 {
 	struct hpct_std_server *s = c->s;
 	if (s->lost_rank >= 0) {
-		HPCT_INFO(HPCT_SUB_STD, "rendezvous %s: rank %d at %s left without saying goodbye too",
-			  s->addr, c->rank, c->peer);
+		HPCT_INFO(HPCT_SUB_STD,
+		          "rendezvous %s: rank %d at %s left without saying goodbye too", s->addr,
+		          c->rank, c->peer);
 		return;
 	}
 	char reason[96] = "";
@@ -385,7 +386,7 @@ static void rank_lost(struct conn *c)
 		snprintf(reason, sizeof(reason), " (dropped after a protocol error)");
 	s->lost_rank = c->rank;
 	snprintf(s->lost_why, sizeof(s->lost_why), "rank %d at %s left without saying goodbye%s",
-		 c->rank, c->peer, reason);
+	         c->rank, c->peer, reason);
 	int n = 0;
 	for (struct conn *x = s->conns, *next; x; x = next) {
 		next = x->next; /* reply_err may close x, never another */
@@ -396,8 +397,9 @@ static void rank_lost(struct conn *c)
 		reply_err(x, HPCT_EPEERDEAD, s->lost_why);
 		n++;
 	}
-	HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: %s; failing %d waiting requests, and every wait from now on",
-		  s->addr, s->lost_why, n);
+	HPCT_WARN(HPCT_SUB_STD,
+	          "rendezvous %s: %s; failing %d waiting requests, and every wait from now on",
+	          s->addr, s->lost_why, n);
 }
 
 static void park(struct conn *c, size_t i)
@@ -431,7 +433,7 @@ static void mget_answer(struct conn *c)
 		total += 4 + (size_t)c->ents[i]->vlen;
 	if (out_reserve(c, total) != 0) {
 		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: out of memory answering %zu keys to %s",
-			  c->s->addr, c->nkeys, c->peer);
+		          c->s->addr, c->nkeys, c->peer);
 		conn_close(c);
 		return;
 	}
@@ -471,7 +473,8 @@ static void mget_try(struct conn *c)
 		 * hang-up may sit unseen behind the SET that woke it. */
 		unsigned char b;
 		ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		if (r == 0 ||
+		    (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 			c->err = r < 0 ? errno : 0;
 			conn_close(c);
 			return;
@@ -497,8 +500,9 @@ static void waitge_try(struct conn *c)
 	if (e && e->present) {
 		if (e->vlen != 8) {
 			char msg[KEY_SHOWN + 80];
-			snprintf(msg, sizeof(msg), "key '%.*s' holds a %u-byte value, not a counter",
-				 (int)(e->klen < KEY_SHOWN ? e->klen : KEY_SHOWN), e->key, e->vlen);
+			snprintf(msg, sizeof(msg),
+			         "key '%.*s' holds a %u-byte value, not a counter",
+			         (int)(e->klen < KEY_SHOWN ? e->klen : KEY_SHOWN), e->key, e->vlen);
 			req_done(c);
 			reply_err(c, HPCT_EINVAL, msg);
 			return;
@@ -548,7 +552,7 @@ static void refuse(struct conn *c, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: refused %s claiming rank %u: %s", c->s->addr,
-		  c->peer, c->reqrank, msg);
+	          c->peer, c->reqrank, msg);
 	c->closing = 1;
 	reply_err(c, HPCT_EREFUSED, msg);
 }
@@ -563,8 +567,10 @@ static void exec_hello(struct conn *c, const unsigned char *p)
 		return;
 	}
 	if (job != s->job) {
-		refuse(c, "job hash %016llx differs from the rendezvous's %016llx (another job, or a stale rank of an earlier run?)",
-			      (unsigned long long)job, (unsigned long long)s->job);
+		refuse(c,
+		       "job hash %016llx differs from the rendezvous's %016llx (another job, or a "
+		       "stale rank of an earlier run?)",
+		       (unsigned long long)job, (unsigned long long)s->job);
 		return;
 	}
 	if (size != (uint32_t)s->nranks) {
@@ -583,8 +589,8 @@ static void exec_hello(struct conn *c, const unsigned char *p)
 	s->by_rank[r] = c;
 	HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %u joined from %s", s->addr, r, c->peer);
 	if (++s->joined == s->nranks)
-		HPCT_INFO(HPCT_SUB_STD, "rendezvous %s: all %d ranks connected after %.3f s", s->addr,
-			  s->nranks, hpct__now() - s->t0);
+		HPCT_INFO(HPCT_SUB_STD, "rendezvous %s: all %d ranks connected after %.3f s",
+		          s->addr, s->nranks, hpct__now() - s->t0);
 	reply_status(c, 0);
 }
 
@@ -617,7 +623,7 @@ static void exec_add(struct conn *c)
 	if (e->present && e->vlen != 8) {
 		char msg[KEY_SHOWN + 80];
 		snprintf(msg, sizeof(msg), "key '%.*s' holds a %u-byte value, not a counter",
-			 (int)(e->klen < KEY_SHOWN ? e->klen : KEY_SHOWN), e->key, e->vlen);
+		         (int)(e->klen < KEY_SHOWN ? e->klen : KEY_SHOWN), e->key, e->vlen);
 		req_done(c);
 		reply_err(c, HPCT_EINVAL, msg);
 		return;
@@ -728,7 +734,8 @@ static void conn_progress(struct conn *c)
 				return;
 			}
 			if (c->op == HPCT_STD_BYE) {
-				HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %d left", c->s->addr, c->rank);
+				HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %d left", c->s->addr,
+				           c->rank);
 				c->said_bye = 1;
 				c->closing = 1;
 				schedule(c);
@@ -736,7 +743,8 @@ static void conn_progress(struct conn *c)
 			}
 			if (c->op == HPCT_STD_MGET)
 				c->st = ST_N;
-			else if (c->op == HPCT_STD_SET || c->op == HPCT_STD_ADD || c->op == HPCT_STD_WAITGE)
+			else if (c->op == HPCT_STD_SET || c->op == HPCT_STD_ADD ||
+			         c->op == HPCT_STD_WAITGE)
 				c->st = ST_KLEN;
 			else {
 				conn_bad(c, "unknown request %u", c->op);
@@ -769,7 +777,8 @@ static void conn_progress(struct conn *c)
 			c->klen = get32(p);
 			c->ipos += 4;
 			if (c->klen > HPCT_STD_MAX_KEY) {
-				conn_bad(c, "key of %u bytes (limit %u)", c->klen, HPCT_STD_MAX_KEY);
+				conn_bad(c, "key of %u bytes (limit %u)", c->klen,
+				         HPCT_STD_MAX_KEY);
 				return;
 			}
 			c->st = ST_KEY;
@@ -799,8 +808,8 @@ static void conn_progress(struct conn *c)
 			c->ipos += 8;
 			if (c->vlen > HPCT_STD_MAX_VALUE) {
 				conn_bad(c, "value of %u bytes for key '%.*s' (limit %u)", c->vlen,
-						(int)(c->klens[0] < KEY_SHOWN ? c->klens[0] : KEY_SHOWN),
-						ckey(c, 0), HPCT_STD_MAX_VALUE);
+				         (int)(c->klens[0] < KEY_SHOWN ? c->klens[0] : KEY_SHOWN),
+				         ckey(c, 0), HPCT_STD_MAX_VALUE);
 				return;
 			}
 			c->val = malloc(c->vlen ? c->vlen : 1);
@@ -880,8 +889,8 @@ static void conn_read(struct conn *c, uint32_t events)
 			char w[HPCT_ADDRSTRLEN + 24];
 			c->err = r < 0 ? errno : 0;
 			HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: %s hung up (%s)", c->s->addr,
-				   who(c, w, sizeof(w)),
-				   r == 0 ? "end of stream" : strerror(c->err));
+			           who(c, w, sizeof(w)),
+			           r == 0 ? "end of stream" : strerror(c->err));
 			conn_close(c);
 			break;
 		}
@@ -899,7 +908,8 @@ static void conn_read(struct conn *c, uint32_t events)
 static void conn_flush(struct conn *c)
 {
 	while (c->opos < c->olen) {
-		ssize_t r = send(c->fd, c->out + c->opos, c->olen - c->opos, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t r = send(c->fd, c->out + c->opos, c->olen - c->opos,
+		                 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (r > 0) {
 			c->opos += (size_t)r;
 			continue;
@@ -932,7 +942,7 @@ static void conn_update(struct conn *c)
 		want |= EPOLLOUT;
 	if (want == c->evmask)
 		return;
-	struct epoll_event ev = {.events = want, .data.ptr = c};
+	struct epoll_event ev = { .events = want, .data.ptr = c };
 	if (epoll_ctl(c->s->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
 		c->evmask = want;
 }
@@ -946,10 +956,12 @@ static void accept_all(struct hpct_std_server *s)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
 				/* Level-triggered: stop listening until a connection closes. */
-				HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: cannot accept (%s); pausing",
-					  s->addr, strerror(errno));
+				HPCT_WARN(HPCT_SUB_STD,
+				          "rendezvous %s: cannot accept (%s); pausing", s->addr,
+				          strerror(errno));
 				epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
 				s->listen_paused = 1;
 			}
@@ -967,7 +979,7 @@ static void accept_all(struct hpct_std_server *s)
 		c->rank = -1;
 		hpct__addr_str((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
 		c->evmask = EPOLLIN | EPOLLRDHUP;
-		struct epoll_event ev = {.events = c->evmask, .data.ptr = c};
+		struct epoll_event ev = { .events = c->evmask, .data.ptr = c };
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
 			close(fd);
 			free(c);
@@ -1049,11 +1061,14 @@ static void *server_main(void *arg)
 		int early = 0;
 		for (struct conn *c = s->conns; c && o + 16 < sizeof(list); c = c->next) {
 			if (!c->closing && c->rank >= 0)
-				o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? ", " : "", c->rank);
+				o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d",
+				                      o ? ", " : "", c->rank);
 			early += !c->closing && c->rank < 0;
 		}
-		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: stopping at the deadline with ranks [%s] and %d connections before HELLO still open",
-			  s->addr, list, early);
+		HPCT_WARN(HPCT_SUB_STD,
+		          "rendezvous %s: stopping at the deadline with ranks [%s] and %d "
+		          "connections before HELLO still open",
+		          s->addr, list, early);
 	}
 	return NULL;
 }
@@ -1068,22 +1083,23 @@ static int is_wildcard(const struct sockaddr_storage *ss)
 }
 
 int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
-			   struct hpct_std_server **server_out)
+                           struct hpct_std_server **server_out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int rc, one = 1;
 	if (!host || !*host || port < 0 || port > 65535 || nranks < 1)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD,
-				  "rendezvous: bad arguments (host '%s', port %d, %d ranks)",
-				  host ? host : "(null)", port, nranks);
+		                  "rendezvous: bad arguments (host '%s', port %d, %d ranks)",
+		                  host ? host : "(null)", port, nranks);
 	rc = hpct__resolve(host, port, AF_UNSPEC, &ss, &sl);
 	if (rc)
 		return rc;
 	if (is_wildcard(&ss))
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD,
-				  "rendezvous: host '%s' is the wildcard address; give MASTER_ADDR the address ranks connect to",
-				  host);
+		                  "rendezvous: host '%s' is the wildcard address; give MASTER_ADDR "
+		                  "the address ranks connect to",
+		                  host);
 	struct hpct_std_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory");
@@ -1096,12 +1112,14 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 	s->tab.b = calloc(1024, sizeof(*s->tab.b));
 	s->tab.mask = 1023;
 	if (!s->by_rank || !s->tab.b) {
-		rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory for %d ranks", nranks);
+		rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory for %d ranks",
+		                nranks);
 		goto free_server;
 	}
 	s->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s->lfd < 0) {
-		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: socket: %s", s->addr, strerror(errno));
+		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: socket: %s", s->addr,
+		                strerror(errno));
 		goto free_server;
 	}
 	/* SO_REUSEADDR lets a restarted rank 0 bind past TIME_WAIT; never
@@ -1110,40 +1128,44 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 	if (bind(s->lfd, (struct sockaddr *)&ss, sl) != 0) {
 		if (errno == EADDRINUSE)
 			rc = hpct__fail(HPCT_EADDRINUSE, HPCT_SUB_STD,
-					"rendezvous: %s is already in use (another job's rank 0, or an earlier run still holding it)",
-					s->addr);
+			                "rendezvous: %s is already in use (another job's rank 0, "
+			                "or an earlier run still holding it)",
+			                s->addr);
 		else
-			rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous: cannot bind %s (%s)", s->addr,
-					strerror(errno));
+			rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous: cannot bind %s (%s)",
+			                s->addr, strerror(errno));
 		goto close_listener;
 	}
 	if (listen(s->lfd, 4096) != 0) {
-		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous: cannot listen on %s (%s)", s->addr,
-				strerror(errno));
+		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous: cannot listen on %s (%s)",
+		                s->addr, strerror(errno));
 		goto close_listener;
 	}
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (s->epfd < 0) {
-		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: epoll: %s", s->addr, strerror(errno));
+		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: epoll: %s", s->addr,
+		                strerror(errno));
 		goto close_listener;
 	}
 	s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->evfd < 0) {
-		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: eventfd: %s", s->addr, strerror(errno));
+		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: eventfd: %s", s->addr,
+		                strerror(errno));
 		goto close_epoll;
 	}
-	struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &s->lfd};
-	struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &s->evfd};
+	struct epoll_event lev = { .events = EPOLLIN, .data.ptr = &s->lfd };
+	struct epoll_event eev = { .events = EPOLLIN, .data.ptr = &s->evfd };
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &lev) != 0 ||
 	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &eev) != 0) {
-		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: epoll_ctl: %s", s->addr, strerror(errno));
+		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: epoll_ctl: %s", s->addr,
+		                strerror(errno));
 		goto close_eventfd;
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	rc = pthread_create(&s->thread, NULL, server_main, s);
 	if (rc != 0) {
-		rc = hpct__fail(-rc, HPCT_SUB_STD, "rendezvous %s: cannot start its thread (%s)", s->addr,
-				strerror(rc));
+		rc = hpct__fail(-rc, HPCT_SUB_STD, "rendezvous %s: cannot start its thread (%s)",
+		                s->addr, strerror(rc));
 		goto destroy_lock;
 	}
 	HPCT_INFO(HPCT_SUB_STD, "rendezvous serving %d ranks at %s", nranks, s->addr);
@@ -1176,7 +1198,7 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 	uint64_t one = 1;
 	if (write(s->evfd, &one, sizeof(one)) < 0)
 		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: cannot wake its thread (%s)", s->addr,
-			  strerror(errno));
+		          strerror(errno));
 	pthread_join(s->thread, NULL);
 	s->final = 1; /* closing them ourselves loses no rank */
 	while (s->conns) {

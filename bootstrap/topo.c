@@ -19,14 +19,14 @@
 /* Host table lines: "RANK HOST:PORT" and a comment fit easily. */
 #define LINE_MAX_LEN 1024
 
-static const char *const rank_vars[] = {"HPCT_RANK", "RANK", "SLURM_PROCID",
-					"OMPI_COMM_WORLD_RANK", NULL};
-static const char *const size_vars[] = {"HPCT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS",
-					"OMPI_COMM_WORLD_SIZE", NULL};
-static const char *const local_vars[] = {"HPCT_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID",
-					 "OMPI_COMM_WORLD_LOCAL_RANK", NULL};
-static const char *const epoch_vars[] = {"HPCT_EPOCH", "TORCHELASTIC_RESTART_COUNT",
-					 "JOB_RESTART_COUNT", NULL};
+static const char *const rank_vars[] = { "HPCT_RANK", "RANK", "SLURM_PROCID",
+	                                 "OMPI_COMM_WORLD_RANK", NULL };
+static const char *const size_vars[] = { "HPCT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS",
+	                                 "OMPI_COMM_WORLD_SIZE", NULL };
+static const char *const local_vars[] = { "HPCT_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID",
+	                                  "OMPI_COMM_WORLD_LOCAL_RANK", NULL };
+static const char *const epoch_vars[] = { "HPCT_EPOCH", "TORCHELASTIC_RESTART_COUNT",
+	                                  "JOB_RESTART_COUNT", NULL };
 
 /* Where each item came from, for messages. */
 struct srcs {
@@ -44,7 +44,7 @@ static const char *shorten(const char *v, char *buf, size_t len)
 
 /* The first variable of vars that is set wins, even when malformed. */
 static int first_int(const struct hpct_env *env, const char *const *vars, long min, long max,
-		     long *out, const char **from)
+                     long *out, const char **from)
 {
 	*from = NULL;
 	for (int i = 0; vars[i]; i++) {
@@ -59,7 +59,7 @@ static int first_int(const struct hpct_env *env, const char *const *vars, long m
 static int no_memory(int size)
 {
 	return hpct__fail(HPCT_ENOMEM, HPCT_SUB_ENV, "out of memory reading the layout of %d ranks",
-			  size);
+	                  size);
 }
 
 static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
@@ -72,22 +72,23 @@ static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	if (rc)
 		return rc;
 	if (!src->rank && !src->size)
-		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
-				  "rank and world size unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
-				  "OMPI_COMM_WORLD_RANK nor HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
-				  "OMPI_COMM_WORLD_SIZE is set");
+		return hpct__fail(
+		        HPCT_ENOTOPO, HPCT_SUB_ENV,
+		        "rank and world size unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
+		        "OMPI_COMM_WORLD_RANK nor HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
+		        "OMPI_COMM_WORLD_SIZE is set");
 	if (!src->rank)
 		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
-				  "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
-				  "OMPI_COMM_WORLD_RANK is set");
+		                  "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
+		                  "OMPI_COMM_WORLD_RANK is set");
 	if (!src->size)
 		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
-				  "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
-				  "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE is set");
+		                  "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
+		                  "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE is set");
 	if (rank >= size)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "%s=%ld is not below the world size %ld (from %s)", src->rank, rank,
-				  size, src->size);
+		                  "%s=%ld is not below the world size %ld (from %s)", src->rank,
+		                  rank, size, src->size);
 	t->rank = (int)rank;
 	t->size = (int)size;
 	return 0;
@@ -147,9 +148,10 @@ static int read_net(const struct hpct_env *env, struct hpct_topo *t)
 	if (rc)
 		return rc;
 	if (base + range - 1 > 65535)
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_PORT_BASE=%ld with HPCT_PORT_RANGE=%ld ends at port %ld, above 65535",
-				  base, range, base + range - 1);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "HPCT_PORT_BASE=%ld with HPCT_PORT_RANGE=%ld ends at port %ld, above 65535",
+		        base, range, base + range - 1);
 	t->port_base = (int)base;
 	t->port_range = (int)range;
 
@@ -161,9 +163,10 @@ static int read_net(const struct hpct_env *env, struct hpct_topo *t)
 	else if (!strcasecmp(fam, "AF_INET6") || !strcasecmp(fam, "inet6") || !strcmp(fam, "6"))
 		t->family = AF_INET6;
 	else
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_SOCKET_FAMILY='%s' is not AF_INET, AF_INET6, inet, inet6, 4 or 6",
-				  fam);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "HPCT_SOCKET_FAMILY='%s' is not AF_INET, AF_INET6, inet, inet6, 4 or 6",
+		        fam);
 	const char *ifname = hpct__env_str(env, "HPCT_SOCKET_IFNAME");
 	if (ifname && !(t->ifname = strdup(ifname)))
 		return no_memory(t->size);
@@ -174,7 +177,7 @@ static int read_net(const struct hpct_env *env, struct hpct_topo *t)
 }
 
 static int file_fail(const char *path, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 static int file_fail(const char *path, int line, const char *fmt, ...)
 {
 	char msg[512];
@@ -184,7 +187,7 @@ static int file_fail(const char *path, int line, const char *fmt, ...)
 	va_end(ap);
 	if (line > 0)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_HOSTFILE=%s line %d: %s", path,
-				  line, msg);
+		                  line, msg);
 	return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_HOSTFILE=%s: %s", path, msg);
 }
 
@@ -274,7 +277,7 @@ struct table_ctx {
 };
 
 static int table_line(struct table_ctx *c, struct hpct_topo *t, int line, char *rank_tok,
-		      char *host_tok)
+                      char *host_tok)
 {
 	char *end, *host;
 	int port;
@@ -283,11 +286,11 @@ static int table_line(struct table_ctx *c, struct hpct_topo *t, int line, char *
 	if (errno || *end || rank_tok[0] < '0' || rank_tok[0] > '9')
 		return file_fail(c->path, line, "rank '%s' is not a number", rank_tok);
 	if (r >= t->size)
-		return file_fail(c->path, line, "rank %ld is not below the world size %d (from %s)", r,
-				 t->size, c->src->size);
+		return file_fail(c->path, line, "rank %ld is not below the world size %d (from %s)",
+		                 r, t->size, c->src->size);
 	if (c->line_of[r])
 		return file_fail(c->path, line, "rank %ld listed twice (first at line %d)", r,
-				 c->line_of[r]);
+		                 c->line_of[r]);
 	char why[LINE_MAX_LEN + 64];
 	if (split_host_port(host_tok, &host, &port, why, sizeof(why)))
 		return file_fail(c->path, line, "rank %ld: %s", r, why);
@@ -322,10 +325,11 @@ static int table_finish(struct table_ctx *c, struct hpct_topo *t, int lines)
 {
 	for (int r = 0; r < t->size; r++)
 		if (!c->line_of[r])
-			return file_fail(c->path, 0,
-					 "rank %d is not listed (the table must list ranks 0..%d once "
-					 "each; %d lines read)",
-					 r, t->size - 1, lines);
+			return file_fail(
+			        c->path, 0,
+			        "rank %d is not listed (the table must list ranks 0..%d once "
+			        "each; %d lines read)",
+			        r, t->size - 1, lines);
 	int *tasks = malloc((size_t)t->nnodes * sizeof(int));
 	if (!tasks)
 		return no_memory(t->size);
@@ -336,12 +340,12 @@ static int table_finish(struct table_ctx *c, struct hpct_topo *t, int lines)
 
 /* Either a table (fills t) or plain lines (*plain_out, *nplain_out). */
 static int read_hostfile(const char *path, const struct srcs *src, struct hpct_topo *t,
-			 char ***plain_out, int *nplain_out)
+                         char ***plain_out, int *nplain_out)
 {
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return file_fail(path, 0, "cannot open (%s)", strerror(errno));
-	struct table_ctx c = {path, src, NULL, {NULL, 0}};
+	struct table_ctx c = { path, src, NULL, { NULL, 0 } };
 	char **plain = NULL;
 	int nplain = 0, cap = 0, line = 0, first = 0, is_table = 0, rc = 0;
 	char buf[LINE_MAX_LEN];
@@ -373,7 +377,7 @@ static int read_hostfile(const char *path, const struct srcs *src, struct hpct_t
 		}
 		if (ntok != (is_table ? 2 : 1)) {
 			rc = file_fail(path, line, "expected %s (as on line %d)",
-				       is_table ? "'RANK HOST[:PORT]'" : "one host", first);
+			               is_table ? "'RANK HOST[:PORT]'" : "one host", first);
 			goto out;
 		}
 		if (is_table) {
@@ -392,8 +396,9 @@ static int read_hostfile(const char *path, const struct srcs *src, struct hpct_t
 			goto out;
 		}
 		if (nplain == t->size) {
-			rc = file_fail(path, line, "more hosts than the %d ranks of the world (from %s)",
-				       t->size, src->size);
+			rc = file_fail(path, line,
+			               "more hosts than the %d ranks of the world (from %s)",
+			               t->size, src->size);
 			goto out;
 		}
 		if (nplain == cap) {
@@ -436,17 +441,17 @@ static const struct {
 	const char *name;
 	int uniform; /* one count for every node, else a Slurm tasks-per-node list */
 } tasks_vars[] = {
-	{"HPCT_TASKS_PER_NODE", 0},
-	{"LOCAL_WORLD_SIZE", 1},
+	{ "HPCT_TASKS_PER_NODE", 0 },
+	{ "LOCAL_WORLD_SIZE", 1 },
 	/* inside srun the step's own layout, which may use fewer nodes */
-	{"SLURM_STEP_TASKS_PER_NODE", 0},
-	{"SLURM_TASKS_PER_NODE", 0},
-	{"OMPI_COMM_WORLD_LOCAL_SIZE", 1},
+	{ "SLURM_STEP_TASKS_PER_NODE", 0 },
+	{ "SLURM_TASKS_PER_NODE", 0 },
+	{ "OMPI_COMM_WORLD_LOCAL_SIZE", 1 },
 };
 
 /* Ranks on each node of a plain node list, by the precedence in topo.h. */
 static int read_tasks(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src,
-		      int **tasks_out)
+                      int **tasks_out)
 {
 	int n = t->nnodes, *tasks = NULL, rc;
 	char what[160] = "", sb[100], err[256];
@@ -466,15 +471,16 @@ static int read_tasks(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		rc = hpct__tasks_per_node_parse(v, n, &tasks, &ntasks, err, sizeof(err));
 		if (rc)
 			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s (node list: %s)", name,
-					  shorten(v, sb, sizeof(sb)), err, t->nodelist_src);
+			                  shorten(v, sb, sizeof(sb)), err, t->nodelist_src);
 		snprintf(what, sizeof(what), "%s='%s'", name, shorten(v, sb, sizeof(sb)));
 	}
 	if (!src->tasks) {
 		if (t->size % n)
-			return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
-					  "cannot lay out the %d ranks (from %s) on the %d nodes of %s: "
-					  "set HPCT_TASKS_PER_NODE or LOCAL_WORLD_SIZE",
-					  t->size, src->size, n, t->nodelist_src);
+			return hpct__fail(
+			        HPCT_ENOTOPO, HPCT_SUB_ENV,
+			        "cannot lay out the %d ranks (from %s) on the %d nodes of %s: "
+			        "set HPCT_TASKS_PER_NODE or LOCAL_WORLD_SIZE",
+			        t->size, src->size, n, t->nodelist_src);
 		each = t->size / n;
 	}
 	if (!tasks) {
@@ -488,10 +494,11 @@ static int read_tasks(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		sum += tasks[k];
 	if (sum != t->size) {
 		free(tasks);
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "%s gives %lld ranks on the %d nodes of %s, but the world size is %d "
-				  "(from %s)",
-				  what, sum, n, t->nodelist_src, t->size, src->size);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "%s gives %lld ranks on the %d nodes of %s, but the world size is %d "
+		        "(from %s)",
+		        what, sum, n, t->nodelist_src, t->size, src->size);
 	}
 	*tasks_out = tasks;
 	return 0;
@@ -514,15 +521,16 @@ static int layout_blocks(struct hpct_topo *t, int *tasks)
 
 static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
 {
-	static const char *const vars[] = {"HPCT_HOSTFILE", "HPCT_HOSTS", "SLURM_STEP_NODELIST",
-					   "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
+	static const char *const vars[] = { "HPCT_HOSTFILE",       "HPCT_HOSTS",
+		                            "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+		                            "SLURM_NODELIST",      NULL };
 	const char *v = NULL;
 	int i, rc, n = 0;
 	for (i = 0; vars[i] && !(v = hpct__env_str(env, vars[i])); i++)
 		;
 	if (!v) {
 		snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
-			 "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST");
+		         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST");
 		return 0;
 	}
 	t->nodelist_src = vars[i];
@@ -538,12 +546,13 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		rc = hpct__hostlist_parse(v, (size_t)t->size + 1, &hosts, &n, err, sizeof(err));
 		if (rc)
 			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s", vars[i],
-					  shorten(v, sb, sizeof(sb)), err);
+			                  shorten(v, sb, sizeof(sb)), err);
 		if (n > t->size) {
 			hpct__strv_free(hosts, n);
-			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-					  "%s='%s' lists more nodes than the %d ranks of the world (from %s)",
-					  vars[i], shorten(v, sb, sizeof(sb)), t->size, src->size);
+			return hpct__fail(
+			        HPCT_EBADENV, HPCT_SUB_ENV,
+			        "%s='%s' lists more nodes than the %d ranks of the world (from %s)",
+			        vars[i], shorten(v, sb, sizeof(sb)), t->size, src->size);
 		}
 	}
 	t->hosts = hosts;
@@ -564,8 +573,8 @@ static int check_local(const struct hpct_env *env, struct hpct_topo *t, const st
 	if (rc)
 		return rc;
 	if (!t->nnodes) {
-		static const char *const size_vars_local[] = {"LOCAL_WORLD_SIZE",
-							      "OMPI_COMM_WORLD_LOCAL_SIZE", NULL};
+		static const char *const size_vars_local[] = { "LOCAL_WORLD_SIZE",
+			                                       "OMPI_COMM_WORLD_LOCAL_SIZE", NULL };
 		long ls = 1;
 		const char *lfrom;
 		if ((rc = first_int(env, size_vars_local, 1, MAX_WORLD, &ls, &lfrom)))
@@ -574,7 +583,7 @@ static int check_local(const struct hpct_env *env, struct hpct_topo *t, const st
 			ls = 1;
 		else if (v >= ls)
 			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "%s=%ld is not below %s=%ld",
-					  from, v, lfrom, ls);
+			                  from, v, lfrom, ls);
 		t->local_rank = (int)v;
 		t->local_size = t->max_local = (int)ls;
 		return 0;
@@ -587,19 +596,21 @@ static int check_local(const struct hpct_env *env, struct hpct_topo *t, const st
 	else
 		snprintf(layout, sizeof(layout), "%s, ranks split evenly", t->nodelist_src);
 	if (from && v != t->local_rank)
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "%s=%ld disagrees with the layout: rank %d (from %s) is local rank %d "
-				  "of the %d ranks on node %d '%s' (%s)",
-				  from, v, t->rank, src->rank, t->local_rank, t->local_size, t->node,
-				  t->hosts[t->node], layout);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "%s=%ld disagrees with the layout: rank %d (from %s) is local rank %d "
+		        "of the %d ranks on node %d '%s' (%s)",
+		        from, v, t->rank, src->rank, t->local_rank, t->local_size, t->node,
+		        t->hosts[t->node], layout);
 	int set;
 	if ((rc = hpct__env_int(env, "GROUP_RANK", 0, INT_MAX, 0, &g, &set)))
 		return rc;
 	if (set && g != t->node)
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "GROUP_RANK=%ld disagrees with the layout: rank %d (from %s) is on "
-				  "node %d '%s' (%s)",
-				  g, t->rank, src->rank, t->node, t->hosts[t->node], layout);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "GROUP_RANK=%ld disagrees with the layout: rank %d (from %s) is on "
+		        "node %d '%s' (%s)",
+		        g, t->rank, src->rank, t->node, t->hosts[t->node], layout);
 	return 0;
 }
 
@@ -613,10 +624,10 @@ static void warn_ephemeral(const struct hpct_topo *t)
 	int last = t->port_base + t->port_range - 1;
 	if (ok && t->port_base <= hi && last >= lo)
 		HPCT_WARN(HPCT_SUB_ENV,
-			  "HPCT_PORT_BASE=%d, HPCT_PORT_RANGE=%d: ports %d-%d overlap the kernel's "
-			  "ephemeral ports %d-%d (net.ipv4.ip_local_port_range), so an outgoing "
-			  "connection may hold a port a rank must listen on",
-			  t->port_base, t->port_range, t->port_base, last, lo, hi);
+		          "HPCT_PORT_BASE=%d, HPCT_PORT_RANGE=%d: ports %d-%d overlap the kernel's "
+		          "ephemeral ports %d-%d (net.ipv4.ip_local_port_range), so an outgoing "
+		          "connection may hold a port a rank must listen on",
+		          t->port_base, t->port_range, t->port_base, last, lo, hi);
 }
 
 static int check_ports(const struct hpct_topo *t)
@@ -634,20 +645,20 @@ static int check_ports(const struct hpct_topo *t)
 	const char *node = t->hosts[busiest < 0 ? 0 : busiest];
 	if (derived && t->port_range < t->max_local)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_PORT_RANGE=%d cannot hold the %d ranks of node %s", t->port_range,
-				  t->max_local, node);
+		                  "HPCT_PORT_RANGE=%d cannot hold the %d ranks of node %s",
+		                  t->port_range, t->max_local, node);
 	if (derived && t->port_range < 2 * t->max_local)
 		HPCT_INFO(HPCT_SUB_ENV,
-			  "HPCT_PORT_RANGE=%d is less than twice the %d ranks of node %s: ports "
-			  "cannot rotate with the epoch",
-			  t->port_range, t->max_local, node);
+		          "HPCT_PORT_RANGE=%d is less than twice the %d ranks of node %s: ports "
+		          "cannot rotate with the epoch",
+		          t->port_range, t->max_local, node);
 	return 0;
 }
 
 int hpct__topo_read(const struct hpct_env *env, struct hpct_topo *topo_out)
 {
 	struct hpct_topo t;
-	struct srcs src = {NULL, NULL, NULL};
+	struct srcs src = { NULL, NULL, NULL };
 	memset(&t, 0, sizeof(t));
 	int rc = read_world(env, &t, &src);
 	if (!rc)

@@ -26,27 +26,27 @@
 struct hpct_topo {
 	int rank, size;
 	int local_rank, local_size;
-	int node, nnodes;          /* nnodes == 0: no node list (standard path only) */
-	char **hosts;              /* nnodes host names or literal addresses, as listed */
-	int *node_of;              /* size entries: rank -> node (NULL without node list) */
-	int *local_of;             /* size entries: rank -> index among its node's ranks */
-	int *port_of;              /* size entries: explicit port from a host table, 0 = derive; or NULL */
-	int max_local;             /* largest number of ranks on one node */
-	const char *nodelist_src;  /* variable the node list came from, or NULL */
+	int node, nnodes; /* nnodes == 0: no node list (standard path only) */
+	char **hosts;     /* nnodes host names or literal addresses, as listed */
+	int *node_of;     /* size entries: rank -> node (NULL without node list) */
+	int *local_of;    /* size entries: rank -> index among its node's ranks */
+	int *port_of;     /* size entries: explicit port from a host table, 0 = derive; or NULL */
+	int max_local;    /* largest number of ranks on one node */
+	const char *nodelist_src; /* variable the node list came from, or NULL */
 
 	char job_name[128];
-	uint64_t job;              /* hpct__hash of job_name */
+	uint64_t job; /* hpct__hash of job_name */
 	uint64_t epoch;
 
-	char *master_addr;         /* MASTER_ADDR, or NULL */
-	int master_port;           /* MASTER_PORT, or 0 */
+	char *master_addr; /* MASTER_ADDR, or NULL */
+	int master_port;   /* MASTER_PORT, or 0 */
 
-	int port_base, port_range; /* HPCT_PORT_BASE, HPCT_PORT_RANGE */
-	double timeout_s;          /* HPCT_TIMEOUT */
-	int want_rootless;         /* HPCT_USE_ROOTLESS */
-	int family;                /* AF_UNSPEC, AF_INET or AF_INET6 (HPCT_SOCKET_FAMILY) */
-	char *ifname;              /* HPCT_SOCKET_IFNAME, or NULL */
-	char why_not_rootless[256];/* non-empty when the rootless inputs are missing */
+	int port_base, port_range;  /* HPCT_PORT_BASE, HPCT_PORT_RANGE */
+	double timeout_s;           /* HPCT_TIMEOUT */
+	int want_rootless;          /* HPCT_USE_ROOTLESS */
+	int family;                 /* AF_UNSPEC, AF_INET or AF_INET6 (HPCT_SOCKET_FAMILY) */
+	char *ifname;               /* HPCT_SOCKET_IFNAME, or NULL */
+	char why_not_rootless[256]; /* non-empty when the rootless inputs are missing */
 };
 
 /* Reads the world.  Missing node list is not an error (why_not_rootless says

@@ -60,7 +60,7 @@ void hpct__addr_str(const struct sockaddr *sa, char *buf, size_t len)
 }
 
 int hpct__resolve(const char *host, int port, int family, struct sockaddr_storage *out,
-		  socklen_t *len_out)
+                  socklen_t *len_out)
 {
 	struct addrinfo hints, *res = NULL;
 	memset(&hints, 0, sizeof(hints));
@@ -68,9 +68,12 @@ int hpct__resolve(const char *host, int port, int family, struct sockaddr_storag
 	hints.ai_socktype = SOCK_STREAM;
 	int rc = getaddrinfo(host, NULL, &hints, &res);
 	if (rc != 0 || !res)
-		return hpct__fail(HPCT_ERESOLVE, HPCT_SUB_NET, "cannot resolve host '%s'%s: %s", host,
-				  family == AF_INET ? " (IPv4)" : family == AF_INET6 ? " (IPv6)" : "",
-				  gai_strerror(rc));
+		return hpct__fail(HPCT_ERESOLVE, HPCT_SUB_NET, "cannot resolve host '%s'%s: %s",
+		                  host,
+		                  family == AF_INET    ? " (IPv4)"
+		                  : family == AF_INET6 ? " (IPv6)"
+		                                       : "",
+		                  gai_strerror(rc));
 	memcpy(out, res->ai_addr, res->ai_addrlen);
 	*len_out = res->ai_addrlen;
 	freeaddrinfo(res);

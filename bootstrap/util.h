@@ -20,6 +20,6 @@ void hpct__addr_str(const struct sockaddr *sa, char *buf, size_t len);
 /* Resolves host (name or literal) with the given family (AF_UNSPEC: first
  * answer) and sets the port.  HPCT_ERESOLVE with a message naming host. */
 int hpct__resolve(const char *host, int port, int family, struct sockaddr_storage *out,
-		  socklen_t *len_out);
+                  socklen_t *len_out);
 
 #endif

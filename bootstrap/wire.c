@@ -54,7 +54,8 @@ void hpct__hello_encode(const struct hpct_hello *h, unsigned char out[HPCT_HELLO
 int hpct__hello_decode(const void *buf, size_t len, struct hpct_hello *h)
 {
 	const unsigned char *p = buf;
-	if (len != HPCT_HELLO_LEN || get32(p) != HPCT_WIRE_MAGIC || get16(p + 4) != HPCT_WIRE_VERSION)
+	if (len != HPCT_HELLO_LEN || get32(p) != HPCT_WIRE_MAGIC ||
+	    get16(p + 4) != HPCT_WIRE_VERSION)
 		return HPCT_EPROTO;
 	h->type = get16(p + 6);
 	if (h->type < HPCT_HELLO || h->type > HPCT_HELLO_REFUSE)
@@ -101,7 +102,8 @@ void hpct__msg_hdr_encode(const struct hpct_msg_hdr *h, unsigned char out[HPCT_M
 int hpct__msg_hdr_decode(const void *buf, size_t len, struct hpct_msg_hdr *h)
 {
 	const unsigned char *p = buf;
-	if (len < HPCT_MSG_HDR_LEN || (p[0] != HPCT_MSG_DATA && p[0] != HPCT_MSG_ABORT) || p[1] != 0)
+	if (len < HPCT_MSG_HDR_LEN || (p[0] != HPCT_MSG_DATA && p[0] != HPCT_MSG_ABORT) ||
+	    p[1] != 0)
 		return HPCT_EPROTO;
 	h->type = p[0];
 	h->round = get16(p + 2);

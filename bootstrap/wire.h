@@ -7,21 +7,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HPCT_WIRE_MAGIC 0x48504354u /* "HPCT" */
+#define HPCT_WIRE_MAGIC   0x48504354u /* "HPCT" */
 #define HPCT_WIRE_VERSION 1
-#define HPCT_HELLO_LEN 48
+#define HPCT_HELLO_LEN    48
 
 enum hpct_hello_type { HPCT_HELLO = 1, HPCT_HELLO_ACK = 2, HPCT_HELLO_REFUSE = 3 };
 
 /* Why an acceptor refused a connection (carried in REFUSE). */
 enum hpct_refuse_reason {
 	HPCT_REFUSE_NONE = 0,
-	HPCT_REFUSE_JOB = 1,      /* another job */
-	HPCT_REFUSE_EPOCH = 2,    /* another restart epoch */
-	HPCT_REFUSE_RANK = 3,     /* the destination rank is not this process */
-	HPCT_REFUSE_SIZE = 4,     /* another world size */
-	HPCT_REFUSE_DUP = 5,      /* that source rank is already connected */
-	HPCT_REFUSE_SRC = 6,      /* source rank out of range */
+	HPCT_REFUSE_JOB = 1,   /* another job */
+	HPCT_REFUSE_EPOCH = 2, /* another restart epoch */
+	HPCT_REFUSE_RANK = 3,  /* the destination rank is not this process */
+	HPCT_REFUSE_SIZE = 4,  /* another world size */
+	HPCT_REFUSE_DUP = 5,   /* that source rank is already connected */
+	HPCT_REFUSE_SRC = 6,   /* source rank out of range */
 };
 
 struct hpct_hello {
@@ -54,9 +54,9 @@ int hpct__msg_hdr_decode(const void *buf, size_t len, struct hpct_msg_hdr *h_out
  * first cause instead of waiting for their deadline. */
 struct hpct_abort {
 	int32_t code;
-	uint32_t origin;   /* rank that first failed */
-	int32_t culprit;   /* rank it blames, -1 when none */
-	char text[256];    /* its error message, NUL-terminated */
+	uint32_t origin; /* rank that first failed */
+	int32_t culprit; /* rank it blames, -1 when none */
+	char text[256];  /* its error message, NUL-terminated */
 };
 /* Returns the encoded length; out must hold 12 + 256 bytes. */
 size_t hpct__abort_encode(const struct hpct_abort *a, unsigned char *out);

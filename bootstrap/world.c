@@ -21,8 +21,8 @@ static int node_resolve(struct hpct_world *w, int node)
 	return na->state < 0 ? na->state : 0;
 }
 
-static int peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *len,
-		     char *text, size_t textlen)
+static int peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *len, char *text,
+                     size_t textlen)
 {
 	struct hpct_world *w = arg;
 	int node = w->topo.node_of[rank];
@@ -55,12 +55,12 @@ static int start_rootless(struct hpct_world *w)
 		w->algo = HPCT_ALGO_BRUCK;
 	else
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_ALGO=%s is not 'tree' or 'bruck'", algo);
+		                  "HPCT_ALGO=%s is not 'tree' or 'bruck'", algo);
 	const struct hpct_transport_ops *ops = hpct_transport_find(tname);
 	if (!ops)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-				  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)", tname,
-				  hpct_transport_names());
+		                  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)",
+		                  tname, hpct_transport_names());
 	w->nodes = calloc((size_t)t->nnodes, sizeof(*w->nodes));
 	if (!w->nodes)
 		return HPCT_ENOMEM;
@@ -68,8 +68,9 @@ static int start_rootless(struct hpct_world *w)
 	socklen_t sl;
 	int rc = peer_addr(w, t->rank, &ss, &sl, w->listen_text, sizeof(w->listen_text));
 	if (rc < 0)
-		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: this node's address %s does not resolve (from %s)",
-				  t->rank, t->hosts[t->node], t->nodelist_src);
+		return hpct__fail(rc, HPCT_SUB_INIT,
+		                  "rank %d: this node's address %s does not resolve (from %s)",
+		                  t->rank, t->hosts[t->node], t->nodelist_src);
 	if (t->ifname && (rc = hpct__ifname_check(t->ifname, (struct sockaddr *)&ss)) < 0)
 		return rc;
 	struct hpct_engine_cfg cfg = {
@@ -84,18 +85,20 @@ static int start_rootless(struct hpct_world *w)
 	};
 	rc = hpct__eng_create(&cfg, (struct sockaddr *)&ss, sl, &w->eng);
 	if (rc == -EADDRINUSE)
-		return hpct__fail(HPCT_EADDRINUSE, HPCT_SUB_INIT,
-				  "rank %d: cannot listen on %s, derived for job '%s' epoch %llu "
-				  "(HPCT_PORT_BASE=%d HPCT_PORT_RANGE=%d): the port is taken, by a "
-				  "previous incarnation still running or another job using the same range",
-				  t->rank, w->listen_text, t->job_name, (unsigned long long)t->epoch,
-				  t->port_base, t->port_range);
+		return hpct__fail(
+		        HPCT_EADDRINUSE, HPCT_SUB_INIT,
+		        "rank %d: cannot listen on %s, derived for job '%s' epoch %llu "
+		        "(HPCT_PORT_BASE=%d HPCT_PORT_RANGE=%d): the port is taken, by a "
+		        "previous incarnation still running or another job using the same range",
+		        t->rank, w->listen_text, t->job_name, (unsigned long long)t->epoch,
+		        t->port_base, t->port_range);
 	if (rc < 0)
 		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: cannot listen on %s: %s", t->rank,
-				  w->listen_text, hpct_strerror(rc));
-	HPCT_INFO(HPCT_SUB_INIT, "rootless: rank %d of %d listening on %s (node %d %s, job '%s', epoch %llu)",
-		  t->rank, t->size, w->listen_text, t->node, t->hosts[t->node], t->job_name,
-		  (unsigned long long)t->epoch);
+		                  w->listen_text, hpct_strerror(rc));
+	HPCT_INFO(HPCT_SUB_INIT,
+	          "rootless: rank %d of %d listening on %s (node %d %s, job '%s', epoch %llu)",
+	          t->rank, t->size, w->listen_text, t->node, t->hosts[t->node], t->job_name,
+	          (unsigned long long)t->epoch);
 	return 0;
 }
 
@@ -103,31 +106,33 @@ static int start_standard(struct hpct_world *w)
 {
 	struct hpct_topo *t = &w->topo;
 	if (!t->master_addr || !t->master_port)
-		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_INIT,
-				  "rank %d: the standard path needs MASTER_ADDR and MASTER_PORT "
-				  "(MASTER_ADDR=%s MASTER_PORT=%d)%s%s",
-				  t->rank, t->master_addr ? t->master_addr : "(unset)", t->master_port,
-				  t->why_not_rootless[0] ? "; rootless is not possible either: " : "",
-				  t->why_not_rootless);
+		return hpct__fail(
+		        HPCT_ENOTOPO, HPCT_SUB_INIT,
+		        "rank %d: the standard path needs MASTER_ADDR and MASTER_PORT "
+		        "(MASTER_ADDR=%s MASTER_PORT=%d)%s%s",
+		        t->rank, t->master_addr ? t->master_addr : "(unset)", t->master_port,
+		        t->why_not_rootless[0] ? "; rootless is not possible either: " : "",
+		        t->why_not_rootless);
 	snprintf(w->listen_text, sizeof(w->listen_text), "%s:%d", t->master_addr, t->master_port);
 	double deadline = hpct__now() + t->timeout_s;
 	int rc;
-	if (t->rank == 0 &&
-	    (rc = hpct__std_server_start(t->master_addr, t->master_port, t->size, t->job, &w->server)) < 0)
+	if (t->rank == 0 && (rc = hpct__std_server_start(t->master_addr, t->master_port, t->size,
+	                                                 t->job, &w->server)) < 0)
 		return rc;
 	rc = hpct__std_client_connect(t->master_addr, t->master_port, t->rank, t->size, t->job,
-				      deadline, &w->client);
+	                              deadline, &w->client);
 	if (rc < 0)
 		return rc;
 	HPCT_INFO(HPCT_SUB_INIT, "standard: rank %d of %d through the rendezvous at %s", t->rank,
-		  t->size, w->listen_text);
+	          t->size, w->listen_text);
 	return 0;
 }
 
 HPCT_API int hpct_world_create(struct hpct_world **world_out)
 {
 	if (!world_out)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_create: world_out is NULL");
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT,
+		                  "hpct_world_create: world_out is NULL");
 	hpct__log_init();
 	struct hpct_world *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -146,8 +151,8 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 		w->path = HPCT_PATH_STANDARD;
 		if (t->want_rootless && t->rank == 0)
 			HPCT_WARN(HPCT_SUB_INIT,
-				  "HPCT_USE_ROOTLESS=1 but %s; every rank takes the standard path",
-				  t->why_not_rootless);
+			          "HPCT_USE_ROOTLESS=1 but %s; every rank takes the standard path",
+			          t->why_not_rootless);
 	}
 	rc = w->path == HPCT_PATH_ROOTLESS ? start_rootless(w) : start_standard(w);
 	if (rc < 0) {
@@ -171,7 +176,8 @@ HPCT_API void hpct_world_destroy(struct hpct_world *w)
 	free(w->children);
 	/* After a failure only the aborts already on their way are worth a
 	 * short wait; otherwise peers may still need our last messages. */
-	double linger = w->any_failed ? (w->topo.timeout_s < 1 ? w->topo.timeout_s : 1) : w->topo.timeout_s;
+	double linger =
+	        w->any_failed ? (w->topo.timeout_s < 1 ? w->topo.timeout_s : 1) : w->topo.timeout_s;
 	double deadline = hpct__now() + linger;
 	hpct__eng_destroy(w->eng, deadline, !w->any_failed);
 	hpct__std_client_close(w->client);
@@ -216,14 +222,16 @@ HPCT_API int hpct_world_get_stats(const struct hpct_world *w, struct hpct_world_
 HPCT_API int hpct_world_peer_addr(struct hpct_world *w, int rank, char addr_out[HPCT_ADDRSTRLEN])
 {
 	if (!w || !addr_out)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_peer_addr: NULL argument");
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT,
+		                  "hpct_world_peer_addr: NULL argument");
 	if (rank < 0 || rank >= w->topo.size)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT,
-				  "hpct_world_peer_addr: rank %d is not below the world size %d", rank,
-				  w->topo.size);
+		                  "hpct_world_peer_addr: rank %d is not below the world size %d",
+		                  rank, w->topo.size);
 	if (w->path != HPCT_PATH_ROOTLESS)
-		return hpct__fail(HPCT_ESTATE, HPCT_SUB_INIT,
-				  "hpct_world_peer_addr: peers have no derived address on the standard path");
+		return hpct__fail(
+		        HPCT_ESTATE, HPCT_SUB_INIT,
+		        "hpct_world_peer_addr: peers have no derived address on the standard path");
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	return peer_addr(w, rank, &ss, &sl, addr_out, HPCT_ADDRSTRLEN);

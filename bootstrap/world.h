@@ -17,10 +17,10 @@ struct hpct_group {
 	struct hpct_world *world;
 	uint64_t id;
 	int rank, size;
-	int *members;      /* group rank -> world rank; NULL for the world group */
-	uint32_t seq;      /* collectives started on this group */
-	uint64_t counter;  /* children created from this group */
-	int failed;        /* sticky: a failed collective leaves the group unusable */
+	int *members;     /* group rank -> world rank; NULL for the world group */
+	uint32_t seq;     /* collectives started on this group */
+	uint64_t counter; /* children created from this group */
+	int failed;       /* sticky: a failed collective leaves the group unusable */
 	char failure[1024];
 };
 
@@ -44,8 +44,8 @@ struct hpct_world {
 	struct hpct_std_client *client; /* standard */
 	struct node_addr *nodes;        /* resolved lazily, once each */
 	char listen_text[HPCT_ADDRSTRLEN];
-	struct hpct_group group;        /* the world group */
-	struct hpct_group **children;   /* groups created and not destroyed */
+	struct hpct_group group;      /* the world group */
+	struct hpct_group **children; /* groups created and not destroyed */
 	int nchildren, capchildren;
 	int any_failed;
 };
@@ -57,7 +57,7 @@ static inline int hpct__group_world_rank(const struct hpct_group *g, int grank)
 
 /* Records a group's failure once (sticky) and returns err. */
 int hpct__group_fail(struct hpct_group *g, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 
 /* Frees a child group (no communication). */
 void hpct__group_free(struct hpct_group *g);

@@ -25,8 +25,8 @@ static double mono(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s,
-	     const int *delay_ms, int *codes)
+int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s, const int *delay_ms,
+             int *codes)
 {
 	pid_t *pids = calloc((size_t)n, sizeof(*pids));
 	fflush(NULL);
@@ -52,7 +52,7 @@ int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s,
 				if (pids[r] != pid)
 					continue;
 				codes[r] = WIFEXITED(status) ? WEXITSTATUS(status)
-							     : 128 + WTERMSIG(status);
+				                             : 128 + WTERMSIG(status);
 				pids[r] = 0;
 				left--;
 			}
@@ -97,7 +97,8 @@ void ht_setenv_world(int r, int n, int nodes, int port_base, int rootless, doubl
 	setenv("HPCT_TASKS_PER_NODE", buf, 1);
 	o = 0;
 	for (int k = 0; k < nodes; k++)
-		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "", k + 1);
+		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "",
+		                      k + 1);
 	setenv("HPCT_HOSTS", buf, 1);
 	snprintf(buf, sizeof(buf), "%d", r);
 	setenv("RANK", buf, 1);
@@ -127,6 +128,6 @@ const char *ht_describe(const int *codes, int n)
 	for (int r = 0; r < n && o + 40 < sizeof(buf); r++)
 		if (codes[r] != 0)
 			o += (size_t)snprintf(buf + o, sizeof(buf) - o, "rank %d exited %d; ", r,
-					      codes[r]);
+			                      codes[r]);
 	return o ? buf : "all ranks exited 0";
 }

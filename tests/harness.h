@@ -22,8 +22,8 @@ typedef void (*ht_env_fn)(int rank, void *arg);
 /* Exit status of each child in codes[] (signal n -> 128 + n, killed at the
  * deadline -> 255).  Returns the number of children that exited non-zero.
  * delay_ms (may be NULL) staggers starts: child i sleeps delay_ms[i] first. */
-int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s,
-	     const int *delay_ms, int *codes);
+int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s, const int *delay_ms,
+             int *codes);
 
 /* Sets the torchrun-style environment of rank r of n on `nodes` loopback
  * nodes (127.0.0.1 ..), ports from `port_base`, rootless or standard, with

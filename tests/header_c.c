@@ -2,14 +2,13 @@
  * 'header-c' test with -std=c11 -pedantic -Werror -Wall -Wextra.  It comes
  * first so that it must be self-contained, and twice to check its guard. */
 #include "hpct/hpct.h"
-#include "hpct/hpct.h"
 
 /* Uses the types only; calls nothing, so nothing needs to link. */
 int header_c_sizes(void);
 int header_c_sizes(void)
 {
-	struct hpct_world_info info = {0};
-	struct hpct_world_stats stats = {0};
+	struct hpct_world_info info = { 0 };
+	struct hpct_world_stats stats = { 0 };
 	enum hpct_path path = HPCT_PATH_ROOTLESS;
 	return (int)(sizeof(info) + sizeof(stats)) + (int)path + HPCT_ETIMEDOUT + HPCT_ADDRSTRLEN;
 }

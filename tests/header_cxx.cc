@@ -2,7 +2,6 @@
  * test with -std=c++11 -pedantic -Werror -Wall -Wextra.  It comes first so
  * that it must be self-contained, and twice to check its guard. */
 #include "hpct/hpct.h"
-#include "hpct/hpct.h"
 
 static_assert(HPCT_ETIMEDOUT == -1003, "error codes are plain ints in C++ too");
 

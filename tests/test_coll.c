@@ -114,7 +114,7 @@ static int rank_main(int r, void *arg)
 		if ((g1 != NULL) != (info.rank % 2 == 1))
 			return 21;
 	}
-	int ends[2] = {0, n - 1};
+	int ends[2] = { 0, n - 1 };
 	if (n > 1) {
 		if (hpct_group_create(world, ends, 2, &g2) != 0)
 			return 22;
@@ -142,12 +142,16 @@ static int rank_main(int r, void *arg)
 
 static void run_algo(int n, int nodes, int slot, int rootless, const int *delays, const char *algo)
 {
-	struct cfg c = {.n = n, .nodes = nodes, .port = hpct_test_ports(slot), .rootless = rootless,
-			.timeout = 60, .algo = algo};
+	struct cfg c = { .n = n,
+		         .nodes = nodes,
+		         .port = hpct_test_ports(slot),
+		         .rootless = rootless,
+		         .timeout = 60,
+		         .algo = algo };
 	int *codes = calloc((size_t)n, sizeof(int));
 	int bad = ht_spawn(n, env_cb, rank_main, &c, 120, delays, codes);
 	cr_assert_eq(bad, 0, "N=%d %s%s%s: %s", n, rootless ? "rootless" : "standard",
-		     algo ? " " : "", algo ? algo : "", ht_describe(codes, n));
+	             algo ? " " : "", algo ? algo : "", ht_describe(codes, n));
 	free(codes);
 }
 
@@ -156,46 +160,93 @@ static void run(int n, int nodes, int slot, int rootless, const int *delays)
 	run_algo(n, nodes, slot, rootless, delays, NULL);
 }
 
-Test(rootless, n2) { run(2, 1, 0, 1, NULL); }
-Test(rootless, n3_two_nodes) { run(3, 2, 1, 1, NULL); }
-Test(rootless, n7_three_nodes) { run(7, 3, 2, 1, NULL); }
-Test(rootless, n64_four_nodes, .timeout = 200) { run(64, 4, 3, 1, NULL); }
-Test(rootless, n256_four_nodes, .timeout = 300) { run(256, 4, 4, 1, NULL); }
-Test(rootless, n1) { run(1, 1, 5, 1, NULL); }
+Test(rootless, n2)
+{
+	run(2, 1, 0, 1, NULL);
+}
+Test(rootless, n3_two_nodes)
+{
+	run(3, 2, 1, 1, NULL);
+}
+Test(rootless, n7_three_nodes)
+{
+	run(7, 3, 2, 1, NULL);
+}
+Test(rootless, n64_four_nodes, .timeout = 200)
+{
+	run(64, 4, 3, 1, NULL);
+}
+Test(rootless, n256_four_nodes, .timeout = 300)
+{
+	run(256, 4, 4, 1, NULL);
+}
+Test(rootless, n1)
+{
+	run(1, 1, 5, 1, NULL);
+}
 
 Test(rootless, staggered_starts, .timeout = 200)
 {
-	int delays[7] = {2500, 0, 1200, 300, 0, 2000, 700};
+	int delays[7] = { 2500, 0, 1200, 300, 0, 2000, 700 };
 	run(7, 2, 6, 1, delays);
 }
 
-Test(standard, n2) { run(2, 1, 7, 0, NULL); }
-Test(standard, n7_three_nodes) { run(7, 3, 8, 0, NULL); }
-Test(standard, n64, .timeout = 200) { run(64, 4, 9, 0, NULL); }
+Test(standard, n2)
+{
+	run(2, 1, 7, 0, NULL);
+}
+Test(standard, n7_three_nodes)
+{
+	run(7, 3, 8, 0, NULL);
+}
+Test(standard, n64, .timeout = 200)
+{
+	run(64, 4, 9, 0, NULL);
+}
 
 Test(standard, staggered_starts, .timeout = 200)
 {
-	int delays[5] = {1500, 0, 800, 0, 300};
+	int delays[5] = { 1500, 0, 800, 0, 300 };
 	run(5, 1, 10, 0, delays);
 }
 
-Test(bruck, n2) { run_algo(2, 1, 11, 1, NULL, "bruck"); }
-Test(bruck, n7_three_nodes) { run_algo(7, 3, 12, 1, NULL, "bruck"); }
-Test(bruck, n64_four_nodes, .timeout = 200) { run_algo(64, 4, 13, 1, NULL, "bruck"); }
+Test(bruck, n2)
+{
+	run_algo(2, 1, 11, 1, NULL, "bruck");
+}
+Test(bruck, n7_three_nodes)
+{
+	run_algo(7, 3, 12, 1, NULL, "bruck");
+}
+Test(bruck, n64_four_nodes, .timeout = 200)
+{
+	run_algo(64, 4, 13, 1, NULL, "bruck");
+}
 Test(bruck, staggered_starts, .timeout = 200)
 {
-	int delays[6] = {0, 1500, 200, 900, 0, 400};
+	int delays[6] = { 0, 1500, 200, 900, 0, 400 };
 	run_algo(6, 2, 14, 1, delays, "bruck");
 }
 
 static void run_ipv6(int slot, int rootless)
 {
-	struct cfg c = {.n = 5, .nodes = 1, .port = hpct_test_ports(slot), .rootless = rootless,
-			.timeout = 60, .ipv6 = 1};
+	struct cfg c = { .n = 5,
+		         .nodes = 1,
+		         .port = hpct_test_ports(slot),
+		         .rootless = rootless,
+		         .timeout = 60,
+		         .ipv6 = 1 };
 	int codes[5];
 	int bad = ht_spawn(5, env_cb, rank_main, &c, 60, NULL, codes);
-	cr_assert_eq(bad, 0, "IPv6 %s: %s", rootless ? "rootless" : "standard", ht_describe(codes, 5));
+	cr_assert_eq(bad, 0, "IPv6 %s: %s", rootless ? "rootless" : "standard",
+	             ht_describe(codes, 5));
 }
 
-Test(ipv6, rootless) { run_ipv6(15, 1); }
-Test(ipv6, standard) { run_ipv6(16, 0); }
+Test(ipv6, rootless)
+{
+	run_ipv6(15, 1);
+}
+Test(ipv6, standard)
+{
+	run_ipv6(16, 0);
+}

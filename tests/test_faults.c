@@ -74,7 +74,9 @@ static int never_starts(int r, void *arg)
 
 Test(faults, rank_never_starts_is_named, .timeout = 60)
 {
-	struct cfg c = {.n = 4, .port = hpct_test_ports(0), .rootless = 1, .victim = 3, .timeout = 3};
+	struct cfg c = {
+		.n = 4, .port = hpct_test_ports(0), .rootless = 1, .victim = 3, .timeout = 3
+	};
 	int codes[4];
 	ht_spawn(4, env_cb, never_starts, &c, 30, NULL, codes);
 	for (int r = 0; r < 3; r++)
@@ -113,7 +115,9 @@ static int killed_midway(int r, void *arg)
 
 Test(faults, rank_killed_midway_fails_fast, .timeout = 60)
 {
-	struct cfg c = {.n = 8, .port = hpct_test_ports(1), .rootless = 1, .victim = 2, .timeout = 20};
+	struct cfg c = {
+		.n = 8, .port = hpct_test_ports(1), .rootless = 1, .victim = 2, .timeout = 20
+	};
 	int codes[8];
 	ht_spawn(8, env_cb, killed_midway, &c, 40, NULL, codes);
 	for (int r = 0; r < 8; r++)
@@ -145,7 +149,7 @@ static void stranger_env(int r, void *arg)
 	snprintf(path, sizeof(path), "/tmp/hpct-stranger-%d", (int)getpid());
 	FILE *f = fopen(path, "w");
 	snprintf(line, sizeof(line), "0 127.0.0.1:%d\n1 127.0.0.1:%d\n", s->real.port + 1,
-		 s->stranger_port);
+	         s->stranger_port);
 	fputs(line, f);
 	fclose(f);
 	ht_setenv_world(1, 2, 1, s->real.port, 1, 3);
@@ -182,13 +186,15 @@ static int stranger_main(int r, void *arg)
 	/* a raw socket sends garbage to rank 0's port too */
 	if (r == 1) {
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in a = {.sin_family = AF_INET};
+		struct sockaddr_in a = { .sin_family = AF_INET };
 		char addr[HPCT_ADDRSTRLEN];
 		hpct_world_peer_addr(w, 0, addr);
 		a.sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1));
 		inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-			(void)!write(fd, "\0\0\0\x30GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 52);
+			(void)!write(
+			        fd, "\0\0\0\x30GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+			        52);
 		close(fd);
 	}
 	/* keep working for ~1.5 s, so the stranger's knock lands mid-job */
@@ -209,19 +215,26 @@ static int stranger_main(int r, void *arg)
 
 static void stranger_test(int slot, const char *job, const char *epoch)
 {
-	struct stranger s = {.real = {.n = 2, .port = hpct_test_ports(slot), .rootless = 1},
-			     .job = job, .epoch = epoch};
+	struct stranger s = { .real = { .n = 2, .port = hpct_test_ports(slot), .rootless = 1 },
+		              .job = job,
+		              .epoch = epoch };
 	s.stranger_port = s.real.port + 100;
 	int codes[3];
-	int delays[3] = {300, 0, 0};
+	int delays[3] = { 300, 0, 0 };
 	ht_spawn(3, stranger_env, stranger_main, &s, 40, delays, codes);
 	cr_expect_eq(codes[0], 0, "real rank 0 exited %d", codes[0]);
 	cr_expect_eq(codes[1], 0, "real rank 1 exited %d", codes[1]);
 	cr_expect_eq(codes[2], 0, "stranger exited %d", codes[2]);
 }
 
-Test(faults, foreign_job_refused, .timeout = 60) { stranger_test(2, "another-job", NULL); }
-Test(faults, stale_epoch_refused, .timeout = 60) { stranger_test(3, NULL, "7"); }
+Test(faults, foreign_job_refused, .timeout = 60)
+{
+	stranger_test(2, "another-job", NULL);
+}
+Test(faults, stale_epoch_refused, .timeout = 60)
+{
+	stranger_test(3, NULL, "7");
+}
 
 static int port_taken(int r, void *arg)
 {
@@ -241,15 +254,16 @@ static int port_taken(int r, void *arg)
 
 Test(faults, port_taken_is_named)
 {
-	struct cfg c = {.n = 1, .port = hpct_test_ports(4), .rootless = 1, .timeout = 5};
+	struct cfg c = { .n = 1, .port = hpct_test_ports(4), .rootless = 1, .timeout = 5 };
 	/* hold every port of the derived range (HPCT_PORT_BASE = port + 1, 16 ports) */
 	int fds[16];
 	for (int i = 0; i < 16; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in a = {.sin_family = AF_INET,
-					.sin_port = htons((uint16_t)(c.port + 1 + i))};
+		struct sockaddr_in a = { .sin_family = AF_INET,
+			                 .sin_port = htons((uint16_t)(c.port + 1 + i)) };
 		inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-		cr_assert(bind(fds[i], (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fds[i], 1) == 0);
+		cr_assert(bind(fds[i], (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		          listen(fds[i], 1) == 0);
 	}
 	int codes[1];
 	ht_spawn(1, env_cb, port_taken, &c, 20, NULL, codes);
@@ -280,7 +294,7 @@ static int bad_ifname(int r, void *arg)
 
 Test(faults, unknown_interface_is_named)
 {
-	struct cfg c = {.n = 1, .port = hpct_test_ports(5), .rootless = 1, .timeout = 5};
+	struct cfg c = { .n = 1, .port = hpct_test_ports(5), .rootless = 1, .timeout = 5 };
 	int codes[1];
 	ht_spawn(1, env_cb, bad_ifname, &c, 20, NULL, codes);
 	cr_expect_eq(codes[0], 0, "exit %d", codes[0]);
@@ -331,7 +345,8 @@ static int killed_midway_std(int r, void *arg)
 Test(faults, rank_killed_midway_fails_fast_standard, .timeout = 60)
 {
 	struct cfg c = {
-		.n = 8, .port = hpct_test_ports(6), .rootless = 0, .victim = 2, .timeout = 20};
+		.n = 8, .port = hpct_test_ports(6), .rootless = 0, .victim = 2, .timeout = 20
+	};
 	int codes[8];
 	ht_spawn(8, env_cb, killed_midway_std, &c, 40, NULL, codes);
 	for (int r = 0; r < 8; r++)
@@ -355,7 +370,7 @@ static int survivors(int r, void *arg)
 	char b[16] = "from rank 0";
 	if (hpct_broadcast(world, b, sizeof(b), 0) == 0 && r == 0)
 		return 3; /* rank 0 must have failed: it sends to rank 2 */
-	int members[2] = {0, 1}, item = r * 7, all[2];
+	int members[2] = { 0, 1 }, item = r * 7, all[2];
 	hpct_group *g;
 	if (hpct_group_create(world, members, 2, &g) != 0 || !g)
 		return 4;
@@ -375,7 +390,9 @@ static int survivors(int r, void *arg)
 
 Test(faults, survivors_form_a_group_after_a_failure, .timeout = 60)
 {
-	struct cfg c = {.n = 3, .port = hpct_test_ports(7), .rootless = 1, .victim = 2, .timeout = 3};
+	struct cfg c = {
+		.n = 3, .port = hpct_test_ports(7), .rootless = 1, .victim = 2, .timeout = 3
+	};
 	int codes[3];
 	ht_spawn(3, env_cb, survivors, &c, 30, NULL, codes);
 	for (int r = 0; r < 2; r++)

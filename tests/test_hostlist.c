@@ -87,7 +87,8 @@ Test(hostlist, several_groups_leftmost_slowest)
 {
 	expect_hosts("n[1-2]-ib[0-1]", 10, "n1-ib0 n1-ib1 n2-ib0 n2-ib1");
 	expect_hosts("r[1,3]n[08-09]x[5]", 10, "r1n08x5 r1n09x5 r3n08x5 r3n09x5");
-	expect_hosts("a[1-2]b[1-2]c[1-2]", 8, "a1b1c1 a1b1c2 a1b2c1 a1b2c2 a2b1c1 a2b1c2 a2b2c1 a2b2c2");
+	expect_hosts("a[1-2]b[1-2]c[1-2]", 8,
+	             "a1b1c1 a1b1c2 a1b2c1 a1b2c2 a2b1c1 a2b1c2 a2b2c1 a2b2c2");
 	expect_hosts("x,n[1-2]-ib[0,2],y", 10, "x n1-ib0 n1-ib2 n2-ib0 n2-ib2 y");
 }
 
@@ -126,7 +127,7 @@ Test(hostlist, malformed)
 	expect_bad("n[1,]", 10, "empty range at position 5 in '[1,]'");
 	expect_bad("n[,1]", 10, "empty range at position 3");
 	expect_bad("n[99999999999999999999999]", 10,
-		   "number '99999999999999999999999' at position 3 is too large");
+	           "number '99999999999999999999999' at position 3 is too large");
 }
 
 Test(hostlist, huge_expansions_rejected_before_allocating)
@@ -178,7 +179,7 @@ Test(hostlist, large_list_is_linear)
 	char **h;
 	int n;
 	cr_assert_eq(hpct__hostlist_parse("gpu-[00001-10000]", 10000, &h, &n, err, sizeof(err)), 0,
-		     "%s", err);
+	             "%s", err);
 	cr_assert_eq(n, 10000);
 	cr_assert_str_eq(h[0], "gpu-00001");
 	cr_assert_str_eq(h[9999], "gpu-10000");

@@ -112,20 +112,20 @@ static void run_all(struct child *c, const char *const *env)
 
 Test(log, info_shows_info_not_trace)
 {
-	static const char *const env[] = {"HPCT_DEBUG=INFO", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=INFO", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(has(c.err, "WARN", "warn-init 1"), "no WARN line:\n%s", c.err);
 	cr_assert(has(c.err, "INFO", "info-init 2"), "no INFO line:\n%s", c.err);
 	cr_assert(has(c.err, "INFO", "direct-info coll"), "hpct__log at INFO not shown:\n%s",
-		  c.err);
+	          c.err);
 	cr_assert(has(c.err, "WARN", "fail-init 7"), "hpct__fail not shown at WARN:\n%s", c.err);
 	cr_assert_null(strstr(c.err, "trace-"), "TRACE shown at INFO:\n%s", c.err);
 }
 
 Test(log, warn_hides_info)
 {
-	static const char *const env[] = {"HPCT_DEBUG=WARN", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=WARN", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(has(c.err, "WARN", "warn-init 1"), "no WARN line:\n%s", c.err);
@@ -146,16 +146,16 @@ Test(log, default_is_warn)
 
 Test(log, level_is_case_insensitive)
 {
-	static const char *const env[] = {"HPCT_DEBUG=info", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=info", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(has(c.err, "INFO", "info-init 2"), "HPCT_DEBUG=info did not show INFO:\n%s",
-		  c.err);
+	          c.err);
 }
 
 Test(log, bad_level_warns_and_uses_warn)
 {
-	static const char *const env[] = {"HPCT_DEBUG=LOUD", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=LOUD", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(strstr(c.err, "HPCT_DEBUG='LOUD'"), "bad HPCT_DEBUG not named:\n%s", c.err);
@@ -165,7 +165,7 @@ Test(log, bad_level_warns_and_uses_warn)
 
 Test(log, none_hides_failures)
 {
-	static const char *const env[] = {"HPCT_DEBUG=NONE", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=NONE", NULL };
 	struct child c;
 	run_all(&c, env); /* the child still checks hpct_last_error() */
 	cr_assert_str_empty(c.err, "output at HPCT_DEBUG=NONE:\n%s", c.err);
@@ -173,7 +173,7 @@ Test(log, none_hides_failures)
 
 Test(log, trace_shows_trace)
 {
-	static const char *const env[] = {"HPCT_DEBUG=TRACE", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=TRACE", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(has(c.err, "TRACE", "trace-init 3"), "no TRACE line:\n%s", c.err);
@@ -184,7 +184,7 @@ Test(log, trace_shows_trace)
 
 Test(log, subsys_exclude_net)
 {
-	static const char *const env[] = {"HPCT_DEBUG=INFO", "HPCT_DEBUG_SUBSYS=^NET", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=INFO", "HPCT_DEBUG_SUBSYS=^NET", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(has(c.err, "INFO", "info-init 2"), "INIT hidden by ^NET:\n%s", c.err);
@@ -196,7 +196,7 @@ Test(log, subsys_exclude_net)
 
 Test(log, subsys_list_selects)
 {
-	static const char *const env[] = {"HPCT_DEBUG=INFO", "HPCT_DEBUG_SUBSYS=net,COLL", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=INFO", "HPCT_DEBUG_SUBSYS=net,COLL", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(has(c.err, "INFO", "info-net 5"), "NET hidden by net,COLL:\n%s", c.err);
@@ -226,18 +226,18 @@ static int log_ranked(void *arg)
 
 Test(log, prefix_is_host_pid_rank)
 {
-	static const char *const env[] = {"HPCT_DEBUG=INFO", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=INFO", NULL };
 	struct child c;
 	get_host();
 	run_child(&c, env, log_ranked, NULL);
 	cr_assert_eq(c.code, 0, "child exited %d:\n%s", c.code, c.err);
 	char want[512];
 	snprintf(want, sizeof(want),
-		 "%s:%d HPCT WARN before rank\n"
-		 "%s:%d [3] HPCT WARN with rank\n"
-		 "%s:%d [3] HPCT INFO info with rank\n"
-		 "%s:%d HPCT WARN rank cleared\n",
-		 host, (int)c.pid, host, (int)c.pid, host, (int)c.pid, host, (int)c.pid);
+	         "%s:%d HPCT WARN before rank\n"
+	         "%s:%d [3] HPCT WARN with rank\n"
+	         "%s:%d [3] HPCT INFO info with rank\n"
+	         "%s:%d HPCT WARN rank cleared\n",
+	         host, (int)c.pid, host, (int)c.pid, host, (int)c.pid, host, (int)c.pid);
 	cr_assert_str_eq(c.err, want, "stderr:\n%s\nexpected:\n%s", c.err, want);
 }
 
@@ -248,7 +248,7 @@ Test(log, file_named_by_host_and_pid)
 	snprintf(dir, sizeof(dir), "%s/hpct-log-test.XXXXXX", t && *t ? t : "/tmp");
 	cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
 	snprintf(file_env, sizeof(file_env), "HPCT_DEBUG_FILE=%s/%%h.%%p.log", dir);
-	const char *const env[] = {"HPCT_DEBUG=INFO", file_env, NULL};
+	const char *const env[] = { "HPCT_DEBUG=INFO", file_env, NULL };
 	struct child c;
 	get_host();
 	run_child(&c, env, log_ranked, NULL);
@@ -332,7 +332,7 @@ static int last_error_threads(void *arg)
 
 Test(log, last_error_is_per_thread)
 {
-	static const char *const env[] = {"HPCT_DEBUG=WARN", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=WARN", NULL };
 	static const char *const why[] = {
 		[20] = "hpct_last_error() not \"\" before any failure",
 		[21] = "hpct__fail did not return its code",
@@ -347,23 +347,23 @@ Test(log, last_error_is_per_thread)
 	struct child c;
 	run_child(&c, env, last_error_threads, NULL);
 	cr_assert_eq(c.code, 0, "child exited %d (%s):\n%s", c.code,
-		     c.code >= 20 && c.code <= 28 ? why[c.code] : "?", c.err);
+	             c.code >= 20 && c.code <= 28 ? why[c.code] : "?", c.err);
 	cr_assert(has(c.err, "WARN", "main: bad member 4"), "main failure not logged:\n%s", c.err);
 	cr_assert(has(c.err, "WARN", "thread: rank 9 timed out"), "thread failure not logged:\n%s",
-		  c.err);
+	          c.err);
 	cr_assert_null(strstr(c.err, "kept, not logged"), "hpct__set_last_error logged:\n%s",
-		       c.err);
+	               c.err);
 }
 
 /* A typo in HPCT_DEBUG_SUBSYS must not hide every warning: it is named and
  * everything is shown. */
 Test(log, unknown_subsys_is_named_and_shows_all)
 {
-	static const char *const env[] = {"HPCT_DEBUG=INFO", "HPCT_DEBUG_SUBSYS=NETT", NULL};
+	static const char *const env[] = { "HPCT_DEBUG=INFO", "HPCT_DEBUG_SUBSYS=NETT", NULL };
 	struct child c;
 	run_all(&c, env);
 	cr_assert(strstr(c.err, "HPCT_DEBUG_SUBSYS=NETT: unknown subsystem 'NETT'"),
-		  "typo not named:\n%s", c.err);
+	          "typo not named:\n%s", c.err);
 	cr_assert(has(c.err, "WARN", "warn-net 4"), "warnings hidden by a typo:\n%s", c.err);
 	cr_assert(has(c.err, "INFO", "info-init 2"), "INIT hidden by a typo:\n%s", c.err);
 }

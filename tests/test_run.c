@@ -76,7 +76,7 @@ static pid_t spawn_v(const char *first, va_list ap)
 {
 	const char *bin = getenv("HPCT_RUN_BIN");
 	cr_assert_not_null(bin, "HPCT_RUN_BIN is not set");
-	const char *argv[32] = {bin};
+	const char *argv[32] = { bin };
 	int n = 1;
 	for (const char *a = first; a && n < 31; a = va_arg(ap, const char *))
 		argv[n++] = a;
@@ -156,7 +156,7 @@ static void expect_env(int r, const char *name, const char *want)
 		cr_expect_null(got, "rank %d: %s should be unset, is '%s'", r, name, got);
 	else
 		cr_expect(got && strcmp(got, want) == 0, "rank %d: %s is '%s', want '%s'", r, name,
-			  got ? got : "(unset)", want);
+		          got ? got : "(unset)", want);
 }
 
 static void expect_envf(int r, const char *name, const char *fmt, ...)
@@ -190,7 +190,8 @@ static pid_t rank_pid(int r)
 static void expect_gone(int r)
 {
 	pid_t pid = rank_pid(r);
-	cr_expect(kill(pid, 0) != 0 && errno == ESRCH, "rank %d (pid %ld) is still alive", r, (long)pid);
+	cr_expect(kill(pid, 0) != 0 && errno == ESRCH, "rank %d (pid %ld) is still alive", r,
+	          (long)pid);
 }
 
 Test(run, layout_5_on_2_nodes)
@@ -202,7 +203,7 @@ Test(run, layout_5_on_2_nodes)
 	run(&res, "-n", "5", "--nodes", "2", "--job", "test-job", "--epoch", "7", "--master-port",
 	    "29555", "--rootless", "--", "sh", "-c", "env > \"$0/env.$RANK\"", dir, NULL);
 	cr_assert_eq(res.code, 0, "exit %d: %s", res.code, res.err);
-	static const int node[] = {0, 0, 0, 1, 1}, local[] = {0, 1, 2, 0, 1};
+	static const int node[] = { 0, 0, 0, 1, 1 }, local[] = { 0, 1, 2, 0, 1 };
 	for (int r = 0; r < 5; r++) {
 		expect_envf(r, "RANK", "%d", r);
 		expect_envf(r, "ROLE_RANK", "%d", r);
@@ -231,8 +232,8 @@ Test(run, layout_uniform_and_defaults)
 	setenv("HPCT_EPOCH", "4", 1);
 	setenv("HPCT_USE_ROOTLESS", "0", 1);
 	double t0 = now();
-	pid_t pid = spawn("-n", "8", "--nodes", "4", "--", "sh", "-c", "env > \"$0/env.$RANK\"", dir,
-			  NULL);
+	pid_t pid = spawn("-n", "8", "--nodes", "4", "--", "sh", "-c", "env > \"$0/env.$RANK\"",
+	                  dir, NULL);
 	finish(pid, t0, &res);
 	cr_assert_eq(res.code, 0, "exit %d: %s", res.code, res.err);
 	char port[64];
@@ -260,7 +261,7 @@ Test(run, layout_uneven_keeps_job_and_port)
 	unsetenv("HPCT_EPOCH");
 	run(&res, "-n", "8", "--nodes", "3", "--", "sh", "-c", "env > \"$0/env.$RANK\"", dir, NULL);
 	cr_assert_eq(res.code, 0, "exit %d: %s", res.code, res.err);
-	static const int node[] = {0, 0, 0, 1, 1, 1, 2, 2}, local[] = {0, 1, 2, 0, 1, 2, 0, 1};
+	static const int node[] = { 0, 0, 0, 1, 1, 1, 2, 2 }, local[] = { 0, 1, 2, 0, 1, 2, 0, 1 };
 	for (int r = 0; r < 8; r++) {
 		expect_envf(r, "LOCAL_RANK", "%d", local[r]);
 		expect_envf(r, "GROUP_RANK", "%d", node[r]);
@@ -288,7 +289,7 @@ Test(run, failing_rank_is_named_and_others_stopped)
 	cr_expect_lt(res.secs, 2.5, "took %.1f s", res.secs);
 	cr_expect(strncmp(res.err, "hpct-run: rank 2 (pid ", 22) == 0, "stderr: %s", res.err);
 	cr_expect(strstr(res.err, ") exited with status 3; stopping 3 other ranks\n"), "stderr: %s",
-		  res.err);
+	          res.err);
 	for (int r = 0; r < 4; r++)
 		if (r != 2)
 			expect_gone(r);
@@ -344,8 +345,8 @@ Test(run, sigterm_is_forwarded)
 {
 	struct result res;
 	double t0 = now();
-	pid_t pid = spawn("-n", "3", "--", "sh", "-c", "echo $$ > \"$0/pid.$RANK\"; exec sleep 60", dir,
-			  NULL);
+	pid_t pid = spawn("-n", "3", "--", "sh", "-c", "echo $$ > \"$0/pid.$RANK\"; exec sleep 60",
+	                  dir, NULL);
 	for (int r = 0; r < 3; r++)
 		rank_pid(r);
 	kill(pid, SIGTERM);
@@ -376,8 +377,9 @@ Test(run, command_not_found)
 	struct result res;
 	run(&res, "-n", "3", "--", "/nonexistent/hpct-run-test", NULL);
 	cr_expect_eq(res.code, 127, "exit %d: %s", res.code, res.err);
-	cr_expect_str_eq(res.err,
-			 "hpct-run: cannot run '/nonexistent/hpct-run-test': No such file or directory\n");
+	cr_expect_str_eq(
+	        res.err,
+	        "hpct-run: cannot run '/nonexistent/hpct-run-test': No such file or directory\n");
 }
 
 Test(run, help)
@@ -394,25 +396,26 @@ Test(run, bad_arguments_exit_2)
 		const char *args[8];
 		const char *want; /* in stderr */
 	} cases[] = {
-		{{NULL}, "missing -n"},
-		{{"-n", "0", "--", "true"}, "for -n"},
-		{{"-n", "x", "--", "true"}, "'x' for -n"},
-		{{"-n", "2"}, "command"},
-		{{"-n", "2", "--nodes", "3", "--", "true"}, "--nodes 3"},
-		{{"-n", "300", "--nodes", "255", "--", "true"}, "for --nodes"},
-		{{"-n", "2", "--timeout", "-1", "--", "true"}, "for --timeout"},
-		{{"-n", "2", "--timeout", "soon", "--", "true"}, "for --timeout"},
-		{{"-n", "2", "--master-port", "70000", "--", "true"}, "for --master-port"},
-		{{"-n", "2", "--epoch", "-3", "--", "true"}, "for --epoch"},
-		{{"-n", "2", "--timeout"}, "--timeout needs a value"},
-		{{"-n", "2", "--bogus", "--", "true"}, "'--bogus'"},
+		{ { NULL }, "missing -n" },
+		{ { "-n", "0", "--", "true" }, "for -n" },
+		{ { "-n", "x", "--", "true" }, "'x' for -n" },
+		{ { "-n", "2" }, "command" },
+		{ { "-n", "2", "--nodes", "3", "--", "true" }, "--nodes 3" },
+		{ { "-n", "300", "--nodes", "255", "--", "true" }, "for --nodes" },
+		{ { "-n", "2", "--timeout", "-1", "--", "true" }, "for --timeout" },
+		{ { "-n", "2", "--timeout", "soon", "--", "true" }, "for --timeout" },
+		{ { "-n", "2", "--master-port", "70000", "--", "true" }, "for --master-port" },
+		{ { "-n", "2", "--epoch", "-3", "--", "true" }, "for --epoch" },
+		{ { "-n", "2", "--timeout" }, "--timeout needs a value" },
+		{ { "-n", "2", "--bogus", "--", "true" }, "'--bogus'" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct result res;
 		const char *const *a = cases[i].args;
 		run(&res, a[0], a[1], a[2], a[3], a[4], a[5], a[6], NULL);
-		cr_expect_eq(res.code, 2, "case %zu (%s ...): exit %d", i, a[0] ? a[0] : "", res.code);
-		cr_expect(strstr(res.err, cases[i].want), "case %zu: stderr '%s' lacks '%s'", i, res.err,
-			  cases[i].want);
+		cr_expect_eq(res.code, 2, "case %zu (%s ...): exit %d", i, a[0] ? a[0] : "",
+		             res.code);
+		cr_expect(strstr(res.err, cases[i].want), "case %zu: stderr '%s' lacks '%s'", i,
+		          res.err, cases[i].want);
 	}
 }

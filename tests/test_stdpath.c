@@ -17,7 +17,7 @@
 #include "hpct/hpct.h"
 
 #define HOST "127.0.0.1"
-#define JOB 0x6a6f622d31323334ULL
+#define JOB  0x6a6f622d31323334ULL
 
 static struct hpct_std_server *start(int port, int nranks)
 {
@@ -37,13 +37,13 @@ static struct hpct_std_client *join(int port, int rank, int size)
 
 static int get_one(struct hpct_std_client *c, const char *key, void *buf, size_t len, double secs)
 {
-	void *bufs[1] = {buf};
+	void *bufs[1] = { buf };
 	return hpct__std_mget(c, &key, 1, bufs, &len, hpct__now() + secs);
 }
 
 /* ---- set/mget across clients (threads) ---- */
 
-#define NT 4
+#define NT  4
 #define BIG (3u << 20)
 
 struct many_arg {
@@ -118,7 +118,7 @@ Test(stdpath, set_mget_many_clients, .timeout = 30)
 	pthread_t th[NT];
 	struct many_arg a[NT];
 	for (int r = 0; r < NT; r++) {
-		a[r] = (struct many_arg){.port = port, .rank = r};
+		a[r] = (struct many_arg){ .port = port, .rank = r };
 		pthread_create(&th[r], NULL, many_rank, &a[r]);
 	}
 	for (int r = 0; r < NT; r++)
@@ -159,12 +159,12 @@ Test(stdpath, mget_waits_for_late_set, .timeout = 30)
 	int port = hpct_test_ports(1);
 	struct hpct_std_server *s = start(port, 2);
 	struct hpct_std_client *a = join(port, 0, 2), *b = join(port, 1, 2);
-	struct wait_arg w = {.c = a, .key = "late"};
+	struct wait_arg w = { .c = a, .key = "late" };
 	pthread_t th;
 	pthread_create(&th, NULL, mget_thread, &w);
 	usleep(200 * 1000);
 	cr_assert_eq(hpct__std_set(b, "late", "1234567", 8, 1, hpct__now() + 5), 0, "%s",
-		     hpct_last_error());
+	             hpct_last_error());
 	pthread_join(th, NULL);
 	cr_expect_eq(w.rc, 0, "%s", w.msg);
 	cr_expect_str_eq(w.buf, "1234567");
@@ -205,13 +205,14 @@ Test(stdpath, barrier_of_16, .timeout = 60)
 {
 	int port = hpct_test_ports(2);
 	struct hpct_std_server *s = start(port, NB);
-	int delay[NB] = {0}, codes[NB];
+	int delay[NB] = { 0 }, codes[NB];
 	delay[NB - 1] = 300;
 	int bad = ht_spawn(NB, NULL, barrier_rank, &port, 40, delay, codes);
 	cr_expect_eq(bad, 0, "%s", ht_describe(codes, NB));
 	struct hpct_std_client *c = join(port, 0, NB);
 	int64_t v = -1;
-	cr_expect_eq(hpct__std_add(c, "arrive", 0, &v, hpct__now() + 5), 0, "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_add(c, "arrive", 0, &v, hpct__now() + 5), 0, "%s",
+	             hpct_last_error());
 	cr_expect_eq(v, NB);
 	hpct__std_client_close(c);
 	double t0 = hpct__now();
@@ -264,7 +265,8 @@ Test(stdpath, mget_deadline_names_key, .timeout = 30)
 	cr_expect(took >= 0.29 && took < 1.5, "took %.3f s", took);
 	const char *msg = hpct_last_error();
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	cr_expect(strstr(msg, "no-such-key-17") && strstr(msg, addr) && strstr(msg, "rank 1"), "%s", msg);
+	cr_expect(strstr(msg, "no-such-key-17") && strstr(msg, addr) && strstr(msg, "rank 1"), "%s",
+	          msg);
 	/* A reply is still owed on that connection: it is unusable now. */
 	cr_expect_eq(hpct__std_set(c, "x", "1", 1, 0, hpct__now() + 1), HPCT_ESTATE);
 	/* Rank 1 gave up and hung up without BYE: it is lost, and a wait that
@@ -272,8 +274,8 @@ Test(stdpath, mget_deadline_names_key, .timeout = 30)
 	t0 = hpct__now();
 	cr_expect_eq(hpct__std_wait_ge(d, "never", 1, hpct__now() + 5), HPCT_EPEERDEAD);
 	cr_expect(strstr(hpct_last_error(), "never") &&
-			  strstr(hpct_last_error(), "rank 1 at 127.0.0.1:"),
-		  "%s", hpct_last_error());
+	                  strstr(hpct_last_error(), "rank 1 at 127.0.0.1:"),
+	          "%s", hpct_last_error());
 	cr_expect_lt(hpct__now() - t0, 1.0);
 	hpct__std_client_close(c);
 	hpct__std_client_close(d);
@@ -302,7 +304,7 @@ Test(stdpath, port_taken, .timeout = 30)
 	cr_expect_null(s2);
 	cr_expect(strstr(hpct_last_error(), addr), "%s", hpct_last_error());
 	cr_expect_eq(hpct__std_server_start("0.0.0.0", port + 1, 2, JOB, &s2), HPCT_EINVAL,
-		     "bound the wildcard");
+	             "bound the wildcard");
 	hpct__std_server_stop(s, hpct__now() + 5);
 }
 
@@ -329,7 +331,7 @@ static void *early_client(void *p)
 Test(stdpath, client_before_server, .timeout = 30)
 {
 	int port = hpct_test_ports(6);
-	struct conn_arg a = {.port = port};
+	struct conn_arg a = { .port = port };
 	pthread_t th;
 	pthread_create(&th, NULL, early_client, &a);
 	usleep(300 * 1000);
@@ -346,8 +348,9 @@ Test(stdpath, client_before_server, .timeout = 30)
 	char want[96];
 	snprintf(want, sizeof(want), "rank 3: no rendezvous at 127.0.0.1:%d", port + 1);
 	cr_expect_eq(rc, HPCT_ETIMEDOUT, "got %s", hpct_errname(rc));
-	cr_expect(strstr(hpct_last_error(), want) && strstr(hpct_last_error(), "Connection refused"),
-		  "%s", hpct_last_error());
+	cr_expect(strstr(hpct_last_error(), want) &&
+	                  strstr(hpct_last_error(), "Connection refused"),
+	          "%s", hpct_last_error());
 	cr_expect_lt(hpct__now() - t0, 1.0);
 	cr_expect_null(c);
 }
@@ -385,7 +388,7 @@ Test(stdpath, wrong_job_refused, .timeout = 30)
 
 static int raw_connect(int port)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	inet_pton(AF_INET, HOST, &sa.sin_addr);
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	cr_assert(fd >= 0);
@@ -403,7 +406,7 @@ static void be32(unsigned char *p, uint32_t v)
 
 static void raw_hello(int fd, int rank, int size)
 {
-	unsigned char h[21] = {HPCT_STD_HELLO};
+	unsigned char h[21] = { HPCT_STD_HELLO };
 	be32(h + 1, (uint32_t)rank);
 	be32(h + 5, HPCT_STD_MAGIC);
 	be32(h + 9, (uint32_t)size);
@@ -421,7 +424,7 @@ static ssize_t read_to_eof(int fd, unsigned char *buf, size_t cap)
 	size_t n = 0;
 	double dl = hpct__now() + 2;
 	while (hpct__now() < dl) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
+		struct pollfd p = { .fd = fd, .events = POLLIN };
 		if (poll(&p, 1, 100) <= 0)
 			continue;
 		ssize_t r = recv(fd, buf + n, cap - n, 0);
@@ -443,14 +446,15 @@ Test(stdpath, malformed_request_closes_only_that_client, .timeout = 30)
 	/* A key length of 4 GiB: answered HPCT_EPROTO, then closed. */
 	int bad = raw_connect(port);
 	raw_hello(bad, 1, 4);
-	unsigned char req[9] = {HPCT_STD_SET};
+	unsigned char req[9] = { HPCT_STD_SET };
 	be32(req + 1, 1);
 	be32(req + 5, 0xfffffff0u);
 	send(bad, req, sizeof(req), MSG_NOSIGNAL);
 	ssize_t n = read_to_eof(bad, buf, sizeof(buf));
 	cr_expect_geq(n, 4, "no close or no reply (%zd)", n);
-	cr_expect_eq((int32_t)((uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | buf[2] << 8 | buf[3]),
-		     HPCT_EPROTO);
+	cr_expect_eq(
+	        (int32_t)((uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | buf[2] << 8 | buf[3]),
+	        HPCT_EPROTO);
 	close(bad);
 
 	/* Garbage before HELLO: closed too. */
@@ -462,7 +466,7 @@ Test(stdpath, malformed_request_closes_only_that_client, .timeout = 30)
 	/* A client stalled mid-request does not hold up anyone else. */
 	int slow = raw_connect(port);
 	raw_hello(slow, 2, 4);
-	unsigned char set[9 + 4 + 8 + 3] = {HPCT_STD_SET};
+	unsigned char set[9 + 4 + 8 + 3] = { HPCT_STD_SET };
 	be32(set + 1, 2);
 	be32(set + 5, 4);
 	memcpy(set + 9, "slow", 4);
@@ -513,13 +517,13 @@ static void *stop_thread(void *p)
 Test(stdpath, stop_waits_for_clients, .timeout = 30)
 {
 	int port = hpct_test_ports(9);
-	struct stop_arg st = {.s = start(port, 2), .secs = 5};
+	struct stop_arg st = { .s = start(port, 2), .secs = 5 };
 	struct hpct_std_client *a = join(port, 0, 2);
 	pthread_t th;
 	pthread_create(&th, NULL, stop_thread, &st);
 	usleep(300 * 1000);
 	cr_expect_eq(hpct__std_set(a, "still", "here", 4, 0, hpct__now() + 5), 0,
-		     "server stopped serving while stopping: %s", hpct_last_error());
+	             "server stopped serving while stopping: %s", hpct_last_error());
 	hpct__std_client_close(a);
 	pthread_join(th, NULL);
 	cr_expect(st.took >= 0.28 && st.took < 2, "stop took %.3f s", st.took);
@@ -537,7 +541,7 @@ Test(stdpath, stop_waits_for_clients, .timeout = 30)
 
 	/* The server goes away while a client waits: HPCT_EPEERDEAD at once. */
 	struct hpct_std_server *s3 = start(port + 2, 2);
-	struct wait_arg w = {.c = join(port + 2, 0, 2), .key = "never"};
+	struct wait_arg w = { .c = join(port + 2, 0, 2), .key = "never" };
 	pthread_create(&th, NULL, mget_thread, &w);
 	usleep(100 * 1000);
 	hpct__std_server_stop(s3, hpct__now());
@@ -595,7 +599,8 @@ static int coll_rank(int r, void *arg)
 		while (hpct__std_server_keys(w->server) > 0 && hpct__now() < until)
 			usleep(10000);
 		if (hpct__std_server_keys(w->server) != 0) {
-			fprintf(stderr, "store still holds %zu keys\n", hpct__std_server_keys(w->server));
+			fprintf(stderr, "store still holds %zu keys\n",
+			        hpct__std_server_keys(w->server));
 			rc = 9;
 		}
 	}
@@ -641,8 +646,8 @@ Test(stdpath, lost_rank_fails_waiters_fast, .timeout = 30)
 	struct hpct_std_client *a = join(port, 0, 4), *b = join(port, 1, 4), *c = join(port, 2, 4);
 	int dead = raw_connect(port);
 	raw_hello(dead, 3, 4);
-	struct wait_arg w = {.c = a, .key = "k"};
-	struct waitge_arg g = {.c = c};
+	struct wait_arg w = { .c = a, .key = "k" };
+	struct waitge_arg g = { .c = c };
 	pthread_t th, tg;
 	pthread_create(&th, NULL, mget_thread, &w);
 	pthread_create(&tg, NULL, waitge_thread, &g);
@@ -650,7 +655,7 @@ Test(stdpath, lost_rank_fails_waiters_fast, .timeout = 30)
 	hpct__std_client_close(b); /* BYE: not lost */
 	usleep(200 * 1000);
 	/* SO_LINGER 0: close sends a reset, as a killed process's socket may */
-	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 	setsockopt(dead, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	close(dead);
 	pthread_join(th, NULL);
@@ -660,15 +665,15 @@ Test(stdpath, lost_rank_fails_waiters_fast, .timeout = 30)
 	cr_expect_eq(w.rc, HPCT_EPEERDEAD, "got %s: %s", hpct_errname(w.rc), w.msg);
 	cr_expect(w.took >= 0.25 && w.took < 1.5, "MGET answered after %.3f s", w.took);
 	cr_expect(strstr(w.msg, "rank 0: MGET of 'k'") && strstr(w.msg, want) &&
-			  strstr(w.msg, "rank 3 at 127.0.0.1:") &&
-			  strstr(w.msg, "left without saying goodbye") &&
-			  strstr(w.msg, "Connection reset"),
-		  "%s", w.msg);
+	                  strstr(w.msg, "rank 3 at 127.0.0.1:") &&
+	                  strstr(w.msg, "left without saying goodbye") &&
+	                  strstr(w.msg, "Connection reset"),
+	          "%s", w.msg);
 	cr_expect(!strstr(w.msg, "rank 1"), "%s", w.msg);
 	cr_expect_eq(g.rc, HPCT_EPEERDEAD, "got %s: %s", hpct_errname(g.rc), g.msg);
 	cr_expect(g.took >= 0.25 && g.took < 1.5, "WAITGE answered after %.3f s", g.took);
 	cr_expect(strstr(g.msg, "rank 2: WAITGE of 'n'") && strstr(g.msg, "rank 3 at 127.0.0.1:"),
-		  "%s", g.msg);
+	          "%s", g.msg);
 
 	/* The clients stay usable: what can complete completes, what would
 	 * wait fails at once. */

@@ -33,7 +33,7 @@ static const char *fake_get(void *ctx, const char *name)
 	return NULL;
 }
 
-static const struct hpct_env fake_env = {fake_get, NULL};
+static const struct hpct_env fake_env = { fake_get, NULL };
 
 static void set(const char *name, const char *value)
 {
@@ -114,11 +114,12 @@ static void read_bad(int code, const char *text)
 	memset(&t, 0x5a, sizeof(t));
 	int rc = hpct__topo_read(&fake_env, &t);
 	cr_assert_eq(rc, code, "rc %s, expected %s; message: %s", hpct_errname(rc),
-		     hpct_errname(code), hpct_last_error());
+	             hpct_errname(code), hpct_last_error());
 	cr_assert(strstr(hpct_last_error(), text), "message '%s' lacks '%s'", hpct_last_error(),
-		  text);
+	          text);
 	cr_assert(!t.hosts && !t.node_of && !t.local_of && !t.port_of && !t.master_addr &&
-		  !t.ifname && t.nnodes == 0, "output not cleared on error");
+	                  !t.ifname && t.nnodes == 0,
+	          "output not cleared on error");
 }
 
 static void world(int rank, int size)
@@ -188,8 +189,8 @@ Test(topo, local_rank_precedence_without_node_list)
 	cr_assert_null(t.node_of);
 	cr_assert_null(t.nodelist_src);
 	cr_assert(strstr(t.why_not_rootless, "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or "
-						"SLURM_JOB_NODELIST"),
-		  "%s", t.why_not_rootless);
+	                                     "SLURM_JOB_NODELIST"),
+	          "%s", t.why_not_rootless);
 	hpct__topo_free(&t);
 	set("LOCAL_WORLD_SIZE", "4");
 	set("OMPI_COMM_WORLD_LOCAL_RANK", "3");
@@ -219,12 +220,13 @@ Test(topo, missing_rank_or_size)
 	read_bad(HPCT_ENOTOPO, "HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE");
 	set("SLURM_PROCID", "0");
 	read_bad(HPCT_ENOTOPO,
-		 "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
-		 "OMPI_COMM_WORLD_SIZE is set");
+	         "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
+	         "OMPI_COMM_WORLD_SIZE is set");
 	unset("SLURM_PROCID");
 	set("SLURM_NTASKS", "4");
-	read_bad(HPCT_ENOTOPO,
-		 "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK is set");
+	read_bad(
+	        HPCT_ENOTOPO,
+	        "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK is set");
 }
 
 Test(topo, bad_rank_and_size)
@@ -323,7 +325,7 @@ Test(topo, tasks_per_node_precedence)
 	expect_tasks("4,4,4");
 	set("OMPI_COMM_WORLD_LOCAL_SIZE", "3");
 	read_bad(HPCT_EBADENV, "OMPI_COMM_WORLD_LOCAL_SIZE=3 gives 9 ranks on the 3 nodes of "
-			       "HPCT_HOSTS, but the world size is 12 (from WORLD_SIZE)");
+	                       "HPCT_HOSTS, but the world size is 12 (from WORLD_SIZE)");
 	set("SLURM_TASKS_PER_NODE", "6,5,1");
 	expect_tasks("6,5,1");
 	set("LOCAL_WORLD_SIZE", "4");
@@ -341,7 +343,7 @@ Test(topo, uneven_layout)
 	set("HPCT_HOSTS", "n[1-3]");
 	set("HPCT_TASKS_PER_NODE", "3,1,2");
 	read_ok(&t);
-	static const int node[] = {0, 0, 0, 1, 2, 2}, local[] = {0, 1, 2, 0, 0, 1};
+	static const int node[] = { 0, 0, 0, 1, 2, 2 }, local[] = { 0, 1, 2, 0, 0, 1 };
 	for (int r = 0; r < 6; r++) {
 		cr_assert_eq(t.node_of[r], node[r], "rank %d", r);
 		cr_assert_eq(t.local_of[r], local[r], "rank %d", r);
@@ -367,12 +369,12 @@ Test(topo, layout_errors)
 	world(0, 10);
 	set("HPCT_HOSTS", "n[1-4]");
 	read_bad(HPCT_ENOTOPO, "cannot lay out the 10 ranks (from WORLD_SIZE) on the 4 nodes of "
-			       "HPCT_HOSTS");
+	                       "HPCT_HOSTS");
 	set("HPCT_TASKS_PER_NODE", "4,4");
 	read_bad(HPCT_EBADENV, "HPCT_TASKS_PER_NODE='4,4': 2 counts for 4 nodes");
 	set("HPCT_TASKS_PER_NODE", "4(x2),1,3");
 	read_bad(HPCT_EBADENV, "HPCT_TASKS_PER_NODE='4(x2),1,3' gives 12 ranks on the 4 nodes of "
-			       "HPCT_HOSTS, but the world size is 10 (from WORLD_SIZE)");
+	                       "HPCT_HOSTS, but the world size is 10 (from WORLD_SIZE)");
 	set("HPCT_TASKS_PER_NODE", "4(x0),1,3");
 	read_bad(HPCT_EBADENV, "HPCT_TASKS_PER_NODE='4(x0),1,3': repeat count 'x0' at position 3");
 	set("HPCT_TASKS_PER_NODE", "4,4,1,");
@@ -385,7 +387,7 @@ Test(topo, layout_errors)
 	unset("LOCAL_WORLD_SIZE");
 	set("HPCT_HOSTS", "n[01-11]");
 	read_bad(HPCT_EBADENV, "HPCT_HOSTS='n[01-11]' lists more nodes than the 10 ranks of the "
-			       "world (from WORLD_SIZE)");
+	                       "world (from WORLD_SIZE)");
 }
 
 Test(topo, malformed_node_lists)
@@ -421,8 +423,8 @@ Test(topo, local_rank_must_match_layout)
 	set("HPCT_HOSTS", "gpu-[01-02]");
 	set("LOCAL_RANK", "0");
 	read_bad(HPCT_EBADENV, "LOCAL_RANK=0 disagrees with the layout: rank 5 (from RANK) is "
-			       "local rank 1 of the 4 ranks on node 1 'gpu-02' (HPCT_HOSTS, ranks "
-			       "split evenly)");
+	                       "local rank 1 of the 4 ranks on node 1 'gpu-02' (HPCT_HOSTS, ranks "
+	                       "split evenly)");
 	set("LOCAL_RANK", "1");
 	set("SLURM_LOCALID", "3"); /* lower precedence: not consulted */
 	read_ok(&t);
@@ -431,12 +433,12 @@ Test(topo, local_rank_must_match_layout)
 	set("HPCT_LOCAL_RANK", "2");
 	set("HPCT_TASKS_PER_NODE", "4(x2)");
 	read_bad(HPCT_EBADENV, "HPCT_LOCAL_RANK=2 disagrees with the layout: rank 5 (from RANK) "
-			       "is local rank 1 of the 4 ranks on node 1 'gpu-02' (HPCT_HOSTS and "
-			       "HPCT_TASKS_PER_NODE)");
+	                       "is local rank 1 of the 4 ranks on node 1 'gpu-02' (HPCT_HOSTS and "
+	                       "HPCT_TASKS_PER_NODE)");
 	unset("HPCT_LOCAL_RANK");
 	set("GROUP_RANK", "0");
 	read_bad(HPCT_EBADENV, "GROUP_RANK=0 disagrees with the layout: rank 5 (from RANK) is on "
-			       "node 1 'gpu-02'");
+	                       "node 1 'gpu-02'");
 	set("GROUP_RANK", "1");
 	read_ok(&t);
 	cr_assert_eq(t.node, 1);
@@ -459,21 +461,21 @@ Test(topo, host_table)
 	world(4, 7);
 	set("LOCAL_RANK", "2");
 	hostfile("# rank host\n"
-		 "0 10.0.0.1:12000\n"
-		 "3 [fd00::2]:9000\n"
-		 "1 10.0.0.1\n"
-		 "\n"
-		 "2 fd00::2   # bare IPv6, no port\n"
-		 "4 [fd00::2]\n"
-		 "5\tgpu-07:65535\n"
-		 "6 10.0.0.1:1\n");
+	         "0 10.0.0.1:12000\n"
+	         "3 [fd00::2]:9000\n"
+	         "1 10.0.0.1\n"
+	         "\n"
+	         "2 fd00::2   # bare IPv6, no port\n"
+	         "4 [fd00::2]\n"
+	         "5\tgpu-07:65535\n"
+	         "6 10.0.0.1:1\n");
 	read_ok(&t);
 	cr_assert_eq(t.nnodes, 3);
 	cr_assert_str_eq(t.hosts[0], "10.0.0.1");
 	cr_assert_str_eq(t.hosts[1], "fd00::2");
 	cr_assert_str_eq(t.hosts[2], "gpu-07");
-	static const int node[] = {0, 0, 1, 1, 1, 2, 0}, local[] = {0, 1, 0, 1, 2, 0, 2},
-			 port[] = {12000, 0, 0, 9000, 0, 65535, 1};
+	static const int node[] = { 0, 0, 1, 1, 1, 2, 0 }, local[] = { 0, 1, 0, 1, 2, 0, 2 },
+	                 port[] = { 12000, 0, 0, 9000, 0, 65535, 1 };
 	for (int r = 0; r < 7; r++) {
 		cr_assert_eq(t.node_of[r], node[r], "rank %d node %d", r, t.node_of[r]);
 		cr_assert_eq(t.local_of[r], local[r], "rank %d local %d", r, t.local_of[r]);
@@ -506,8 +508,8 @@ Test(topo, host_table_errors)
 	world(0, 4);
 	const char *p = hostfile("0 a\n1 b\n1 c\n2 d\n3 e\n");
 	char want[256];
-	snprintf(want, sizeof(want), "HPCT_HOSTFILE=%s line 3: rank 1 listed twice (first at line 2)",
-		 p);
+	snprintf(want, sizeof(want),
+	         "HPCT_HOSTFILE=%s line 3: rank 1 listed twice (first at line 2)", p);
 	read_bad(HPCT_EBADENV, want);
 	hostfile("0 a\n1 b\n3 d\n");
 	snprintf(want, sizeof(want), "HPCT_HOSTFILE=%s: rank 2 is not listed", p);
@@ -548,7 +550,8 @@ Test(topo, host_table_errors)
 	hostfile(longline);
 	read_bad(HPCT_EBADENV, "line 1: longer than 1022 characters");
 	hostfile("a\nb\nc\nd\ne\n");
-	read_bad(HPCT_EBADENV, "line 5: more hosts than the 4 ranks of the world (from WORLD_SIZE)");
+	read_bad(HPCT_EBADENV,
+	         "line 5: more hosts than the 4 ranks of the world (from WORLD_SIZE)");
 	hostfile("# nothing\n\n");
 	snprintf(want, sizeof(want), "HPCT_HOSTFILE=%s: no hosts in the file", p);
 	read_bad(HPCT_EBADENV, want);
@@ -579,7 +582,7 @@ Test(topo, ports)
 	hpct__topo_free(&t);
 	set("HPCT_PORT_BASE", "60000");
 	read_bad(HPCT_EBADENV, "HPCT_PORT_BASE=60000 with HPCT_PORT_RANGE=8192 ends at port 68191, "
-			       "above 65535");
+	                       "above 65535");
 	set("HPCT_PORT_RANGE", "5536");
 	read_ok(&t);
 	cr_assert_eq(t.port_range, 5536);
@@ -625,7 +628,8 @@ Test(topo, warns_on_ephemeral_overlap, .init = reset_redirect, .fini = cleanup)
 {
 	int lo, hi;
 	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-	if (!f || fscanf(f, "%d %d", &lo, &hi) != 2 || !hpct__log_enabled(HPCT_LOG_WARN, HPCT_SUB_ENV))
+	if (!f || fscanf(f, "%d %d", &lo, &hi) != 2 ||
+	    !hpct__log_enabled(HPCT_LOG_WARN, HPCT_SUB_ENV))
 		cr_skip_test("no ephemeral range or warnings disabled");
 	fclose(f);
 	struct hpct_topo t;
@@ -635,8 +639,8 @@ Test(topo, warns_on_ephemeral_overlap, .init = reset_redirect, .fini = cleanup)
 	read_ok(&t);
 	hpct__topo_free(&t);
 	char want[128];
-	snprintf(want, sizeof(want), "ports %d-%d overlap the kernel's ephemeral ports %d-%d", lo - 1,
-		 lo, lo, hi);
+	snprintf(want, sizeof(want), "ports %d-%d overlap the kernel's ephemeral ports %d-%d",
+	         lo - 1, lo, lo, hi);
 	const char *out = stderr_text();
 	cr_assert(strstr(out, want), "stderr: %s", out);
 	cr_assert(strstr(out, "HPCT_PORT_BASE="), "stderr: %s", out);
@@ -673,8 +677,8 @@ Test(topo, info_when_ports_cannot_rotate, .init = reset_redirect, .fini = cleanu
 	hpct__topo_free(&t);
 	const char *out = stderr_text();
 	cr_assert(strstr(out, "HPCT_PORT_RANGE=15 is less than twice the 8 ranks of node gpu-01: "
-			      "ports cannot rotate with the epoch"),
-		  "stderr: %s", out);
+	                      "ports cannot rotate with the epoch"),
+	          "stderr: %s", out);
 }
 
 Test(topo, job_fallbacks)
@@ -764,8 +768,8 @@ Test(topo, socket_settings)
 	static const struct {
 		const char *v;
 		int family;
-	} fam[] = {{"AF_INET", AF_INET}, {"inet", AF_INET},    {"4", AF_INET},
-		   {"AF_INET6", AF_INET6}, {"inet6", AF_INET6}, {"6", AF_INET6}};
+	} fam[] = { { "AF_INET", AF_INET },   { "inet", AF_INET },   { "4", AF_INET },
+		    { "AF_INET6", AF_INET6 }, { "inet6", AF_INET6 }, { "6", AF_INET6 } };
 	for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
 		set("HPCT_SOCKET_FAMILY", fam[i].v);
 		read_ok(&t);
@@ -851,7 +855,7 @@ Test(topo, hundred_thousand_rank_host_table)
 	/* Ranks listed backwards, so first appearance is not rank order. */
 	for (int r = 99999; r >= 0; r--)
 		o += (size_t)snprintf(text + o, cap - o, "%d 10.%d.%d.1:%d\n", r, r / 10 / 256,
-				      r / 10 % 256, 20000 + r % 10);
+		                      r / 10 % 256, 20000 + r % 10);
 	hostfile(text);
 	free(text);
 	read_ok(&t);

@@ -9,9 +9,14 @@
 
 Test(wire, hello_roundtrip)
 {
-	struct hpct_hello h = {.type = HPCT_HELLO, .job = 0x1122334455667788ULL, .epoch = 9,
-			       .group = 0xdeadbeefcafef00dULL, .src = 7, .dst = 12, .size = 64,
-			       .reason = 0};
+	struct hpct_hello h = { .type = HPCT_HELLO,
+		                .job = 0x1122334455667788ULL,
+		                .epoch = 9,
+		                .group = 0xdeadbeefcafef00dULL,
+		                .src = 7,
+		                .dst = 12,
+		                .size = 64,
+		                .reason = 0 };
 	unsigned char buf[HPCT_HELLO_LEN];
 	hpct__hello_encode(&h, buf);
 	/* big-endian on the wire, whatever the host */
@@ -29,7 +34,7 @@ Test(wire, hello_roundtrip)
 
 Test(wire, hello_rejects_garbage)
 {
-	struct hpct_hello h = {.type = HPCT_HELLO_ACK};
+	struct hpct_hello h = { .type = HPCT_HELLO_ACK };
 	unsigned char buf[HPCT_HELLO_LEN];
 	hpct__hello_encode(&h, buf);
 	struct hpct_hello d;
@@ -46,7 +51,7 @@ Test(wire, hello_rejects_garbage)
 
 Test(wire, msg_header_and_abort)
 {
-	struct hpct_msg_hdr h = {.type = HPCT_MSG_DATA, .round = 513, .seq = 70000, .group = 42};
+	struct hpct_msg_hdr h = { .type = HPCT_MSG_DATA, .round = 513, .seq = 70000, .group = 42 };
 	unsigned char buf[HPCT_MSG_HDR_LEN];
 	hpct__msg_hdr_encode(&h, buf);
 	struct hpct_msg_hdr d;
@@ -58,7 +63,7 @@ Test(wire, msg_header_and_abort)
 	buf[0] = 3;
 	cr_assert_eq(hpct__msg_hdr_decode(buf, sizeof(buf), &d), HPCT_EPROTO);
 
-	struct hpct_abort a = {.code = HPCT_EPEERDEAD, .origin = 5, .culprit = -1};
+	struct hpct_abort a = { .code = HPCT_EPEERDEAD, .origin = 5, .culprit = -1 };
 	strcpy(a.text, "rank 5: rank 7 died");
 	unsigned char ab[12 + 256];
 	size_t n = hpct__abort_encode(&a, ab);
@@ -73,9 +78,13 @@ Test(wire, msg_header_and_abort)
 
 static struct hpct_topo topo(uint64_t epoch, int base, int range, int per)
 {
-	static int local[8] = {0, 1, 2, 3, 0, 1, 2, 3};
-	struct hpct_topo t = {.size = 8, .max_local = per, .local_of = local, .port_base = base,
-			      .port_range = range, .epoch = epoch};
+	static int local[8] = { 0, 1, 2, 3, 0, 1, 2, 3 };
+	struct hpct_topo t = { .size = 8,
+		               .max_local = per,
+		               .local_of = local,
+		               .port_base = base,
+		               .port_range = range,
+		               .epoch = epoch };
 	t.job = hpct__hash("job-a", 5, 0);
 	return t;
 }
@@ -99,14 +108,14 @@ Test(derive, ports_rotate_with_epoch_and_stay_in_range)
 
 Test(derive, groups_are_deterministic_and_distinct)
 {
-	int m1[] = {1, 3, 5}, m2[] = {1, 3, 6};
+	int m1[] = { 1, 3, 5 }, m2[] = { 1, 3, 6 };
 	uint64_t j = hpct__hash("job", 3, 0);
 	uint64_t a = hpct__derive_group(j, 2, 77, 0, m1, 3);
 	cr_assert_eq(a, hpct__derive_group(j, 2, 77, 0, m1, 3));
-	cr_assert_neq(a, hpct__derive_group(j, 3, 77, 0, m1, 3));  /* epoch */
-	cr_assert_neq(a, hpct__derive_group(j, 2, 77, 1, m1, 3));  /* counter */
-	cr_assert_neq(a, hpct__derive_group(j, 2, 78, 0, m1, 3));  /* parent */
-	cr_assert_neq(a, hpct__derive_group(j, 2, 77, 0, m2, 3));  /* members */
+	cr_assert_neq(a, hpct__derive_group(j, 3, 77, 0, m1, 3));     /* epoch */
+	cr_assert_neq(a, hpct__derive_group(j, 2, 77, 1, m1, 3));     /* counter */
+	cr_assert_neq(a, hpct__derive_group(j, 2, 78, 0, m1, 3));     /* parent */
+	cr_assert_neq(a, hpct__derive_group(j, 2, 77, 0, m2, 3));     /* members */
 	cr_assert_neq(a, hpct__derive_group(j + 1, 2, 77, 0, m1, 3)); /* job */
 	cr_assert_neq(hpct__derive_world_group(j, 0, 8), hpct__derive_world_group(j, 1, 8));
 	/* a fixed value: every host and build must agree */
@@ -116,8 +125,8 @@ Test(derive, groups_are_deterministic_and_distinct)
 
 Test(errors, every_code_has_a_name_and_message)
 {
-#define CHECK(name, value, msg)                                                 \
-	cr_assert_str_eq(hpct_errname(HPCT_##name), "HPCT_" #name);             \
+#define CHECK(name, value, msg)                                     \
+	cr_assert_str_eq(hpct_errname(HPCT_##name), "HPCT_" #name); \
 	cr_assert_str_eq(hpct_strerror(HPCT_##name), msg);
 	HPCT_ERROR_MAP(CHECK)
 #undef CHECK

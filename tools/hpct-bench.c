@@ -30,8 +30,8 @@
 #define MAX_LIST 16
 
 struct record {
-	double done;  /* CLOCK_MONOTONIC when allgather + barrier finished */
-	int conns;    /* connections opened + accepted by the rank */
+	double done; /* CLOCK_MONOTONIC when allgather + barrier finished */
+	int conns;   /* connections opened + accepted by the rank */
 	int rc;
 };
 
@@ -60,7 +60,7 @@ static int ceil_log2(int n)
 /* The rank side: bootstrap, allgather + barrier, report, leave. */
 static int rank_main(void)
 {
-	struct record rec = {0};
+	struct record rec = { 0 };
 	int fd = atoi(getenv("HPCT_BENCH_FD"));
 	int release = atoi(getenv("HPCT_BENCH_RELEASE_FD"));
 	hpct_world *w = NULL;
@@ -102,7 +102,7 @@ static void setenv_int(const char *name, long v)
 
 /* One run: N ranks on K loopback nodes; returns ms or -1. */
 static double run_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
-		       double timeout, int *max_conns)
+                       double timeout, int *max_conns)
 {
 	int pfd[2], rel[2];
 	if (pipe(pfd) < 0)
@@ -119,11 +119,12 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 	size_t o = 0;
 	for (int k = 0; k < nodes; k++)
 		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%d", k ? "," : "",
-				      base_cnt + (k < extra));
+		                      base_cnt + (k < extra));
 	setenv("HPCT_TASKS_PER_NODE", buf, 1);
 	o = 0;
 	for (int k = 0; k < nodes; k++)
-		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "", k + 1);
+		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "",
+		                      k + 1);
 	setenv("HPCT_HOSTS", buf, 1);
 	setenv_int("WORLD_SIZE", n);
 	setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -156,7 +157,8 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 			_exit(127);
 		}
 		if (pid < 0) {
-			fprintf(stderr, "hpct-bench: fork of rank %d failed: %s\n", r, strerror(errno));
+			fprintf(stderr, "hpct-bench: fork of rank %d failed: %s\n", r,
+			        strerror(errno));
 			n = r;
 			break;
 		}
@@ -184,13 +186,16 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 	close(rel[1]);
 	for (int r = 0; r < n; r++) {
 		int st;
-		if (pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		if (pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] &&
+		    !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
 			bad++;
 	}
 	free(pids);
 	if (got < n || bad) {
-		fprintf(stderr, "hpct-bench: %s run with %d ranks failed (%d of %d reported, %d failures)\n",
-			rootless ? "rootless" : "standard", n, got, n, bad);
+		fprintf(stderr,
+		        "hpct-bench: %s run with %d ranks failed (%d of %d reported, %d "
+		        "failures)\n",
+		        rootless ? "rootless" : "standard", n, got, n, bad);
 		return -1;
 	}
 	return (last - t0) * 1000;
@@ -206,7 +211,8 @@ static int parse_list(const char *s, int *out)
 {
 	int n = 0;
 	char *copy = strdup(s), *save = NULL;
-	for (char *t = strtok_r(copy, ",", &save); t && n < MAX_LIST; t = strtok_r(NULL, ",", &save)) {
+	for (char *t = strtok_r(copy, ",", &save); t && n < MAX_LIST;
+	     t = strtok_r(NULL, ",", &save)) {
 		char *end;
 		long v = strtol(t, &end, 10);
 		if (*end || v < 1 || v > 4096) {
@@ -222,7 +228,8 @@ static int parse_list(const char *s, int *out)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: hpct-bench --scenario cold --ranks N[,N..] [--path rootless,standard]\n"
-		   "                  [--repeat R] [--nodes K] [--json FILE] [--timeout S] [--port P]\n");
+	           "                  [--repeat R] [--nodes K] [--json FILE] [--timeout S] [--port "
+	           "P]\n");
 }
 
 int main(int argc, char **argv)
@@ -232,30 +239,54 @@ int main(int argc, char **argv)
 	const char *scenario = "cold", *paths = "rootless,standard", *json = NULL;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
 	double timeout = 120;
-	static const struct option opts[] = {
-		{"scenario", required_argument, NULL, 's'}, {"ranks", required_argument, NULL, 'n'},
-		{"path", required_argument, NULL, 'p'},     {"repeat", required_argument, NULL, 'r'},
-		{"nodes", required_argument, NULL, 'k'},    {"json", required_argument, NULL, 'j'},
-		{"timeout", required_argument, NULL, 't'},  {"port", required_argument, NULL, 'P'},
-		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+	static const struct option opts[] = { { "scenario", required_argument, NULL, 's' },
+		                              { "ranks", required_argument, NULL, 'n' },
+		                              { "path", required_argument, NULL, 'p' },
+		                              { "repeat", required_argument, NULL, 'r' },
+		                              { "nodes", required_argument, NULL, 'k' },
+		                              { "json", required_argument, NULL, 'j' },
+		                              { "timeout", required_argument, NULL, 't' },
+		                              { "port", required_argument, NULL, 'P' },
+		                              { "help", no_argument, NULL, 'h' },
+		                              { NULL, 0, NULL, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:t:P:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': scenario = optarg; break;
+		case 's':
+			scenario = optarg;
+			break;
 		case 'n':
 			if ((nranks = parse_list(optarg, ranks)) <= 0) {
-				fprintf(stderr, "hpct-bench: --ranks %s: want a comma list of 1..4096\n", optarg);
+				fprintf(stderr,
+				        "hpct-bench: --ranks %s: want a comma list of 1..4096\n",
+				        optarg);
 				return 2;
 			}
 			break;
-		case 'p': paths = optarg; break;
-		case 'r': repeat = atoi(optarg); break;
-		case 'k': nodes = atoi(optarg); break;
-		case 'j': json = optarg; break;
-		case 't': timeout = atof(optarg); break;
-		case 'P': port = atoi(optarg); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'p':
+			paths = optarg;
+			break;
+		case 'r':
+			repeat = atoi(optarg);
+			break;
+		case 'k':
+			nodes = atoi(optarg);
+			break;
+		case 'j':
+			json = optarg;
+			break;
+		case 't':
+			timeout = atof(optarg);
+			break;
+		case 'P':
+			port = atoi(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (strcmp(scenario, "cold") != 0) {
@@ -302,7 +333,7 @@ int main(int argc, char **argv)
 				/* each run its own ports: nothing lingers from the last one */
 				int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
 				double ms = run_once(self, n, k, strcmp(r->path, "rootless") == 0,
-						     base, run_id++, timeout, &conns);
+				                     base, run_id++, timeout, &conns);
 				if (ms < 0) {
 					failed = 1;
 					continue;
@@ -324,24 +355,26 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nranks * npaths; i++) {
 		struct result *r = &res[i];
 		if (r->ok == 0) {
-			printf("%-9s %-9s %6d %6d %7d %10s\n", scenario, r->path, r->ranks, r->nodes, 0,
-			       "failed");
+			printf("%-9s %-9s %6d %6d %7d %10s\n", scenario, r->path, r->ranks,
+			       r->nodes, 0, "failed");
 			continue;
 		}
 		qsort(r->ms, (size_t)r->ok, sizeof(double), cmp_double);
-		double med = r->ok % 2 ? r->ms[r->ok / 2] : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
+		double med = r->ok % 2 ? r->ms[r->ok / 2]
+		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
 		char bound[16] = "-";
 		if (strcmp(r->path, "rootless") == 0)
 			snprintf(bound, sizeof(bound), "%d", 2 * ceil_log2(r->ranks) + 2);
 		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s\n", scenario, r->path,
-		       r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1], r->max_conns, bound);
+		       r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1], r->max_conns,
+		       bound);
 		if (jf)
 			fprintf(jf,
-				"%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
-				"\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
-				"\"max_conns\":%d}",
-				i ? "," : "", scenario, r->path, r->ranks, r->nodes, med, r->ms[0],
-				r->ms[r->ok - 1], r->ok, r->max_conns);
+			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
+			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
+			        "\"max_conns\":%d}",
+			        i ? "," : "", scenario, r->path, r->ranks, r->nodes, med, r->ms[0],
+			        r->ms[r->ok - 1], r->ok, r->max_conns);
 		r->ms[0] = med; /* kept for the ratio line */
 	}
 	if (jf) {
@@ -351,8 +384,8 @@ int main(int argc, char **argv)
 	if (npaths == 2)
 		for (int i = 0; i < nranks; i++)
 			if (res[i * 2].ok && res[i * 2 + 1].ok)
-				printf("N=%d: standard/rootless median ratio %.2f\n", res[i * 2].ranks,
-				       res[i * 2 + 1].ms[0] / res[i * 2].ms[0]);
+				printf("N=%d: standard/rootless median ratio %.2f\n",
+				       res[i * 2].ranks, res[i * 2 + 1].ms[0] / res[i * 2].ms[0]);
 	free(res);
 	return failed ? 1 : 0;
 }

@@ -45,12 +45,11 @@ int main(void)
 	hpct_world_get_info(w, &info);
 	hpct_group *world = hpct_world_group(w);
 
-	struct whoami me = {.rank = info.rank, .pid = (int32_t)getpid()};
+	struct whoami me = { .rank = info.rank, .pid = (int32_t)getpid() };
 	gethostname(me.host, sizeof(me.host) - 1);
 	snprintf(me.listen, sizeof(me.listen), "%s", info.listen_addr);
 	struct whoami *all = calloc((size_t)info.size, sizeof(*all));
-	if ((rc = hpct_allgather(world, &me, sizeof(me), all)) ||
-	    (rc = hpct_barrier(world)))
+	if ((rc = hpct_allgather(world, &me, sizeof(me), all)) || (rc = hpct_barrier(world)))
 		return fail("allgather + barrier", rc);
 	me.join_ms = now_ms() - t0;
 
@@ -96,7 +95,8 @@ int main(void)
 			printf("  %-5d %-8d %-16s %-22s\n", all[r].rank, all[r].pid, all[r].host,
 			       info.path == HPCT_PATH_ROOTLESS ? all[r].listen : "(store client)");
 		}
-		printf("  join (create + allgather + barrier): slowest rank %.1f ms, mean %.1f ms\n",
+		printf("  join (create + allgather + barrier): slowest rank %.1f ms, mean %.1f "
+		       "ms\n",
 		       slowest, sum / info.size);
 		printf("  even-rank group of %d got: \"%s\"\n", n_even, word);
 	}

@@ -14,9 +14,9 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: hpct-info [--env] [--peers N]\n"
-		   "  prints this process's rank, node, listen address, peers and group ids\n"
-		   "  as derived from the environment; --env lists every setting hpct reads\n"
-		   "  --peers N   show at most N peers (default 32, 0 for all)\n");
+	           "  prints this process's rank, node, listen address, peers and group ids\n"
+	           "  as derived from the environment; --env lists every setting hpct reads\n"
+	           "  --peers N   show at most N peers (default 32, 0 for all)\n");
 }
 
 static void print_env(void)
@@ -35,10 +35,10 @@ static void print_env(void)
 int main(int argc, char **argv)
 {
 	int env = 0, max_peers = 32;
-	static const struct option opts[] = {{"env", no_argument, NULL, 'e'},
-					     {"peers", required_argument, NULL, 'p'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = { { "env", no_argument, NULL, 'e' },
+		                              { "peers", required_argument, NULL, 'p' },
+		                              { "help", no_argument, NULL, 'h' },
+		                              { NULL, 0, NULL, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "ep:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -95,7 +95,8 @@ int main(int argc, char **argv)
 	for (int r = 0; r < t.size; r++) {
 		if (max_peers > 0 && r >= max_peers && r != t.rank) {
 			if (r == max_peers)
-				printf("   ... %d more (--peers 0 shows all)\n", t.size - max_peers);
+				printf("   ... %d more (--peers 0 shows all)\n",
+				       t.size - max_peers);
 			continue;
 		}
 		int node = t.node_of[r], port = hpct__derive_port(&t, r);

@@ -21,8 +21,8 @@
 
 #define MAX_RANKS 65536
 #define MAX_NODES 254 /* node k listens on 127.0.0.(k+1) */
-#define GRACE_S 3.0
-#define LIST_MAX 64 /* ranks named in the timeout line before "... (N more)" */
+#define GRACE_S   3.0
+#define LIST_MAX  64 /* ranks named in the timeout line before "... (N more)" */
 
 struct opts {
 	int n, nodes, port;
@@ -45,29 +45,29 @@ struct sup {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: hpct-run -n N [options] -- CMD [ARGS...]\n"
-		"Start N local ranks of CMD with a torchrun-style environment and hpct's own\n"
-		"(HPCT_HOSTS, HPCT_TASKS_PER_NODE, HPCT_JOB_ID, HPCT_EPOCH); stop all of them\n"
-		"when one fails.\n"
-		"\n"
-		"  -n N               number of ranks (1 to %d)\n"
-		"  --nodes K          spread the ranks over K loopback nodes 127.0.0.1 ..\n"
-		"                     127.0.0.K in blocks, the first N%%K nodes one rank more\n"
-		"                     (default 1, at most %d and at most N)\n"
-		"  --timeout S        stop all ranks after S seconds (fractions allowed)\n"
-		"  --master-port P    MASTER_PORT (default: $MASTER_PORT, else a free port)\n"
-		"  --epoch E          HPCT_EPOCH and TORCHELASTIC_RESTART_COUNT\n"
-		"                     (default: $HPCT_EPOCH, else 0)\n"
-		"  --job ID           HPCT_JOB_ID and TORCHELASTIC_RUN_ID\n"
-		"                     (default: $HPCT_JOB_ID, else hpct-run-<pid>)\n"
-		"  --rootless         set HPCT_USE_ROOTLESS=1\n"
-		"  -h, --help         print this help\n"
-		"\n"
-		"Exit status: 0 when every rank exits 0; 1 when a rank fails (it is named,\n"
-		"the others get SIGTERM, then SIGKILL after %g s); 124 on timeout; 126/127\n"
-		"when CMD cannot be run; 128+S after signal S (SIGINT, SIGTERM), which is\n"
-		"forwarded to the ranks; 2 for bad arguments.\n",
-		MAX_RANKS, MAX_NODES, GRACE_S);
+	        "usage: hpct-run -n N [options] -- CMD [ARGS...]\n"
+	        "Start N local ranks of CMD with a torchrun-style environment and hpct's own\n"
+	        "(HPCT_HOSTS, HPCT_TASKS_PER_NODE, HPCT_JOB_ID, HPCT_EPOCH); stop all of them\n"
+	        "when one fails.\n"
+	        "\n"
+	        "  -n N               number of ranks (1 to %d)\n"
+	        "  --nodes K          spread the ranks over K loopback nodes 127.0.0.1 ..\n"
+	        "                     127.0.0.K in blocks, the first N%%K nodes one rank more\n"
+	        "                     (default 1, at most %d and at most N)\n"
+	        "  --timeout S        stop all ranks after S seconds (fractions allowed)\n"
+	        "  --master-port P    MASTER_PORT (default: $MASTER_PORT, else a free port)\n"
+	        "  --epoch E          HPCT_EPOCH and TORCHELASTIC_RESTART_COUNT\n"
+	        "                     (default: $HPCT_EPOCH, else 0)\n"
+	        "  --job ID           HPCT_JOB_ID and TORCHELASTIC_RUN_ID\n"
+	        "                     (default: $HPCT_JOB_ID, else hpct-run-<pid>)\n"
+	        "  --rootless         set HPCT_USE_ROOTLESS=1\n"
+	        "  -h, --help         print this help\n"
+	        "\n"
+	        "Exit status: 0 when every rank exits 0; 1 when a rank fails (it is named,\n"
+	        "the others get SIGTERM, then SIGKILL after %g s); 124 on timeout; 126/127\n"
+	        "when CMD cannot be run; 128+S after signal S (SIGINT, SIGTERM), which is\n"
+	        "forwarded to the ranks; 2 for bad arguments.\n",
+	        MAX_RANKS, MAX_NODES, GRACE_S);
 }
 
 static _Noreturn void bad_usage(const char *fmt, ...)
@@ -87,7 +87,8 @@ static long parse_long(const char *what, const char *s, long lo, long hi)
 	errno = 0;
 	long v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < lo || v > hi)
-		bad_usage("bad value '%s' for %s: expected an integer from %ld to %ld", s, what, lo, hi);
+		bad_usage("bad value '%s' for %s: expected an integer from %ld to %ld", s, what, lo,
+		          hi);
 	return v;
 }
 
@@ -157,7 +158,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->timeout = strtod(v, &end);
 			if (errno || end == v || *end || !isfinite(o->timeout) || o->timeout <= 0 ||
 			    o->timeout > 1e9)
-				bad_usage("bad value '%s' for --timeout: expected seconds > 0, e.g. 30 or 0.5", v);
+				bad_usage("bad value '%s' for --timeout: expected seconds > 0, "
+				          "e.g. 30 or 0.5",
+				          v);
 			o->timeout_arg = v;
 		} else {
 			bad_usage("unknown option '%s'", a);
@@ -197,7 +200,8 @@ static void setf(const char *name, const char *fmt, ...)
  * stops with that rank named, and a rerun picks another port. */
 static int free_port(void)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(sa);
 	int port = -1, e = 0;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -215,8 +219,9 @@ close_fd:
 	close(fd);
 fail:
 	if (port <= 0) {
-		fprintf(stderr, "hpct-run: cannot find a free port on 127.0.0.1 (%s); use --master-port\n",
-			strerror(e));
+		fprintf(stderr,
+		        "hpct-run: cannot find a free port on 127.0.0.1 (%s); use --master-port\n",
+		        strerror(e));
 		exit(1);
 	}
 	return port;
@@ -241,7 +246,7 @@ static void set_world_env(const struct opts *o)
 		off += (size_t)snprintf(buf, cap, extra > 1 ? "%d(x%d)" : "%d", base + 1, extra);
 	if (o->nodes - extra)
 		snprintf(buf + off, cap - off, o->nodes - extra > 1 ? "%s%d(x%d)" : "%s%d",
-			 off ? "," : "", base, o->nodes - extra);
+		         off ? "," : "", base, o->nodes - extra);
 	set("HPCT_TASKS_PER_NODE", buf);
 	free(buf);
 
@@ -329,13 +334,14 @@ static void reap(struct sup *s)
 		if (s->stopping || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
 			continue;
 		if (WIFEXITED(st))
-			fprintf(stderr, "hpct-run: rank %d (pid %ld) exited with status %d", r, (long)p,
-				WEXITSTATUS(st));
+			fprintf(stderr, "hpct-run: rank %d (pid %ld) exited with status %d", r,
+			        (long)p, WEXITSTATUS(st));
 		else
-			fprintf(stderr, "hpct-run: rank %d (pid %ld) was killed by signal %d (%s)", r,
-				(long)p, WTERMSIG(st), strsignal(WTERMSIG(st)));
+			fprintf(stderr, "hpct-run: rank %d (pid %ld) was killed by signal %d (%s)",
+			        r, (long)p, WTERMSIG(st), strsignal(WTERMSIG(st)));
 		if (s->alive)
-			fprintf(stderr, "; stopping %d other rank%s\n", s->alive, s->alive > 1 ? "s" : "");
+			fprintf(stderr, "; stopping %d other rank%s\n", s->alive,
+			        s->alive > 1 ? "s" : "");
 		else
 			fputc('\n', stderr);
 		begin_stop(s, 1, SIGTERM);
@@ -363,14 +369,14 @@ static void on_signal(struct sup *s, int sig, const siginfo_t *si)
 		reap(s);
 	} else if (!s->stopping) {
 		fprintf(stderr, "hpct-run: got %s; stopping %d rank%s\n", name, s->alive,
-			s->alive == 1 ? "" : "s");
+		        s->alive == 1 ? "" : "s");
 		/* From the kernel (^C on the terminal) it went to the whole
 		 * foreground process group, ranks included: sending it again
 		 * would interrupt their cleanup. */
 		begin_stop(s, 128 + sig, si->si_code == SI_KERNEL ? 0 : sig);
 	} else if (!s->killed) {
 		fprintf(stderr, "hpct-run: got %s again; killing %d rank%s\n", name, s->alive,
-			s->alive == 1 ? "" : "s");
+		        s->alive == 1 ? "" : "s");
 		kill_all(s);
 	}
 }
@@ -412,7 +418,7 @@ static int supervise(struct sup *s, const struct opts *o, double t_end)
 }
 
 static _Noreturn void run_rank(const struct opts *o, int r, const sigset_t *old_mask, pid_t parent,
-			       int err_fd)
+                               int err_fd)
 {
 	int base = o->n / o->nodes, extra = o->n % o->nodes;
 	int big = extra * (base + 1); /* ranks on the nodes that hold base + 1 */
@@ -442,8 +448,9 @@ static void fork_failed(struct sup *s, const struct opts *o, int r, int e)
 	struct rlimit rl;
 	fprintf(stderr, "hpct-run: cannot start rank %d of %d: fork: %s", r, o->n, strerror(e));
 	if (e == EAGAIN && getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-		fprintf(stderr, " (process limit: 'ulimit -u' is %llu; a cgroup's pids.max may apply too)",
-			(unsigned long long)rl.rlim_cur);
+		fprintf(stderr,
+		        " (process limit: 'ulimit -u' is %llu; a cgroup's pids.max may apply too)",
+		        (unsigned long long)rl.rlim_cur);
 	else if (e == EAGAIN)
 		fputs(" (process limit reached; see the cgroup's pids.max)", stderr);
 	fprintf(stderr, "; stopping the %d rank%s already started\n", r, r == 1 ? "" : "s");
@@ -458,7 +465,7 @@ static int launch(struct sup *s, const struct opts *o, const sigset_t *old_mask)
 	for (int r = 0; r < o->n && !s->stopping; r++) {
 		/* Rank 0 reports a failed exec through a close-on-exec pipe, so a
 		 * wrong command is one message and no other rank is started. */
-		int ep[2] = {-1, -1};
+		int ep[2] = { -1, -1 };
 		if (r == 0 && pipe2(ep, O_CLOEXEC) != 0)
 			ep[0] = ep[1] = -1;
 		pid_t pid = fork();
@@ -482,14 +489,15 @@ static int launch(struct sup *s, const struct opts *o, const sigset_t *old_mask)
 			ssize_t got = read(ep[0], &e, sizeof(e));
 			close(ep[0]);
 			if (got == (ssize_t)sizeof(e)) {
-				fprintf(stderr, "hpct-run: cannot run '%s': %s\n", o->cmd[0], strerror(e));
+				fprintf(stderr, "hpct-run: cannot run '%s': %s\n", o->cmd[0],
+				        strerror(e));
 				waitpid(pid, NULL, 0);
 				return e == ENOENT ? 127 : 126;
 			}
 		}
 		/* A rank that fails (or a ^C) while thousands are still being
 		 * started stops the launch too. */
-		struct timespec zero = {0, 0};
+		struct timespec zero = { 0, 0 };
 		siginfo_t si;
 		int sig;
 		while ((sig = sigtimedwait(&s->set, &si, &zero)) > 0)
@@ -505,8 +513,8 @@ static void sigchld_noop(int sig)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.nodes = 1};
-	struct sup s = {0};
+	struct opts o = { .nodes = 1 };
+	struct sup s = { 0 };
 	sigset_t old_mask;
 	parse_args(argc, argv, &o);
 	set_world_env(&o);
@@ -514,13 +522,13 @@ int main(int argc, char **argv)
 	/* SIGCHLD needs a handler of its own: ignored (as a caller may leave
 	 * it) children are reaped by the kernel and waitpid cannot see their
 	 * status.  The handler never runs, the signal stays blocked. */
-	struct sigaction sa = {.sa_handler = sigchld_noop};
+	struct sigaction sa = { .sa_handler = sigchld_noop };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGCHLD, &sa, NULL);
 	sigemptyset(&s.set);
 	sigaddset(&s.set, SIGCHLD);
 	/* A caller that ignores SIGINT (a background job) keeps it ignored. */
-	const int fwd[] = {SIGINT, SIGTERM};
+	const int fwd[] = { SIGINT, SIGTERM };
 	for (size_t i = 0; i < sizeof(fwd) / sizeof(fwd[0]); i++) {
 		struct sigaction cur;
 		if (sigaction(fwd[i], NULL, &cur) == 0 && cur.sa_handler != SIG_IGN)

@@ -175,7 +175,7 @@ static int tcp_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 		close(fd);
 		return err;
 	}
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 	if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		int err = -errno;
 		close(fd);
@@ -193,7 +193,7 @@ static void set_nodelay(int fd)
 
 static int watch(struct tcp_conn *c, int op)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
 	if (c->state == CONNECTING || c->out.tail > c->out.head)
 		ev.events |= EPOLLOUT;
 	c->want_out = (ev.events & EPOLLOUT) != 0;
@@ -218,7 +218,7 @@ static struct tcp_conn *conn_new(struct tcp_ctx *ctx, int fd, enum conn_state st
 }
 
 static int tcp_connect(void *arg, const struct sockaddr *addr, socklen_t len, void *user,
-		       struct hpct_tconn **conn_out)
+                       struct hpct_tconn **conn_out)
 {
 	struct tcp_ctx *ctx = arg;
 	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -247,7 +247,7 @@ static int flush(struct tcp_conn *c)
 {
 	while (c->out.tail > c->out.head) {
 		ssize_t n = send(c->fd, c->out.data + c->out.head, c->out.tail - c->out.head,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		                 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -275,8 +275,8 @@ static int tcp_send(struct hpct_tconn *conn, const void *data, size_t len)
 	uint32_t hdr = htonl((uint32_t)len);
 	if (c->state == OPEN && c->out.tail == c->out.head) {
 		/* Fast path: straight to the socket, copy only the rest. */
-		struct iovec iov[2] = {{&hdr, 4}, {(void *)data, len}};
-		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+		struct iovec iov[2] = { { &hdr, 4 }, { (void *)data, len } };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
 		/* MSG_NOSIGNAL: a dead peer is an error code, not SIGPIPE */
 		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -314,7 +314,8 @@ static size_t tcp_pending(struct hpct_tconn *conn)
 
 static void tcp_set_max_msg(struct hpct_tconn *conn, size_t max)
 {
-	((struct tcp_conn *)conn)->max_msg = max < HPCT_TRANSPORT_MAX_MSG ? max : HPCT_TRANSPORT_MAX_MSG;
+	((struct tcp_conn *)conn)->max_msg =
+	        max < HPCT_TRANSPORT_MAX_MSG ? max : HPCT_TRANSPORT_MAX_MSG;
 }
 
 static size_t tcp_backlog(void *arg)
@@ -371,9 +372,9 @@ static int self_connected(struct tcp_conn *c)
 }
 
 static void emit_close(struct tcp_conn *c, enum hpct_tevent_type type, int err, hpct_tevent_cb cb,
-		       void *arg)
+                       void *arg)
 {
-	struct hpct_tevent ev = {.type = type, .conn = &c->base, .err = err};
+	struct hpct_tevent ev = { .type = type, .conn = &c->base, .err = err };
 	tcp_close(&c->base);
 	cb(arg, &ev);
 }
@@ -383,12 +384,14 @@ static void do_accept(struct tcp_ctx *ctx, hpct_tevent_cb cb, void *arg, int *ne
 	for (;;) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		int fd = accept4(ctx->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(ctx->lfd, (struct sockaddr *)&ss, &sl,
+		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
 				/* The listener stays readable: without a pause epoll
 				 * would return at once, forever. */
-				struct epoll_event ev = {.events = 0, .data.ptr = NULL};
+				struct epoll_event ev = { .events = 0, .data.ptr = NULL };
 				epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ctx->lfd, &ev);
 				ctx->listen_resume = mono_now() + 0.1;
 			}
@@ -402,10 +405,10 @@ static void do_accept(struct tcp_ctx *ctx, hpct_tevent_cb cb, void *arg, int *ne
 		}
 		memcpy(&c->peer, &ss, sl);
 		c->peer_len = sl;
-		struct hpct_tevent ev = {.type = HPCT_TEV_ACCEPTED,
-					 .conn = &c->base,
-					 .peer = (struct sockaddr *)&c->peer,
-					 .peer_len = sl};
+		struct hpct_tevent ev = { .type = HPCT_TEV_ACCEPTED,
+			                  .conn = &c->base,
+			                  .peer = (struct sockaddr *)&c->peer,
+			                  .peer_len = sl };
 		cb(arg, &ev);
 		(*nev)++;
 	}
@@ -455,10 +458,10 @@ static void do_read(struct tcp_conn *c, hpct_tevent_cb cb, void *arg, int *nev)
 		 * length a peer announces */
 		if (c->in.tail - c->in.head < 4 + (size_t)len)
 			break;
-		struct hpct_tevent ev = {.type = HPCT_TEV_MESSAGE,
-					 .conn = &c->base,
-					 .data = c->in.data + c->in.head + 4,
-					 .len = len};
+		struct hpct_tevent ev = { .type = HPCT_TEV_MESSAGE,
+			                  .conn = &c->base,
+			                  .data = c->in.data + c->in.head + 4,
+			                  .len = len };
 		c->in.head += 4 + (size_t)len;
 		cb(arg, &ev);
 		(*nev)++;
@@ -478,7 +481,7 @@ static int tcp_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbar
 	if (ctx->listen_resume > 0) {
 		double left = ctx->listen_resume - mono_now();
 		if (left <= 0) {
-			struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 			epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ctx->lfd, &ev);
 			ctx->listen_resume = 0;
 		} else if (timeout_ms < 0 || timeout_ms > (int)(left * 1000) + 1) {
@@ -514,7 +517,7 @@ static int tcp_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbar
 				continue;
 			}
 			c->state = OPEN;
-			struct hpct_tevent ev = {.type = HPCT_TEV_CONNECTED, .conn = &c->base};
+			struct hpct_tevent ev = { .type = HPCT_TEV_CONNECTED, .conn = &c->base };
 			cb(cbarg, &ev);
 			nev++;
 			if (c->state == CLOSED)

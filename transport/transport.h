@@ -26,19 +26,21 @@ struct hpct_tconn {
 enum hpct_tevent_type {
 	HPCT_TEV_CONNECTED,      /* an outgoing connection completed */
 	HPCT_TEV_CONNECT_FAILED, /* an outgoing connection failed: err (-ECONNREFUSED also when
-				  * it met itself); the conn is closed and freed after the callback */
+	                          * it met itself); the conn is closed and freed after the callback
+	                          */
 	HPCT_TEV_ACCEPTED,       /* a new incoming connection; peer is its address */
 	HPCT_TEV_MESSAGE,        /* one whole message: data, len (valid during the callback only) */
-	HPCT_TEV_CLOSED,         /* the peer closed (err 0) or the connection failed (err < 0); the conn is freed after the callback */
+	HPCT_TEV_CLOSED, /* the peer closed (err 0) or the connection failed (err < 0); the conn is
+	                    freed after the callback */
 };
 
 struct hpct_tevent {
 	enum hpct_tevent_type type;
 	struct hpct_tconn *conn;
-	int err;                       /* -errno, or HPCT_EPROTO for a bad frame */
+	int err; /* -errno, or HPCT_EPROTO for a bad frame */
 	const void *data;
 	size_t len;
-	const struct sockaddr *peer;   /* ACCEPTED: the remote address */
+	const struct sockaddr *peer; /* ACCEPTED: the remote address */
 	socklen_t peer_len;
 };
 
@@ -56,7 +58,7 @@ struct hpct_transport_ops {
 	 * CONNECT_FAILED.  Messages may be sent before it completes.  A failure
 	 * known at once is returned as -errno and no conn is made. */
 	int (*connect)(void *ctx, const struct sockaddr *addr, socklen_t len, void *user,
-		       struct hpct_tconn **conn_out);
+	               struct hpct_tconn **conn_out);
 	/* Queues one whole message; the transport copies it.  0 or -errno. */
 	int (*send)(struct hpct_tconn *conn, const void *buf, size_t len);
 	/* Largest message this conn may receive (default HPCT_TRANSPORT_MAX_MSG);

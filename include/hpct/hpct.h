@@ -29,19 +29,19 @@ extern "C" {
 #define HPCT_VERSION_PATCH 0
 
 /* X(name, value, message): the library's own error codes. */
-#define HPCT_ERROR_MAP(X)                                                       \
-	X(EBADENV, -1001, "bad setting in the environment")                     \
-	X(ENOTOPO, -1002, "not enough information to derive the topology")      \
-	X(ETIMEDOUT, -1003, "deadline passed")                                  \
-	X(EPEERDEAD, -1004, "a peer died or closed its connection")             \
-	X(EREFUSED, -1005, "a peer refused the handshake")                      \
-	X(EPROTO, -1006, "malformed message from a peer")                       \
-	X(EINVAL, -1007, "invalid argument")                                    \
-	X(ENOTMEMBER, -1008, "this rank is not a member of the group")          \
-	X(EADDRINUSE, -1009, "the derived port is already taken")               \
-	X(EABORTED, -1010, "the collective was aborted by another rank")        \
-	X(ERESOLVE, -1011, "a host name could not be resolved")                 \
-	X(ENOMEM, -1012, "out of memory")                                       \
+#define HPCT_ERROR_MAP(X)                                                  \
+	X(EBADENV, -1001, "bad setting in the environment")                \
+	X(ENOTOPO, -1002, "not enough information to derive the topology") \
+	X(ETIMEDOUT, -1003, "deadline passed")                             \
+	X(EPEERDEAD, -1004, "a peer died or closed its connection")        \
+	X(EREFUSED, -1005, "a peer refused the handshake")                 \
+	X(EPROTO, -1006, "malformed message from a peer")                  \
+	X(EINVAL, -1007, "invalid argument")                               \
+	X(ENOTMEMBER, -1008, "this rank is not a member of the group")     \
+	X(EADDRINUSE, -1009, "the derived port is already taken")          \
+	X(EABORTED, -1010, "the collective was aborted by another rank")   \
+	X(ERESOLVE, -1011, "a host name could not be resolved")            \
+	X(ENOMEM, -1012, "out of memory")                                  \
 	X(ESTATE, -1013, "call not valid in this state")
 
 enum hpct_error {
@@ -76,30 +76,31 @@ typedef struct hpct_group hpct_group;
 
 /* A plain summary of this process's place in the world. */
 struct hpct_world_info {
-	int rank;              /* this process's rank in the world */
-	int size;              /* number of ranks */
-	int local_rank;        /* rank among the processes of this node */
-	int local_size;        /* processes on this node */
-	int node;              /* index of this node in the node list */
-	int nnodes;            /* nodes in the node list (1 on the standard path without one) */
-	enum hpct_path path;   /* the path in use */
-	uint64_t job;          /* hash of the job identity */
-	uint64_t epoch;        /* restart epoch */
-	char job_name[128];    /* the job identity as read, truncated */
-	char listen_addr[HPCT_ADDRSTRLEN]; /* rootless: this process's listener; standard: the rendezvous */
+	int rank;            /* this process's rank in the world */
+	int size;            /* number of ranks */
+	int local_rank;      /* rank among the processes of this node */
+	int local_size;      /* processes on this node */
+	int node;            /* index of this node in the node list */
+	int nnodes;          /* nodes in the node list (1 on the standard path without one) */
+	enum hpct_path path; /* the path in use */
+	uint64_t job;        /* hash of the job identity */
+	uint64_t epoch;      /* restart epoch */
+	char job_name[128];  /* the job identity as read, truncated */
+	char listen_addr[HPCT_ADDRSTRLEN]; /* rootless: this process's listener; standard: the
+	                                      rendezvous */
 };
 
 /* Counters of what this process did on the network, for tools and tests. */
 struct hpct_world_stats {
-	uint64_t conns_opened;   /* connections this process initiated and completed */
-	uint64_t conns_accepted; /* connections accepted from peers and admitted */
-	uint64_t conns_refused;  /* incoming connections refused at the handshake */
-	uint64_t connect_retries;/* connect attempts that were retried */
+	uint64_t conns_opened;    /* connections this process initiated and completed */
+	uint64_t conns_accepted;  /* connections accepted from peers and admitted */
+	uint64_t conns_refused;   /* incoming connections refused at the handshake */
+	uint64_t connect_retries; /* connect attempts that were retried */
 	uint64_t msgs_sent;
 	uint64_t msgs_recv;
 	uint64_t bytes_sent;
 	uint64_t bytes_recv;
-	int peers;               /* distinct peers connected now */
+	int peers; /* distinct peers connected now */
 };
 
 /* Joins the world described by the environment (see README: HPCT_RANK,
@@ -139,7 +140,7 @@ HPCT_API hpct_group *hpct_world_group(hpct_world *world);
  * On a member, *group_out is the new group; on a non-member, *group_out is
  * set to NULL and 0 is returned.  HPCT_EINVAL names the bad member. */
 HPCT_API int hpct_group_create(hpct_group *parent, const int *members, int nmembers,
-			       hpct_group **group_out);
+                               hpct_group **group_out);
 
 /* Frees a group made by hpct_group_create; local only.  Accepts NULL; the
  * world group is ignored. */
