@@ -98,6 +98,10 @@ int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, s
 int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
                    const size_t *lens, double deadline);
 /* Adds delta to the counter `key` (created at 0) and returns the sum. */
+/* One key of any length, waiting until it exists: *val_out is malloc'd
+ * (free it), *len_out its length. */
+int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out, size_t *len_out,
+		  double deadline);
 int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int64_t *value_out,
                   double deadline);
 /* Returns once the counter `key` is >= value. */

@@ -476,8 +476,11 @@ int hpct__std_wait_ge(struct hpct_std_client *c, const char *key, int64_t value,
 	return key_rpc(c, HPCT_STD_WAITGE, key, tail, 8, NULL, 0, what, t0, deadline);
 }
 
-int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
-                   const size_t *lens, double deadline)
+/* MGET's reply: with lens, value i must be lens[i] bytes and lands in
+ * bufs[i]; without, each value is malloc'd into ((void **)bufs)[i] and its
+ * length stored in got[i]. */
+static int mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
+                const size_t *lens, size_t *got, double deadline)
 {
 	double t0 = hpct__now();
 	int rc = check_usable(c, "MGET");
@@ -530,12 +533,26 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 			                  "%u-byte value for '%.*s'",
 			                  c->rank, c->addr, what, len, KEY_SHOWN, keys[i]);
 		}
-		int fits = len == lens[i];
-		if (!fits && bad < 0) {
-			bad = i;
-			bad_len = len;
+		void *dst;
+		if (lens) {
+			int fits = len == lens[i];
+			if (!fits && bad < 0) {
+				bad = i;
+				bad_len = len;
+			}
+			dst = fits ? bufs[i] : NULL;
+		} else {
+			/* one byte more: a zero-length value is still a buffer */
+			dst = ((void **)bufs)[i] = malloc((size_t)len + 1);
+			got[i] = len;
+			if (!dst) {
+				set_broken(c);
+				return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD,
+				                  "rank %d: out of memory for a %u-byte value", c->rank,
+				                  len);
+			}
 		}
-		if ((rc = recv_exact(c, fits ? bufs[i] : NULL, len, deadline)))
+		if ((rc = recv_exact(c, dst, len, deadline)))
 			return io_fail(c, rc, what, t0);
 	}
 	if (bad >= 0)
@@ -543,5 +560,26 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 		        HPCT_EPROTO, HPCT_SUB_STD,
 		        "rank %d: key '%.*s' at the rendezvous %s holds %u bytes, expected %zu",
 		        c->rank, KEY_SHOWN, keys[bad], c->addr, bad_len, lens[bad]);
+	return 0;
+}
+
+int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
+                   const size_t *lens, double deadline)
+{
+	return mget(c, keys, n, bufs, lens, NULL, deadline);
+}
+
+int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out, size_t *len_out,
+                  double deadline)
+{
+	void *val = NULL;
+	size_t len = 0;
+	int rc = mget(c, &key, 1, (void *const *)&val, NULL, &len, deadline);
+	if (rc) {
+		free(val);
+		return rc;
+	}
+	*val_out = val;
+	*len_out = len;
 	return 0;
 }

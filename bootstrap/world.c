@@ -1,5 +1,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "log.h"
 #include "util.h"
 #include "world.h"
+#include "world_access.h"
 
 /* Resolves a node once; later calls reuse the answer (or the error). */
 static int node_resolve(struct hpct_world *w, int node)
@@ -61,9 +63,6 @@ static int start_rootless(struct hpct_world *w)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
 		                  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)",
 		                  tname, hpct_transport_names());
-	w->nodes = calloc((size_t)t->nnodes, sizeof(*w->nodes));
-	if (!w->nodes)
-		return HPCT_ENOMEM;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int rc = peer_addr(w, t->rank, &ss, &sl, w->listen_text, sizeof(w->listen_text));
@@ -144,6 +143,11 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 	}
 	struct hpct_topo *t = &w->topo;
 	hpct__log_set_rank(t->rank);
+	/* node addresses, resolved lazily, on either path (Gloo binds there) */
+	if (t->nnodes > 0 && !(w->nodes = calloc((size_t)t->nnodes, sizeof(*w->nodes)))) {
+		hpct_world_destroy(w);
+		return HPCT_ENOMEM;
+	}
 	/* Decided only from inputs every rank sees alike: the node list. */
 	if (t->want_rootless && t->nnodes > 0) {
 		w->path = HPCT_PATH_ROOTLESS;
@@ -240,4 +244,28 @@ HPCT_API int hpct_world_peer_addr(struct hpct_world *w, int rank, char addr_out[
 HPCT_API hpct_group *hpct_world_group(struct hpct_world *w)
 {
 	return w ? &w->group : NULL;
+}
+
+double hpct__world_timeout(const struct hpct_world *w)
+{
+	return w->topo.timeout_s;
+}
+
+struct hpct_std_client *hpct__world_std_client(struct hpct_world *w)
+{
+	return w->client;
+}
+
+int hpct__world_node_host(struct hpct_world *w, int rank, char *buf, size_t len)
+{
+	if (w->topo.nnodes == 0 || !w->nodes)
+		return HPCT_ESTATE;
+	int node = w->topo.node_of[rank];
+	int rc = node_resolve(w, node);
+	if (rc < 0)
+		return rc;
+	if (getnameinfo((const struct sockaddr *)&w->nodes[node].ss, w->nodes[node].len, buf,
+			(socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
+		return HPCT_ERESOLVE;
+	return 0;
 }

@@ -3,17 +3,19 @@
 # defines are exactly the global list of its version script, and every
 # function the public header declares with HPCT_API is in that list.
 #
-# usage: test_symbols.sh LIBHPCT_SO LIBHPCT_MAP HPCT_H
+# usage: test_symbols.sh LIBHPCT_SO LIBHPCT_MAP HEADER...
 # Exit 0 when all agree, 1 on a mismatch (the difference is printed),
 # 2 on bad usage or unreadable input.  NM may name another nm.
 set -u
 
-if [ $# -ne 3 ]; then
-	echo "usage: $0 libhpct.so libhpct.map hpct.h" >&2
+if [ $# -lt 3 ]; then
+	echo "usage: $0 libhpct.so libhpct.map header..." >&2
 	exit 2
 fi
-lib=$1 map=$2 hdr=$3
-for f in "$lib" "$map" "$hdr"; do
+lib=$1 map=$2
+shift 2
+hdr="$*"
+for f in "$lib" "$map" "$@"; do
 	if [ ! -r "$f" ]; then
 		echo "$0: cannot read $f" >&2
 		exit 2
@@ -67,7 +69,7 @@ awk '
 		while (n > 0 && w[n] == "") n--
 		if (n > 0) print w[n]
 	}
-' "$hdr" | sort -u >"$tmp/api" || exit 2
+' "$@" | sort -u >"$tmp/api" || exit 2
 
 fail=0
 for f in map so api; do

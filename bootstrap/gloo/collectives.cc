@@ -1,0 +1,221 @@
+// Gloo's collectives behind C calls: arguments checked and named, element
+// types and reductions chosen at run time, exceptions turned into codes.
+#include <cstdint>
+#include <limits>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+
+#include "gloo_internal.hpp"
+
+namespace
+{
+
+using ReduceFn = void (*)(void *, const void *, const void *, size_t);
+
+// Sizes Gloo's buffers can hold and our counts may ask for.
+constexpr size_t kMaxBytes = (size_t)1 << 40;
+// "this call has no such argument", never a value a caller can pass
+constexpr int kNone = std::numeric_limits<int>::min();
+
+size_t elem_size(int dtype)
+{
+	switch (dtype) {
+	case HPCT_GLOO_F32:
+	case HPCT_GLOO_I32:
+		return 4;
+	case HPCT_GLOO_F64:
+	case HPCT_GLOO_I64:
+		return 8;
+	}
+	return 0;
+}
+
+template <typename T> ReduceFn fn_for(int op)
+{
+	switch (op) {
+	case HPCT_GLOO_SUM:
+		return &gloo::sum<T>;
+	case HPCT_GLOO_MIN:
+		return &gloo::min<T>;
+	case HPCT_GLOO_MAX:
+		return &gloo::max<T>;
+	case HPCT_GLOO_PROD:
+		return &gloo::product<T>;
+	}
+	return nullptr;
+}
+
+ReduceFn reduce_fn(int dtype, int op)
+{
+	switch (dtype) {
+	case HPCT_GLOO_F32:
+		return fn_for<float>(op);
+	case HPCT_GLOO_F64:
+		return fn_for<double>(op);
+	case HPCT_GLOO_I32:
+		return fn_for<int32_t>(op);
+	case HPCT_GLOO_I64:
+		return fn_for<int64_t>(op);
+	}
+	return nullptr;
+}
+
+// Checks shared by every call; 0 when the call may go on.
+int check(hpct_gloo_context *c, const char *op, const void *buf, const char *bufname, size_t count,
+          int dtype, int reduce_op, int root)
+{
+	if (!c)
+		return hpct_gloo::fail_plain(HPCT_EINVAL, "Gloo %s: context is NULL", op);
+	int rank = c->world_rank;
+	if (c->failed)
+		return hpct_gloo::fail_plain(
+		        c->failed, "rank %d: Gloo %s on a context that already failed", rank, op);
+	if (bufname && !buf)
+		return hpct_gloo::fail_plain(HPCT_EINVAL, "rank %d: Gloo %s: %s is NULL", rank, op,
+		                             bufname);
+	if (dtype != kNone && elem_size(dtype) == 0)
+		return hpct_gloo::fail_plain(HPCT_EINVAL, "rank %d: Gloo %s: unknown dtype %d",
+		                             rank, op, dtype);
+	if (dtype != kNone && (count == 0 || count > kMaxBytes / elem_size(dtype)))
+		return hpct_gloo::fail_plain(HPCT_EINVAL,
+		                             "rank %d: Gloo %s: count %zu must be 1..%zu", rank, op,
+		                             count, kMaxBytes / elem_size(dtype));
+	if (reduce_op != kNone && !reduce_fn(dtype, reduce_op))
+		return hpct_gloo::fail_plain(HPCT_EINVAL, "rank %d: Gloo %s: unknown op %d", rank,
+		                             op, reduce_op);
+	if (root != kNone && (root < 0 || root >= c->ctx->size))
+		return hpct_gloo::fail_plain(
+		        HPCT_EINVAL,
+		        "rank %d: Gloo %s: root %d is not a rank of the context (size %d)", rank,
+		        op, root, c->ctx->size);
+	return 0;
+}
+
+// Gloo's options take typed pointers; bytes are bytes to the algorithms
+// used here, but the element size must be right.
+template <typename Opts> void set_in(Opts &o, const void *p, size_t count, int dtype)
+{
+	if (elem_size(dtype) == 4)
+		o.setInput((int32_t *)p, count);
+	else
+		o.setInput((int64_t *)p, count);
+}
+
+template <typename Opts> void set_out(Opts &o, void *p, size_t count, int dtype)
+{
+	if (elem_size(dtype) == 4)
+		o.setOutput((int32_t *)p, count);
+	else
+		o.setOutput((int64_t *)p, count);
+}
+
+} // namespace
+
+extern "C" HPCT_API int hpct_gloo_allreduce(hpct_gloo_context *c, void *buf, size_t count,
+                                            enum hpct_gloo_dtype dtype, enum hpct_gloo_op op)
+{
+	int rc = check(c, "allreduce", buf, "buf", count, dtype, op, kNone);
+	if (rc)
+		return rc;
+	try {
+		gloo::AllreduceOptions o(c->ctx);
+		set_in(o, buf, count, dtype);
+		set_out(o, buf, count, dtype);
+		o.setReduceFunction(reduce_fn(dtype, op));
+		o.setTimeout(c->timeout);
+		gloo::allreduce(o);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "allreduce", e);
+	}
+	return 0;
+}
+
+extern "C" HPCT_API int hpct_gloo_reduce(hpct_gloo_context *c, const void *in, void *out,
+                                         size_t count, enum hpct_gloo_dtype dtype,
+                                         enum hpct_gloo_op op, int root)
+{
+	int rc = check(c, "reduce", in, "in", count, dtype, op, root);
+	if (rc == 0 && c->ctx->rank == root && !out)
+		rc = hpct_gloo::fail_plain(HPCT_EINVAL,
+		                           "rank %d: Gloo reduce: out is NULL on the root",
+		                           c->world_rank);
+	if (rc)
+		return rc;
+	try {
+		gloo::ReduceOptions o(c->ctx);
+		set_in(o, in, count, dtype);
+		// Gloo wants an output everywhere; off the root it is scratch.
+		std::vector<int64_t> scratch;
+		if (c->ctx->rank != root || !out) {
+			scratch.resize((count * elem_size(dtype) + 7) / 8);
+			out = scratch.data();
+		}
+		set_out(o, out, count, dtype);
+		o.setRoot(root);
+		o.setReduceFunction(reduce_fn(dtype, op));
+		o.setTimeout(c->timeout);
+		gloo::reduce(o);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "reduce", e);
+	}
+	return 0;
+}
+
+extern "C" HPCT_API int hpct_gloo_broadcast(hpct_gloo_context *c, void *buf, size_t count,
+                                            enum hpct_gloo_dtype dtype, int root)
+{
+	int rc = check(c, "broadcast", buf, "buf", count, dtype, kNone, root);
+	if (rc)
+		return rc;
+	try {
+		gloo::BroadcastOptions o(c->ctx);
+		set_out(o, buf, count, dtype);
+		o.setRoot(root);
+		o.setTimeout(c->timeout);
+		gloo::broadcast(o);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "broadcast", e);
+	}
+	return 0;
+}
+
+extern "C" HPCT_API int hpct_gloo_allgather(hpct_gloo_context *c, const void *in, void *out,
+                                            size_t count, enum hpct_gloo_dtype dtype)
+{
+	int rc = check(c, "allgather", in, "in", count, dtype, kNone, kNone);
+	if (rc == 0 && !out)
+		rc = hpct_gloo::fail_plain(HPCT_EINVAL, "rank %d: Gloo allgather: out is NULL",
+		                           c->world_rank);
+	if (rc)
+		return rc;
+	try {
+		gloo::AllgatherOptions o(c->ctx);
+		set_in(o, in, count, dtype);
+		set_out(o, out, count * (size_t)c->ctx->size, dtype);
+		o.setTimeout(c->timeout);
+		gloo::allgather(o);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "allgather", e);
+	}
+	return 0;
+}
+
+extern "C" HPCT_API int hpct_gloo_barrier(hpct_gloo_context *c)
+{
+	int rc = check(c, "barrier", nullptr, nullptr, 1, kNone, kNone, kNone);
+	if (rc)
+		return rc;
+	try {
+		gloo::BarrierOptions o(c->ctx);
+		o.setTimeout(c->timeout);
+		gloo::barrier(o);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "barrier", e);
+	}
+	return 0;
+}

@@ -1,0 +1,375 @@
+// Connecting Gloo contexts: rootless (ports through hpct's alltoall, pairs
+// connected by a pool of threads) or standard (Gloo's connectFullMesh over
+// hpct's rendezvous store), and cloning one through Gloo's ContextFactory.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
+
+#include "gloo_internal.hpp"
+
+extern "C" {
+#include "bootstrap/log.h"
+#include "bootstrap/stdpath.h"
+#include "bootstrap/util.h"
+#include "bootstrap/world_access.h"
+}
+
+namespace
+{
+
+using gloo::transport::tcp::Address;
+
+// Threads that connect pairs at once: each connect waits for a tick of
+// Gloo's event loop (10 ms), which a pool pays about once, not per peer.
+constexpr int kConnectThreads = 32;
+
+unsigned port_of(const sockaddr_storage &ss)
+{
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((const sockaddr_in6 &)ss).sin6_port);
+	return ntohs(((const sockaddr_in &)ss).sin_port);
+}
+
+std::string ip_of(const sockaddr_storage &ss)
+{
+	char buf[INET6_ADDRSTRLEN] = "?";
+	if (ss.ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const sockaddr_in6 &)ss).sin6_addr, buf, sizeof(buf));
+	else
+		inet_ntop(AF_INET, &((const sockaddr_in &)ss).sin_addr, buf, sizeof(buf));
+	return buf;
+}
+
+// A peer's pair address: its node's address (derived, as every hpct
+// address) and the port it told us.
+int peer_address(hpct_world *w, int world_rank, unsigned port, sockaddr_storage *ss)
+{
+	char host[64];
+	int rc = hpct__world_node_host(w, world_rank, host, sizeof(host));
+	if (rc < 0)
+		return rc;
+	std::memset(ss, 0, sizeof(*ss));
+	auto *in = (sockaddr_in *)ss;
+	auto *in6 = (sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+	} else {
+		return HPCT_ERESOLVE;
+	}
+	return 0;
+}
+
+// Connects every pair from a bounded pool of threads; the first failure,
+// with the context rank it concerned, is kept.
+struct PairConnector {
+	std::shared_ptr<gloo::transport::Context> tctx;
+	std::vector<std::vector<char>> addrs; // by context rank; empty for self
+	std::atomic<int> next{ 0 };
+	std::mutex lock;
+	int bad_rank = -1;
+	std::string bad_what;
+
+	void work()
+	{
+		for (;;) {
+			int i = next++;
+			if (i >= (int)addrs.size())
+				return;
+			if (addrs[i].empty())
+				continue;
+			try {
+				tctx->getPair(i)->connect(addrs[i]);
+			} catch (const std::exception &e) {
+				std::lock_guard<std::mutex> g(lock);
+				if (bad_rank < 0) {
+					bad_rank = i;
+					bad_what = e.what();
+				}
+			}
+		}
+	}
+
+	void run()
+	{
+		int n = std::min<int>(kConnectThreads, (int)addrs.size() - 1);
+		std::vector<std::thread> pool;
+		for (int t = 1; t < n; t++)
+			pool.emplace_back([this] { work(); });
+		work();
+		for (auto &t : pool)
+			t.join();
+	}
+};
+
+int connect_rootless(hpct_gloo_context *c, hpct_group *g)
+{
+	hpct_gloo_device *d = c->device;
+	int n = hpct_group_size(g), r = hpct_group_rank(g);
+	auto tctx = d->dev->createContext(r, n);
+	tctx->setTimeout(c->timeout);
+	// Each peer needs one number from us: the port of our pair for it.
+	std::vector<uint32_t> mine(n, 0), theirs(n, 0);
+	for (int i = 0; i < n; i++) {
+		if (i == r)
+			continue;
+		auto &pair = tctx->createPair(i);
+		mine[i] = port_of(Address(pair->address().bytes()).getSockaddr());
+	}
+	int rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data());
+	if (rc)
+		return rc; // logged by the alltoall, naming the peer
+	PairConnector pc;
+	pc.tctx = tctx;
+	pc.addrs.resize(n);
+	for (int i = 0; i < n; i++) {
+		if (i == r)
+			continue;
+		sockaddr_storage ss;
+		int wr = hpct_group_world_rank(g, i);
+		if ((rc = peer_address(d->world, wr, theirs[i], &ss)) < 0)
+			return hpct_gloo::fail_plain(rc,
+			                             "rank %d: no address for rank %d's Gloo pair",
+			                             c->world_rank, wr);
+		c->peers[i] = { wr, ip_of(ss), theirs[i] };
+		pc.addrs[i] = Address(ss).bytes();
+	}
+	pc.run();
+	if (pc.bad_rank >= 0) {
+		const auto &p = c->peers[pc.bad_rank];
+		return hpct_gloo::fail_plain(
+		        HPCT_EPEERDEAD,
+		        "rank %d: connecting the Gloo pair to rank %d at %s:%u "
+		        "(group %016llx) failed: %s",
+		        c->world_rank, p.world_rank, p.ip.c_str(), p.port,
+		        (unsigned long long)c->group, pc.bad_what.c_str());
+	}
+	auto ctx = std::make_shared<hpct_gloo::Context>(r, n);
+	ctx->setTimeout(c->timeout);
+	ctx->attach(d->dev, std::move(tctx));
+	c->ctx = std::move(ctx);
+	return 0;
+}
+
+// gloo::rendezvous::Store over hpct's rendezvous on rank 0.  connectFullMesh
+// waits for a key and then gets it: the value fetched by the wait is kept
+// for the get, so each key crosses the network once.  Every peer's address
+// blob passes through here, and the part meant for us is noted for errors.
+class RendezvousStore : public gloo::rendezvous::Store
+{
+      public:
+	RendezvousStore(hpct_gloo_context *c, hpct_std_client *cl, std::string prefix, int rank,
+	                int size)
+	    : c_(c), cl_(cl), prefix_(std::move(prefix)), rank_(rank), size_(size)
+	{
+	}
+
+	void set(const std::string &key, const std::vector<char> &data) override
+	{
+		std::string k = prefix_ + key;
+		if (hpct__std_set(cl_, k.c_str(), data.data(), data.size(), 0, deadline()) != 0)
+			throw std::runtime_error(hpct_last_error());
+	}
+
+	std::vector<char> get(const std::string &key) override
+	{
+		auto it = fetched_.find(key);
+		if (it != fetched_.end()) {
+			auto v = std::move(it->second);
+			fetched_.erase(it);
+			return v;
+		}
+		return fetch(key);
+	}
+
+	void wait(const std::vector<std::string> &keys) override
+	{
+		for (const auto &k : keys)
+			if (!fetched_.count(k))
+				fetched_[k] = fetch(k);
+	}
+
+	void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override
+	{
+		wait(keys); // the deadline is hpct's, from HPCT_TIMEOUT
+	}
+
+      private:
+	double deadline() const
+	{
+		return hpct__now() + (double)c_->timeout.count() / 1000.0;
+	}
+
+	std::vector<char> fetch(const std::string &key)
+	{
+		std::string k = prefix_ + key;
+		void *val = nullptr;
+		size_t len = 0;
+		if (hpct__std_get(cl_, k.c_str(), &val, &len, deadline()) != 0)
+			throw std::runtime_error(hpct_last_error());
+		std::vector<char> v((char *)val, (char *)val + len);
+		free(val);
+		note_address(key, v);
+		return v;
+	}
+
+	// Key "<i>" holds rank i's pair addresses for its peers in rank order.
+	void note_address(const std::string &key, const std::vector<char> &v)
+	{
+		char *end;
+		long i = std::strtol(key.c_str(), &end, 10);
+		if (*end || i < 0 || i >= size_ || i == rank_ || size_ < 2 || v.empty())
+			return;
+		size_t each = v.size() / (size_t)(size_ - 1);
+		size_t at = (size_t)(rank_ < i ? rank_ : rank_ - 1) * each;
+		if (at + each > v.size())
+			return;
+		try {
+			Address a(std::vector<char>(v.begin() + (long)at,
+			                            v.begin() + (long)(at + each)));
+			auto &p = c_->peers[(size_t)i];
+			p.ip = ip_of(a.getSockaddr());
+			p.port = port_of(a.getSockaddr());
+		} catch (const std::exception &) {
+			// only for naming peers in errors
+		}
+	}
+
+	hpct_gloo_context *c_;
+	hpct_std_client *cl_;
+	std::string prefix_;
+	int rank_, size_;
+	std::map<std::string, std::vector<char>> fetched_;
+};
+
+int connect_standard(hpct_gloo_context *c, hpct_group *g, unsigned index)
+{
+	hpct_gloo_device *d = c->device;
+	hpct_std_client *cl = hpct__world_std_client(d->world);
+	if (!cl)
+		return hpct_gloo::fail_plain(HPCT_ESTATE, "rank %d: no rendezvous client",
+		                             c->world_rank);
+	int n = hpct_group_size(g), r = hpct_group_rank(g);
+	for (int i = 0; i < n; i++)
+		c->peers[i].world_rank = hpct_group_world_rank(g, i);
+	char prefix[96];
+	snprintf(prefix, sizeof(prefix), "gloo/e%llu/g%016llx/c%u/", (unsigned long long)c->epoch,
+	         (unsigned long long)c->group, index);
+	RendezvousStore store(c, cl, prefix, r, n);
+	auto ctx = std::make_shared<gloo::rendezvous::Context>(r, n);
+	ctx->setTimeout(c->timeout);
+	try {
+		ctx->connectFullMesh(store, d->dev);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "connectFullMesh", e);
+	}
+	c->ctx = std::move(ctx);
+	return 0;
+}
+
+hpct_gloo_context *new_context(hpct_gloo_device *d, uint64_t group, int size)
+{
+	auto *c = new (std::nothrow) hpct_gloo_context;
+	if (!c)
+		return nullptr;
+	struct hpct_world_info info;
+	hpct_world_get_info(d->world, &info);
+	c->device = d;
+	c->group = group;
+	c->epoch = info.epoch;
+	c->world_rank = d->world_rank;
+	c->timeout = std::chrono::milliseconds((long long)(d->timeout_s * 1000));
+	c->peers.resize((size_t)size);
+	return c;
+}
+
+} // namespace
+
+extern "C" HPCT_API int hpct_gloo_context_create(hpct_gloo_device *device, hpct_group *group,
+                                                 hpct_gloo_context **context_out)
+{
+	if (!device || !group || !context_out)
+		return hpct_gloo::fail_plain(HPCT_EINVAL,
+		                             "hpct_gloo_context_create: NULL argument");
+	uint64_t gid = hpct_group_id(group);
+	hpct_gloo_context *c = new_context(device, gid, hpct_group_size(group));
+	if (!c)
+		return HPCT_ENOMEM;
+	unsigned index;
+	{
+		std::lock_guard<std::mutex> lk(device->lock);
+		index = device->made[gid]++;
+	}
+	struct hpct_world_info info;
+	hpct_world_get_info(device->world, &info);
+	int rc;
+	try {
+		rc = info.path == HPCT_PATH_ROOTLESS ? connect_rootless(c, group)
+		                                     : connect_standard(c, group, index);
+	} catch (const std::exception &e) {
+		rc = hpct_gloo::fail(c, "context creation", e);
+	}
+	if (rc) {
+		delete c;
+		return rc;
+	}
+	*context_out = c;
+	return 0;
+}
+
+extern "C" HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent,
+                                                hpct_gloo_context **context_out)
+{
+	if (!parent || !context_out)
+		return hpct_gloo::fail_plain(HPCT_EINVAL, "hpct_gloo_context_clone: NULL argument");
+	if (parent->failed)
+		return hpct_gloo::fail_plain(HPCT_ESTATE,
+		                             "rank %d: cannot clone a failed Gloo context",
+		                             parent->world_rank);
+	hpct_gloo_context *c = new_context(parent->device, parent->group, parent->ctx->size);
+	if (!c)
+		return HPCT_ENOMEM;
+	// The new pairs' ports travel over the parent's pairs, unseen by us:
+	// errors can name a peer by its address's IP only.
+	for (size_t i = 0; i < c->peers.size(); i++)
+		c->peers[i] = { parent->peers[i].world_rank, parent->peers[i].ip, 0 };
+	try {
+		gloo::rendezvous::ContextFactory factory(parent->ctx);
+		c->ctx = factory.makeContext(parent->device->dev);
+		c->ctx->setTimeout(c->timeout);
+	} catch (const std::exception &e) {
+		int rc = hpct_gloo::fail(c, "context clone", e);
+		delete c;
+		return rc;
+	}
+	*context_out = c;
+	return 0;
+}
+
+extern "C" HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context)
+{
+	delete context; // the pairs close with the last reference to them
+}
+
+extern "C" HPCT_API int hpct_gloo_context_rank(const hpct_gloo_context *context)
+{
+	return context ? context->ctx->rank : -1;
+}
+
+extern "C" HPCT_API int hpct_gloo_context_size(const hpct_gloo_context *context)
+{
+	return context ? context->ctx->size : 0;
+}

@@ -1,0 +1,109 @@
+// The Gloo TCP device, and the error helpers every binding file uses.
+#include <arpa/inet.h>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <gloo/transport/tcp/device.h>
+
+#include "gloo_internal.hpp"
+
+extern "C" {
+#include "bootstrap/log.h"
+#include "bootstrap/world_access.h"
+}
+
+namespace hpct_gloo
+{
+
+int fail_plain(int err, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return hpct__fail(err, HPCT_SUB_COLL, "%s", msg);
+}
+
+// Gloo prints a port as the raw network-order number: match both forms.
+static bool mentions(const std::string &what, const hpct_gloo_peer &p)
+{
+	if (p.ip.empty())
+		return false;
+	std::string at = "[" + p.ip + "]";
+	if (p.port == 0) // address unknown (a cloned context): the IP alone
+		return what.find(at) != std::string::npos;
+	for (unsigned port : { p.port, (unsigned)htons((uint16_t)p.port) })
+		if (what.find(at + ":" + std::to_string(port)) != std::string::npos)
+			return true;
+	return false;
+}
+
+int fail(hpct_gloo_context *c, const char *op, const std::exception &e)
+{
+	std::string what = e.what();
+	int culprit = -1, matches = 0;
+	for (const auto &p : c->peers) {
+		if (mentions(what, p)) {
+			culprit = p.world_rank;
+			matches++;
+		}
+	}
+	int err = what.find("imed out") != std::string::npos ? HPCT_ETIMEDOUT : HPCT_EPEERDEAD;
+	c->failed = err;
+	char who[160] = "";
+	if (matches == 1) {
+		const hpct_gloo_peer *p = nullptr;
+		for (const auto &q : c->peers)
+			if (q.world_rank == culprit)
+				p = &q;
+		snprintf(who, sizeof(who), "rank %d at %s:%u: ", culprit, p->ip.c_str(), p->port);
+	}
+	return fail_plain(err,
+	                  "rank %d: Gloo %s on context of group %016llx (epoch %llu) failed: %s%s",
+	                  c->world_rank, op, (unsigned long long)c->group,
+	                  (unsigned long long)c->epoch, who, what.c_str());
+}
+
+} // namespace hpct_gloo
+
+extern "C" HPCT_API int hpct_gloo_device_create(hpct_world *world, hpct_gloo_device **device_out)
+{
+	if (!world || !device_out)
+		return hpct_gloo::fail_plain(HPCT_EINVAL, "hpct_gloo_device_create: NULL argument");
+	struct hpct_world_info info;
+	hpct_world_get_info(world, &info);
+	char host[64] = "";
+	int rc = hpct__world_node_host(world, info.rank, host, sizeof(host));
+	if (rc < 0 && rc != HPCT_ESTATE)
+		return rc; // logged where it failed to resolve
+	gloo::transport::tcp::attr attr;
+	// Bound where peers derive it: this node's address from the node list.
+	// Without a node list (standard path only), Gloo's own choice.
+	if (host[0])
+		attr.hostname = host;
+	auto *d = new (std::nothrow) hpct_gloo_device;
+	if (!d)
+		return HPCT_ENOMEM;
+	try {
+		d->dev = gloo::transport::tcp::CreateDevice(attr);
+	} catch (const std::exception &e) {
+		delete d;
+		return hpct_gloo::fail_plain(
+		        HPCT_ERESOLVE, "rank %d: cannot create a Gloo TCP device on %s: %s",
+		        info.rank, host[0] ? host : "this host's name", e.what());
+	}
+	d->world = world;
+	d->host = host;
+	d->world_rank = info.rank;
+	d->timeout_s = hpct__world_timeout(world);
+	*device_out = d;
+	return 0;
+}
+
+extern "C" HPCT_API void hpct_gloo_device_destroy(hpct_gloo_device *device)
+{
+	delete device; // the last shared_ptr to Gloo's device stops its loop
+}

@@ -1,0 +1,98 @@
+/* Gloo through C: a TCP device and contexts connected with no store.
+ *
+ * Installed, and the functions exported, only when hpct was built with Gloo
+ * (the meson summary says so; pkg-config --variable=gloo hpct says yes or
+ * no).  Gloo is C++; nothing here throws:
+ * every failure is an hpct error code, logged once with rank, peer and
+ * address, and kept for hpct_last_error().
+ *
+ * Connecting a context (rootless path): every rank creates one Gloo pair per
+ * peer; each peer is told only the port of the pair meant for it, through
+ * hpct's rootless alltoall (its IP it derives from the node list, as for
+ * every hpct address); pairs are then connected by a bounded pool of threads
+ * so that Gloo's 10 ms event-loop tick is paid about once, not once per
+ * peer.  On the standard path (HPCT_USE_ROOTLESS unset or 0) the same call
+ * runs Gloo's own connectFullMesh over a gloo::rendezvous::Store served by
+ * hpct's rendezvous on rank 0, so the two can be compared one for one.
+ *
+ * Threading: a context is used by one thread at a time; contexts are
+ * independent of each other and of the hpct world after creation. */
+#ifndef HPCT_GLOO_H
+#define HPCT_GLOO_H
+
+#include <stddef.h>
+
+#include "hpct/hpct.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hpct_gloo_device hpct_gloo_device;
+typedef struct hpct_gloo_context hpct_gloo_context;
+
+enum hpct_gloo_dtype {
+	HPCT_GLOO_F32 = 0,
+	HPCT_GLOO_F64 = 1,
+	HPCT_GLOO_I32 = 2,
+	HPCT_GLOO_I64 = 3,
+};
+
+enum hpct_gloo_op {
+	HPCT_GLOO_SUM = 0,
+	HPCT_GLOO_MIN = 1,
+	HPCT_GLOO_MAX = 2,
+	HPCT_GLOO_PROD = 3,
+};
+
+/* A Gloo TCP device for this process, bound to this node's address as hpct
+ * derives it (so peers can derive it too); HPCT_SOCKET_IFNAME was already
+ * checked against that address when the world was created.  The device runs
+ * Gloo's event-loop thread; it may serve any number of contexts. */
+HPCT_API int hpct_gloo_device_create(hpct_world *world, hpct_gloo_device **device_out);
+/* Accepts NULL.  Destroy every context of the device first. */
+HPCT_API void hpct_gloo_device_destroy(hpct_gloo_device *device);
+
+/* A Gloo context over `group`, connected as described above.  Collective
+ * over the group: every member calls it.  The group must outlive nothing:
+ * the context keeps what it needs.  Errors name the peer whose pair failed. */
+HPCT_API int hpct_gloo_context_create(hpct_gloo_device *device, hpct_group *group,
+                                      hpct_gloo_context **context_out);
+/* A new context over the same ranks, built by Gloo's ContextFactory over the
+ * pairs of `parent` (no exchange through hpct at all).  Collective over the
+ * parent's ranks.  Independent of the parent afterwards. */
+HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent, hpct_gloo_context **context_out);
+/* Closes the context's pairs and frees it.  Accepts NULL. */
+HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context);
+
+HPCT_API int hpct_gloo_context_rank(const hpct_gloo_context *context);
+HPCT_API int hpct_gloo_context_size(const hpct_gloo_context *context);
+
+/* Collectives, each blocking until done or HPCT_TIMEOUT.  count is in
+ * elements of dtype; every rank passes the same count, dtype, op and root.
+ * Errors: HPCT_EINVAL (NULL buffer, count 0 or too large, unknown dtype or
+ * op, root out of range: the message names the argument), HPCT_ETIMEDOUT,
+ * HPCT_EPEERDEAD (a peer closed its pair: the message names its rank and
+ * address).  A context that failed stays failed. */
+
+/* buf holds count elements on entry and their reduction across ranks on
+ * return. */
+HPCT_API int hpct_gloo_allreduce(hpct_gloo_context *context, void *buf, size_t count,
+                                 enum hpct_gloo_dtype dtype, enum hpct_gloo_op op);
+/* in (count elements, may equal out) is reduced across ranks into out on
+ * `root` only; out is unused elsewhere (may be NULL there). */
+HPCT_API int hpct_gloo_reduce(hpct_gloo_context *context, const void *in, void *out, size_t count,
+                              enum hpct_gloo_dtype dtype, enum hpct_gloo_op op, int root);
+/* count elements of buf on root are copied to buf on every rank. */
+HPCT_API int hpct_gloo_broadcast(hpct_gloo_context *context, void *buf, size_t count,
+                                 enum hpct_gloo_dtype dtype, int root);
+/* count elements of in from every rank land in out[rank * count]; out holds
+ * size * count elements. */
+HPCT_API int hpct_gloo_allgather(hpct_gloo_context *context, const void *in, void *out,
+                                 size_t count, enum hpct_gloo_dtype dtype);
+HPCT_API int hpct_gloo_barrier(hpct_gloo_context *context);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
