@@ -5,6 +5,8 @@
 #ifndef HPCT_LOG_H
 #define HPCT_LOG_H
 
+#include "private_api.h"
+
 #include <stdarg.h>
 
 enum hpct_log_level { HPCT_LOG_NONE = 0, HPCT_LOG_WARN = 1, HPCT_LOG_INFO = 2, HPCT_LOG_TRACE = 3 };
@@ -27,7 +29,7 @@ void hpct__log(int level, int subsys, const char *fmt, ...) __attribute__((forma
 
 /* Logs a failure once at WARN, keeps the message for hpct_last_error() and
  * returns err, so callers write `return hpct__fail(err, SUB, "...")`. */
-int hpct__fail(int err, int subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+HPCT_PRIVATE int hpct__fail(int err, int subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Keeps a message for hpct_last_error() without logging it. */
 void hpct__set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

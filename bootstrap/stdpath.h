@@ -36,6 +36,8 @@
 #ifndef HPCT_STDPATH_H
 #define HPCT_STDPATH_H
 
+#include "private_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,7 +92,7 @@ void hpct__std_client_close(struct hpct_std_client *client);
  * after HPCT_EINVAL, it stays usable (and close still says BYE, so this rank
  * is not reported lost too), but no wait can succeed any more unless its keys
  * already exist.  A client is used by one thread at a time. */
-int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
+HPCT_PRIVATE int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
                   int readers, double deadline);
 /* Fetches n keys, waiting until all exist; value i must be exactly lens[i]
  * bytes and is copied to bufs[i] (else HPCT_EPROTO naming the key, after the
@@ -100,7 +102,7 @@ int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, vo
 /* Adds delta to the counter `key` (created at 0) and returns the sum. */
 /* One key of any length, waiting until it exists: *val_out is malloc'd
  * (free it), *len_out its length. */
-int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out, size_t *len_out,
+HPCT_PRIVATE int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out, size_t *len_out,
 		  double deadline);
 int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int64_t *value_out,
                   double deadline);

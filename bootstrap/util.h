@@ -2,12 +2,14 @@
 #ifndef HPCT_UTIL_H
 #define HPCT_UTIL_H
 
+#include "private_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
 /* CLOCK_MONOTONIC in seconds. */
-double hpct__now(void);
+HPCT_PRIVATE double hpct__now(void);
 
 /* 64-bit hash of bytes (FNV-1a folded through a splitmix64 finaliser):
  * identical on every host and build. */

@@ -265,7 +265,69 @@ int hpct__world_node_host(struct hpct_world *w, int rank, char *buf, size_t len)
 	if (rc < 0)
 		return rc;
 	if (getnameinfo((const struct sockaddr *)&w->nodes[node].ss, w->nodes[node].len, buf,
-			(socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
+	                (socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
 		return HPCT_ERESOLVE;
+	return 0;
+}
+
+static void failure_key(char *buf, size_t len, const struct hpct_world *w, uint64_t group)
+{
+	snprintf(buf, len, "e%llu/g%016llx/failure", (unsigned long long)w->topo.epoch,
+	         (unsigned long long)group);
+}
+
+void hpct__world_tell_failure(struct hpct_world *w, uint64_t group, const char *text)
+{
+	if (w->eng) {
+		struct hpct_abort a = { .code = HPCT_EPEERDEAD,
+			                .origin = (uint32_t)w->topo.rank,
+			                .culprit = -1 };
+		snprintf(a.text, sizeof(a.text), "%s", text);
+		hpct__eng_broadcast_abort(w->eng, group, &a);
+		hpct__eng_progress(w->eng, 0);
+	} else if (w->client) {
+		char key[96];
+		failure_key(key, sizeof(key), w, group);
+		hpct__std_set(w->client, key, text, strlen(text) + 1, 0, hpct__now() + 1);
+	}
+}
+
+int hpct__world_learn_failure(struct hpct_world *w, uint64_t group, double wait_s, char *buf,
+                              size_t len)
+{
+	double deadline = hpct__now() + wait_s;
+	if (w->eng) {
+		for (;;) {
+			const struct hpct_abort *a = hpct__eng_abort_for(w->eng, group);
+			if (a) {
+				snprintf(buf, len, "rank %u saw: %s", a->origin, a->text);
+				struct hpct_abort fwd = *a; /* pass it on */
+				hpct__eng_broadcast_abort(w->eng, group, &fwd);
+				hpct__eng_progress(w->eng, 0);
+				return 1;
+			}
+			double left = deadline - hpct__now();
+			if (left <= 0)
+				return 0;
+			hpct__eng_progress(w->eng, (int)(left * 1000) + 1);
+		}
+	}
+	if (!w->client)
+		return 0;
+	/* The teller's key, or at once the store's word that a rank left. */
+	char key[96];
+	failure_key(key, sizeof(key), w, group);
+	void *val = NULL;
+	size_t n = 0;
+	int rc = hpct__std_get(w->client, key, &val, &n, deadline);
+	if (rc == 0) {
+		snprintf(buf, len, "%.*s", (int)n, (const char *)val);
+		free(val);
+		return 1;
+	}
+	if (rc == HPCT_EPEERDEAD) {
+		snprintf(buf, len, "%s", hpct_last_error());
+		return 1;
+	}
 	return 0;
 }

@@ -3,7 +3,10 @@
 #ifndef HPCT_WORLD_ACCESS_H
 #define HPCT_WORLD_ACCESS_H
 
+#include "private_api.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hpct/hpct.h"
 
@@ -14,13 +17,24 @@ extern "C" {
 struct hpct_std_client;
 
 /* HPCT_TIMEOUT in seconds. */
-double hpct__world_timeout(const hpct_world *world);
+HPCT_PRIVATE double hpct__world_timeout(const hpct_world *world);
 /* The standard path's store client, NULL on the rootless path. */
-struct hpct_std_client *hpct__world_std_client(hpct_world *world);
+HPCT_PRIVATE struct hpct_std_client *hpct__world_std_client(hpct_world *world);
 /* The numeric address of the node of world rank `rank` ("10.0.0.3",
  * "fd00::3"), resolved once.  HPCT_ESTATE when there is no node list,
  * HPCT_ERESOLVE when it does not resolve. */
-int hpct__world_node_host(hpct_world *world, int rank, char *buf, size_t len);
+HPCT_PRIVATE int hpct__world_node_host(hpct_world *world, int rank, char *buf, size_t len);
+
+/* A failure in `group` whose cause this rank knows (a peer died): tell the
+ * others, so a rank that only saw a neighbour give up can name the cause.
+ * Rootless: an abort over hpct's links, passed on by whoever learns it;
+ * standard: a key at the rendezvous.  Best effort, never blocks long. */
+HPCT_PRIVATE void hpct__world_tell_failure(hpct_world *world, uint64_t group, const char *text);
+/* Waits up to wait_s for a cause told by another rank (or, on the standard
+ * path, the rendezvous's record of a rank that left without goodbye).
+ * 1 with the text in buf when one came, else 0. */
+HPCT_PRIVATE int hpct__world_learn_failure(hpct_world *world, uint64_t group, double wait_s,
+                                           char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,32 @@
 /* hpct-bench: launches local ranks itself and times bootstrap scenarios,
  * side by side for the rootless and the standard path.
  *
- *   hpct-bench --scenario cold --ranks 64,256 --path rootless,standard
+ *   hpct-bench --scenario cold|gloo --ranks 64,256 --path rootless,standard
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
  *
- * cold: all N ranks start; the time is from the first fork until the last
- * rank has finished a world allgather and a barrier (each rank reports its
- * CLOCK_MONOTONIC finish time through a pipe, so process exit is not
- * counted).  Every rank then waits until all have reported before it tears
- * down: on a cluster a finished rank goes on with its own cores, while here
- * 1024 exits would steal the 2 cores from the ranks still bootstrapping,
- * and the path whose ranks finish at staggered times would pay for it.
- * Runs of the two paths alternate, so drift in machine speed hits both
- * alike.  Prints median/min/max per path and N, the largest
- * per-rank connection count, and writes the same as JSON. */
+ * Every scenario is timed from the first fork until the last rank has done
+ * its work; each rank reports its CLOCK_MONOTONIC finish time through a
+ * pipe, so process exit is not counted.
+ *
+ * cold: all N ranks join the world and finish a world allgather and a
+ * barrier.
+ * gloo: all N ranks join the world, create a Gloo device and a Gloo context
+ * connected over the world group, and finish one allreduce (1024 f32, sum,
+ * the result checked exactly).  Built only with Gloo (HPCT_HAVE_GLOO).
+ *
+ * Every rank then waits until all have reported before it tears down: on a
+ * cluster a finished rank goes on with its own cores, while here 1024 exits
+ * would steal the 2 cores from the ranks still bootstrapping, and the path
+ * whose ranks finish at staggered times would pay for it.  Runs of the two
+ * paths alternate, so drift in machine speed hits both alike.  Prints
+ * median/min/max per path and N, and writes the same as JSON.
+ *
+ * max_conns is the largest count, over ranks, of hpct's own connections
+ * (opened + accepted, hpct_world_get_stats) when the rank reported; Gloo's
+ * pairs (N-1 per rank, made by Gloo) are not in it.  On the standard path
+ * it is each rank's one connection to the rendezvous (rank 0's server does
+ * not count what it accepts).  conn_bound is the rootless bound
+ * 2*ceil(log2 N)+2, which the gloo scenario's port alltoall keeps too. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -25,15 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_rank.h"
 #include "hpct/hpct.h"
 
 #define MAX_LIST 16
-
-struct record {
-	double done; /* CLOCK_MONOTONIC when allgather + barrier finished */
-	int conns;   /* connections opened + accepted by the rank */
-	int rc;
-};
 
 struct result {
 	const char *path;
@@ -41,13 +49,6 @@ struct result {
 	double ms[64];
 	int max_conns;
 };
-
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int ceil_log2(int n)
 {
@@ -57,40 +58,42 @@ static int ceil_log2(int n)
 	return k;
 }
 
-/* The rank side: bootstrap, allgather + barrier, report, leave. */
-static int rank_main(void)
+static int cold_rank(hpct_world *w)
 {
-	struct record rec = { 0 };
-	int fd = atoi(getenv("HPCT_BENCH_FD"));
-	int release = atoi(getenv("HPCT_BENCH_RELEASE_FD"));
-	hpct_world *w = NULL;
-	rec.rc = hpct_world_create(&w);
-	if (rec.rc == 0) {
-		hpct_group *g = hpct_world_group(w);
-		struct hpct_world_info info;
-		hpct_world_get_info(w, &info);
-		unsigned char item[64], *all = malloc((size_t)info.size * sizeof(item));
-		memset(item, info.rank & 0xff, sizeof(item));
-		rec.rc = hpct_allgather(g, item, sizeof(item), all);
-		if (rec.rc == 0)
-			for (int r = 0; r < info.size && rec.rc == 0; r++)
-				if (all[(size_t)r * sizeof(item)] != (unsigned char)(r & 0xff))
-					rec.rc = HPCT_EPROTO;
-		if (rec.rc == 0)
-			rec.rc = hpct_barrier(g);
-		rec.done = mono();
-		struct hpct_world_stats st;
-		hpct_world_get_stats(w, &st);
-		rec.conns = (int)(st.conns_opened + st.conns_accepted);
-		free(all);
-	}
-	if (write(fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
-		return 3;
-	char c;
-	while (read(release, &c, 1) < 0 && errno == EINTR)
-		; /* EOF once the launcher has every report */
-	hpct_world_destroy(w);
-	return rec.rc == 0 ? 0 : 1;
+	hpct_group *g = hpct_world_group(w);
+	int n = hpct_group_size(g);
+	unsigned char item[64], *all = malloc((size_t)n * sizeof(item));
+	memset(item, hpct_group_rank(g) & 0xff, sizeof(item));
+	int rc = all ? hpct_allgather(g, item, sizeof(item), all) : HPCT_ENOMEM;
+	for (int r = 0; r < n && rc == 0; r++)
+		if (all[(size_t)r * sizeof(item)] != (unsigned char)(r & 0xff))
+			rc = HPCT_EPROTO;
+	if (rc == 0)
+		rc = hpct_barrier(g);
+	rc = settle(w, rc);
+	free(all);
+	return rc;
+}
+
+/* A scenario's ranks are this program (cold) or a sibling program in the
+ * same directory (gloo: hpct-bench-gloo, built only with Gloo). */
+struct scenario {
+	const char *name;
+	int (*rank)(hpct_world *w); /* run in this program, or */
+	const char *program;        /* the sibling program that plays the ranks */
+};
+
+static const struct scenario scenarios[] = {
+	{ "cold", cold_rank, NULL },
+	{ "gloo", NULL, "hpct-bench-gloo" },
+};
+
+static const struct scenario *find_scenario(const char *name)
+{
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		if (strcmp(scenarios[i].name, name) == 0)
+			return &scenarios[i];
+	return NULL;
 }
 
 static void setenv_int(const char *name, long v)
@@ -101,8 +104,8 @@ static void setenv_int(const char *name, long v)
 }
 
 /* One run: N ranks on K loopback nodes; returns ms or -1. */
-static double run_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
-                       double timeout, int *max_conns)
+static double run_once(const char *self, const char *scenario, int n, int nodes, int rootless,
+                       int port, int run_id, double timeout, int *max_conns)
 {
 	int pfd[2], rel[2];
 	if (pipe(pfd) < 0)
@@ -153,7 +156,7 @@ static double run_once(const char *self, int n, int nodes, int rootless, int por
 		pid_t pid = fork();
 		if (pid == 0) {
 			close(pfd[0]);
-			execl(self, self, "--as-rank", (char *)NULL);
+			execl(self, self, "--as-rank", scenario, (char *)NULL);
 			_exit(127);
 		}
 		if (pid < 0) {
@@ -227,15 +230,17 @@ static int parse_list(const char *s, int *out)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: hpct-bench --scenario cold --ranks N[,N..] [--path rootless,standard]\n"
-	           "                  [--repeat R] [--nodes K] [--json FILE] [--timeout S] [--port "
-	           "P]\n");
+	fprintf(f, "usage: hpct-bench --scenario cold|gloo --ranks N[,N..]\n"
+	           "                  [--path rootless,standard] [--repeat R] [--nodes K]\n"
+	           "                  [--json FILE] [--timeout S] [--port P]\n");
 }
 
 int main(int argc, char **argv)
 {
-	if (argc == 2 && strcmp(argv[1], "--as-rank") == 0)
-		return rank_main();
+	if (argc == 3 && strcmp(argv[1], "--as-rank") == 0) {
+		const struct scenario *sc = find_scenario(argv[2]);
+		return sc && sc->rank ? bench_rank_main(sc->rank) : 2;
+	}
 	const char *scenario = "cold", *paths = "rootless,standard", *json = NULL;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
 	double timeout = 120;
@@ -289,9 +294,26 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (strcmp(scenario, "cold") != 0) {
-		fprintf(stderr, "hpct-bench: --scenario %s: this build knows 'cold'\n", scenario);
+	const struct scenario *sc = find_scenario(scenario);
+	if (!sc) {
+		fprintf(stderr, "hpct-bench: --scenario %s: want cold or gloo\n", scenario);
 		return 2;
+	}
+	char self[4096];
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (sl <= 0)
+		return 1;
+	self[sl] = 0;
+	if (sc->program) { /* the sibling beside this program */
+		char *slash = strrchr(self, '/');
+		snprintf(slash + 1, sizeof(self) - (size_t)(slash + 1 - self), "%s", sc->program);
+		if (access(self, X_OK) != 0) {
+			fprintf(stderr,
+			        "hpct-bench: --scenario %s: %s not found (this hpct was built "
+			        "without Gloo?)\n",
+			        scenario, self);
+			return 2;
+		}
 	}
 	if (nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 || timeout <= 0 ||
 	    port < 1024 || port > 60000) {
@@ -308,11 +330,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard\n", paths);
 		return 2;
 	}
-	char self[4096];
-	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (sl <= 0)
-		return 1;
-	self[sl] = 0;
 	signal(SIGPIPE, SIG_IGN);
 
 	struct result *res = calloc((size_t)(nranks * npaths), sizeof(*res));
@@ -332,8 +349,9 @@ int main(int argc, char **argv)
 				int conns;
 				/* each run its own ports: nothing lingers from the last one */
 				int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
-				double ms = run_once(self, n, k, strcmp(r->path, "rootless") == 0,
-				                     base, run_id++, timeout, &conns);
+				double ms = run_once(self, scenario, n, k,
+				                     strcmp(r->path, "rootless") == 0, base,
+				                     run_id++, timeout, &conns);
 				if (ms < 0) {
 					failed = 1;
 					continue;

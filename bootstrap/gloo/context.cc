@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 #include <thread>
 
+#include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
@@ -30,8 +32,9 @@ namespace
 using gloo::transport::tcp::Address;
 
 // Threads that connect pairs at once: each connect waits for a tick of
-// Gloo's event loop (10 ms), which a pool pays about once, not per peer.
-constexpr int kConnectThreads = 32;
+// Gloo's event loop (10 ms), which a pool pays about once per 8 peers, not
+// once per peer.  More threads did worse with 64 ranks on 2 cores.
+constexpr int kConnectThreads = 8;
 
 unsigned port_of(const sockaddr_storage &ss)
 {
@@ -73,11 +76,36 @@ int peer_address(hpct_world *w, int world_rank, unsigned port, sockaddr_storage 
 	return 0;
 }
 
+// Gloo's rule for which side of a pair connects: the one whose (address,
+// network-order port) compares greater; the other listens.
+bool is_client(const sockaddr_storage &self, const sockaddr_storage &peer)
+{
+	int rv;
+	if (self.ss_family == AF_INET6) {
+		auto &a = (const sockaddr_in6 &)self;
+		auto &b = (const sockaddr_in6 &)peer;
+		rv = std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr));
+		if (rv == 0)
+			rv = a.sin6_port - b.sin6_port;
+	} else {
+		auto &a = (const sockaddr_in &)self;
+		auto &b = (const sockaddr_in &)peer;
+		rv = std::memcmp(&a.sin_addr, &b.sin_addr, sizeof(a.sin_addr));
+		if (rv == 0)
+			rv = a.sin_port - b.sin_port;
+	}
+	return rv > 0;
+}
+
 // Connects every pair from a bounded pool of threads; the first failure,
-// with the context rank it concerned, is kept.
+// with the context rank it concerned, is kept.  The pairs this side
+// connects come first: they complete without the peer's help (the kernel
+// accepts), so the listening ones, which wait for a peer's connect, can
+// never hold every thread while the connects they wait for are not started.
 struct PairConnector {
 	std::shared_ptr<gloo::transport::Context> tctx;
 	std::vector<std::vector<char>> addrs; // by context rank; empty for self
+	std::vector<int> order;               // context ranks, connecting side first
 	std::atomic<int> next{ 0 };
 	std::mutex lock;
 	int bad_rank = -1;
@@ -86,11 +114,10 @@ struct PairConnector {
 	void work()
 	{
 		for (;;) {
-			int i = next++;
-			if (i >= (int)addrs.size())
+			int k = next++;
+			if (k >= (int)order.size())
 				return;
-			if (addrs[i].empty())
-				continue;
+			int i = order[(size_t)k];
 			try {
 				tctx->getPair(i)->connect(addrs[i]);
 			} catch (const std::exception &e) {
@@ -105,7 +132,7 @@ struct PairConnector {
 
 	void run()
 	{
-		int n = std::min<int>(kConnectThreads, (int)addrs.size() - 1);
+		int n = std::min<int>(kConnectThreads, (int)order.size());
 		std::vector<std::thread> pool;
 		for (int t = 1; t < n; t++)
 			pool.emplace_back([this] { work(); });
@@ -123,11 +150,13 @@ int connect_rootless(hpct_gloo_context *c, hpct_group *g)
 	tctx->setTimeout(c->timeout);
 	// Each peer needs one number from us: the port of our pair for it.
 	std::vector<uint32_t> mine(n, 0), theirs(n, 0);
+	std::vector<sockaddr_storage> self((size_t)n);
 	for (int i = 0; i < n; i++) {
 		if (i == r)
 			continue;
 		auto &pair = tctx->createPair(i);
-		mine[i] = port_of(Address(pair->address().bytes()).getSockaddr());
+		self[(size_t)i] = Address(pair->address().bytes()).getSockaddr();
+		mine[i] = port_of(self[(size_t)i]);
 	}
 	int rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data());
 	if (rc)
@@ -146,6 +175,10 @@ int connect_rootless(hpct_gloo_context *c, hpct_group *g)
 			                             c->world_rank, wr);
 		c->peers[i] = { wr, ip_of(ss), theirs[i] };
 		pc.addrs[i] = Address(ss).bytes();
+		if (is_client(self[(size_t)i], ss))
+			pc.order.insert(pc.order.begin(), i);
+		else
+			pc.order.push_back(i);
 	}
 	pc.run();
 	if (pc.bad_rank >= 0) {
@@ -157,6 +190,18 @@ int connect_rootless(hpct_gloo_context *c, hpct_group *g)
 		        c->world_rank, p.world_rank, p.ip.c_str(), p.port,
 		        (unsigned long long)c->group, pc.bad_what.c_str());
 	}
+	// Once connected, Gloo names a peer by the far end of the socket: for
+	// a pair that peer connected, its source port, which we were never
+	// told.  One more exchange of ports lets every failure name its rank.
+	for (int i = 0; i < n; i++)
+		if (i != r)
+			mine[i] =
+			        port_of(Address(tctx->getPair(i)->address().bytes()).getSockaddr());
+	if ((rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data())) != 0)
+		return rc;
+	for (int i = 0; i < n; i++)
+		if (i != r)
+			c->peers[i].port = theirs[i];
 	auto ctx = std::make_shared<hpct_gloo::Context>(r, n);
 	ctx->setTimeout(c->timeout);
 	ctx->attach(d->dev, std::move(tctx));
@@ -177,11 +222,28 @@ class RendezvousStore : public gloo::rendezvous::Store
 	{
 	}
 
+	// The hpct code of a store failure (already logged), 0 if none.
+	int error() const
+	{
+		return err_;
+	}
+
 	void set(const std::string &key, const std::vector<char> &data) override
 	{
+		// Who reads what, in connectFullMesh: "<i>" (rank i's pair
+		// addresses) by every other rank, "rank_<i>" (its host name) by
+		// the ranks above i.  Keys go once read so the store drains.
+		int readers = size_ - 1;
+		if (key.compare(0, 5, "rank_") == 0) {
+			readers = size_ - 1 - std::atoi(key.c_str() + 5);
+			if (readers <= 0)
+				return; // nobody reads it
+		}
 		std::string k = prefix_ + key;
-		if (hpct__std_set(cl_, k.c_str(), data.data(), data.size(), 0, deadline()) != 0)
-			throw std::runtime_error(hpct_last_error());
+		int rc = hpct__std_set(cl_, k.c_str(), data.data(), data.size(), readers,
+		                       deadline());
+		if (rc != 0)
+			throw_store(rc);
 	}
 
 	std::vector<char> get(const std::string &key) override
@@ -218,8 +280,9 @@ class RendezvousStore : public gloo::rendezvous::Store
 		std::string k = prefix_ + key;
 		void *val = nullptr;
 		size_t len = 0;
-		if (hpct__std_get(cl_, k.c_str(), &val, &len, deadline()) != 0)
-			throw std::runtime_error(hpct_last_error());
+		int rc = hpct__std_get(cl_, k.c_str(), &val, &len, deadline());
+		if (rc != 0)
+			throw_store(rc);
 		std::vector<char> v((char *)val, (char *)val + len);
 		free(val);
 		note_address(key, v);
@@ -248,6 +311,13 @@ class RendezvousStore : public gloo::rendezvous::Store
 		}
 	}
 
+	[[noreturn]] void throw_store(int rc)
+	{
+		err_ = rc;
+		throw std::runtime_error(hpct_last_error());
+	}
+
+	int err_ = 0;
 	hpct_gloo_context *c_;
 	hpct_std_client *cl_;
 	std::string prefix_;
@@ -273,7 +343,16 @@ int connect_standard(hpct_gloo_context *c, hpct_group *g, unsigned index)
 	ctx->setTimeout(c->timeout);
 	try {
 		ctx->connectFullMesh(store, d->dev);
+		// A rank leaves connectFullMesh once its own pairs are up, maybe
+		// before a peer has accepted the last of them: destroying the
+		// context at once would close that pair under the peer.  Meet
+		// first, as PyTorch's store-based barrier after Gloo's init does.
+		gloo::BarrierOptions b(ctx);
+		b.setTimeout(c->timeout);
+		gloo::barrier(b);
 	} catch (const std::exception &e) {
+		if (store.error())
+			return store.error(); // logged by the store client, naming the key
 		return hpct_gloo::fail(c, "connectFullMesh", e);
 	}
 	c->ctx = std::move(ctx);
@@ -350,6 +429,12 @@ extern "C" HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent,
 		gloo::rendezvous::ContextFactory factory(parent->ctx);
 		c->ctx = factory.makeContext(parent->device->dev);
 		c->ctx->setTimeout(c->timeout);
+		// A rank can leave makeContext while peers still read from the
+		// parent's pairs; closing the parent then would break them.  Meet
+		// on the new context first: after that the parent is not needed.
+		gloo::BarrierOptions b(c->ctx);
+		b.setTimeout(c->timeout);
+		gloo::barrier(b);
 	} catch (const std::exception &e) {
 		int rc = hpct_gloo::fail(c, "context clone", e);
 		delete c;

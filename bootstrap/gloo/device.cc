@@ -44,27 +44,47 @@ static bool mentions(const std::string &what, const hpct_gloo_peer &p)
 int fail(hpct_gloo_context *c, const char *op, const std::exception &e)
 {
 	std::string what = e.what();
-	int culprit = -1, matches = 0;
+	const hpct_gloo_peer *culprit = nullptr;
+	int matches = 0;
 	for (const auto &p : c->peers) {
 		if (mentions(what, p)) {
-			culprit = p.world_rank;
+			culprit = &p;
 			matches++;
 		}
 	}
 	int err = what.find("imed out") != std::string::npos ? HPCT_ETIMEDOUT : HPCT_EPEERDEAD;
 	c->failed = err;
 	char who[160] = "";
-	if (matches == 1) {
-		const hpct_gloo_peer *p = nullptr;
-		for (const auto &q : c->peers)
-			if (q.world_rank == culprit)
-				p = &q;
-		snprintf(who, sizeof(who), "rank %d at %s:%u: ", culprit, p->ip.c_str(), p->port);
+	if (matches == 1)
+		snprintf(who, sizeof(who), "rank %d at %s:%u: ", culprit->world_rank,
+		         culprit->ip.c_str(), culprit->port);
+	char mine[700];
+	snprintf(mine, sizeof(mine),
+	         "rank %d: Gloo %s on context of group %016llx (epoch %llu) failed: %s%s",
+	         c->world_rank, op, (unsigned long long)c->group, (unsigned long long)c->epoch, who,
+	         what.c_str());
+	// A peer that closed on us may have died, or failed first and closed
+	// its pairs: listen briefly for a cause another rank already knows;
+	// hearing none, this rank is the first to know, and tells the others.
+	char cause[600];
+	double wait = (double)c->timeout.count() / 10000.0;
+	bool learned = false;
+	if (c->device && c->device->world)
+		learned = hpct__world_learn_failure(c->device->world, c->group,
+		                                    wait < 0.5 ? wait : 0.5, cause,
+		                                    sizeof(cause)) == 1;
+	if (!learned && c->device && c->device->world)
+		hpct__world_tell_failure(c->device->world, c->group, mine);
+	// Closing our pairs fails the ranks that wait on us at once, instead
+	// of at their deadline; the context is unusable anyway.
+	try {
+		if (c->ctx)
+			c->ctx->closeConnections();
+	} catch (const std::exception &) {
 	}
-	return fail_plain(err,
-	                  "rank %d: Gloo %s on context of group %016llx (epoch %llu) failed: %s%s",
-	                  c->world_rank, op, (unsigned long long)c->group,
-	                  (unsigned long long)c->epoch, who, what.c_str());
+	if (learned)
+		return fail_plain(err, "%s; the first failure: %s", mine, cause);
+	return fail_plain(err, "%s", mine);
 }
 
 } // namespace hpct_gloo

@@ -1,0 +1,65 @@
+/* The rank side of hpct-bench, shared by the programs that play ranks
+ * (hpct-bench itself for 'cold', hpct-bench-gloo for 'gloo', kept apart so
+ * that ranks of other scenarios do not load Gloo and its libraries).
+ * The launcher passes two pipes: each rank writes one record when its timed
+ * work is done, then waits for EOF on the release pipe before it tears down. */
+#ifndef HPCT_BENCH_RANK_H
+#define HPCT_BENCH_RANK_H
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hpct/hpct.h"
+
+struct record {
+	double done; /* CLOCK_MONOTONIC when the scenario's work finished */
+	int conns;   /* hpct connections opened + accepted by the rank */
+	int rc;
+};
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The rank side.  A scenario's rank function gets the joined world, does
+ * the timed work, calls settle() exactly once with its result, then tears
+ * down what it made (the world is destroyed by rank_main). */
+
+/* Reports this rank's finish time, then blocks until the launcher has every
+ * report (EOF on the release pipe).  w may be NULL (joining failed). */
+static int settle(hpct_world *w, int rc)
+{
+	struct record rec = { .done = mono(), .rc = rc };
+	if (w) {
+		struct hpct_world_stats st;
+		hpct_world_get_stats(w, &st);
+		rec.conns = (int)(st.conns_opened + st.conns_accepted);
+	}
+	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+		return 3;
+	int release = atoi(getenv("HPCT_BENCH_RELEASE_FD"));
+	char c;
+	while (read(release, &c, 1) < 0 && errno == EINTR)
+		;
+	return rc;
+}
+
+/* Joins the world and runs one scenario's rank function. */
+static int bench_rank_main(int (*rank)(hpct_world *w))
+{
+	hpct_world *w = NULL;
+	int rc = hpct_world_create(&w);
+	if (rc == 0)
+		rc = rank(w);
+	else
+		settle(NULL, rc);
+	hpct_world_destroy(w);
+	return rc == 0 ? 0 : 1;
+}
+
+#endif
