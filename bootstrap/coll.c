@@ -278,60 +278,95 @@ static int drive(struct op *op)
 	return rc;
 }
 
-/* Binomial tree over group ranks, root 0: rounds 0..L-1 gather up (a rank
- * whose lowest set bit is j hears from its children r+2^k, k < j, then sends
- * its subtree to r-2^j), rounds L..2L-1 send everything back down.  N-1
- * connections in all, each opened by the child toward its lower-ranked
- * parent; at most ceil(log2 N)+1 peers per rank.  The barrier is the same
- * with empty messages. */
-static int lowbit(int r, int L)
+/* K-nomial tree over group ranks, root 0, K = 4.  Write ranks in base K; a
+ * rank whose lowest nonzero digit is at level p (the root: p = L, the
+ * number of levels) gathers from its children r + j*K^l (l < p, j = 1..K-1)
+ * one slot at a time, then sends its subtree [r, r + K^p) to its parent
+ * r - d*K^p and waits for everything to come back down, which it passes on
+ * to its children, largest subtree first.  N-1 links in all, each opened by
+ * a child toward its lower-ranked parent; at most (K-1)*ceil(log_K N) + 1
+ * peers per rank, within 2*ceil(log2 N)+2, and half the depth of a binary
+ * tree: each level is a wakeup of the ranks on it, which is what costs on a
+ * machine with more ranks than cores.  The barrier is the same with empty
+ * messages. */
+#define TREE_K 4
+
+static long kpow(int l)
 {
-	int j = 0;
-	while (j < L && !(r & (1 << j)))
-		j++;
-	return j;
+	long p = 1;
+	while (l-- > 0)
+		p *= TREE_K;
+	return p;
 }
 
-static int subtree(int r, int j, int n)
+static int tree_levels(int n)
 {
-	int s = 1 << j;
-	return r + s > n ? n - r : s;
+	int l = 0;
+	while (kpow(l) < n)
+		l++;
+	return l;
+}
+
+/* The level of r's lowest nonzero base-K digit; L for the root. */
+static int low_level(int r, int L)
+{
+	int l = 0;
+	while (l < L && (r / kpow(l)) % TREE_K == 0)
+		l++;
+	return l;
+}
+
+static int subtree(int r, int l, int n)
+{
+	long s = kpow(l);
+	return r + s > n ? n - r : (int)s;
+}
+
+/* Slot s (round s < L*(K-1)) is child j = s % (K-1) + 1 at level s / (K-1);
+ * going up uses the slot's number as tag, coming down L*(K-1) + 1 + level. */
+static uint16_t down_tag(int L, int l)
+{
+	return (uint16_t)(L * (TREE_K - 1) + 1 + l);
 }
 
 static void tree_peers(struct op *op)
 {
-	int L = op->nrounds / 2, r = op->r, j = lowbit(r, L);
+	int L = tree_levels(op->n), r = op->r, p = low_level(r, L);
+	int l = op->round / (TREE_K - 1), j = op->round % (TREE_K - 1) + 1;
 	op->send_to = op->recv_from = -1;
-	if (op->round < L) {
-		int k = op->round;
-		if (k < j && r + (1 << k) < op->n) {
-			op->recv_from = r + (1 << k);
-		} else if (k == j && r != 0) {
-			op->send_to = r - (1 << j);
-			op->recv_from = op->send_to;
-			op->tag = (uint16_t)(L + j); /* the answer comes back down */
-		}
+	if (l < p && l < L) {
+		long c = r + j * kpow(l);
+		if (c < op->n)
+			op->recv_from = (int)c;
+	} else if (r != 0) {
+		int d = (int)((r / kpow(p)) % TREE_K);
+		op->send_to = (int)(r - d * kpow(p));
+		op->recv_from = op->send_to;
+		op->tag = down_tag(L, p); /* the answer comes back down */
 	}
-	/* rounds >= L only send, from tree_step */
+	/* the root's last round only sends, from tree_step */
 }
 
 static int tree_send(struct op *op, struct hpct_emsg *m)
 {
 	(void)m;
-	int j = lowbit(op->r, op->nrounds / 2);
-	size_t len = (size_t)subtree(op->r, j, op->n) * op->sz;
-	/* the gather message has its own tag: the round's tag is the answer's */
-	return op_send(op, op->send_to, (uint16_t)j, op->tmp + (size_t)op->r * op->sz, len);
+	int L = tree_levels(op->n), p = low_level(op->r, L);
+	int d = (int)((op->r / kpow(p)) % TREE_K);
+	size_t len = (size_t)subtree(op->r, p, op->n) * op->sz;
+	/* the gather message has its slot's tag: the round's tag is the answer's */
+	return op_send(op, op->send_to, (uint16_t)(p * (TREE_K - 1) + d - 1),
+	               op->tmp + (size_t)op->r * op->sz, len);
 }
 
 static int tree_step(struct op *op, struct hpct_emsg *m)
 {
-	int L = op->nrounds / 2, r = op->r, j = lowbit(r, L);
-	if (op->round < j) { /* a child's subtree, if that child exists */
+	int L = tree_levels(op->n), r = op->r, p = low_level(r, L);
+	int l = op->round / (TREE_K - 1), j = op->round % (TREE_K - 1) + 1;
+	if (l < p && l < L) { /* a child's subtree, if that child exists */
 		if (!m)
 			return 0;
-		int c = r + (1 << op->round);
-		size_t want = (size_t)subtree(c, op->round, op->n) * op->sz;
+		int c = (int)(r + j * kpow(l));
+		size_t want = (size_t)subtree(c, l, op->n) * op->sz;
 		if (m->len != want)
 			return HPCT_EPROTO;
 		if (want)
@@ -344,15 +379,18 @@ static int tree_step(struct op *op, struct hpct_emsg *m)
 		if (m->len)
 			memcpy(op->tmp, m->data, m->len);
 	}
-	/* now down: children r + 2^k, k < j, largest subtree first */
-	for (int k = (j < L ? j : L) - 1; k >= 0; k--) {
-		int c = r + (1 << k);
-		if (c >= op->n)
-			continue;
-		int rc = op_send(op, c, (uint16_t)(L + k), op->tmp, (size_t)op->n * op->sz);
-		if (rc < 0) {
-			op->send_to = c;
-			return rc;
+	/* now down: children r + j*K^l, l < p, largest subtree first */
+	for (int ll = (p < L ? p : L) - 1; ll >= 0; ll--) {
+		for (int jj = TREE_K - 1; jj >= 1; jj--) {
+			long c = r + jj * kpow(ll);
+			if (c >= op->n)
+				continue;
+			int rc = op_send(op, (int)c, down_tag(L, ll), op->tmp,
+			                 (size_t)op->n * op->sz);
+			if (rc < 0) {
+				op->send_to = (int)c;
+				return rc;
+			}
 		}
 	}
 	return 1;
@@ -369,7 +407,7 @@ static int tree_run(struct hpct_group *g, const char *name, size_t sz, unsigned 
 		         .peers = tree_peers,
 		         .send = tree_send,
 		         .step = tree_step };
-	op.nrounds = 2 * ceil_log2(op.n);
+	op.nrounds = op.n > 1 ? tree_levels(op.n) * (TREE_K - 1) + 1 : 0;
 	return drive(&op);
 }
 
