@@ -31,7 +31,7 @@ struct node_addr {
 };
 
 enum hpct_algo {
-	HPCT_ALGO_TREE,  /* binomial gather + broadcast: N-1 connections in all */
+	HPCT_ALGO_TREE,  /* 4-nomial gather + broadcast: N-1 connections in all */
 	HPCT_ALGO_BRUCK, /* Bruck allgather, dissemination barrier: log N rounds */
 };
 
