@@ -36,8 +36,8 @@ static const struct hpct_param params[] = {
 	  "address)" },
 	{ "HPCT_TRANSPORT", HPCT_PT_STR, "tcp", "transport of the rootless engine" },
 	{ "HPCT_ALGO", HPCT_PT_STR, "tree",
-	  "rootless allgather and barrier: tree (binomial gather + broadcast, N-1 connections) or "
-	  "bruck (Bruck allgather, dissemination barrier: half the rounds, N log N connections)" },
+	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) or "
+	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },
 	{ "HPCT_DEBUG", HPCT_PT_STR, "WARN", "log level: NONE, WARN, INFO or TRACE" },
 	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL", "INIT,ENV,NET,COLL,STD or ALL; ^X excludes" },
 	{ "HPCT_DEBUG_FILE", HPCT_PT_STR, NULL, "log file; %h is the host, %p the pid" },
