@@ -1,4 +1,4 @@
-#include "engine.h"
+#include "engine_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,72 +11,6 @@
 #define BACKOFF_FIRST 0.002
 #define BACKOFF_CAP   0.1
 
-enum out_state {
-	OUT_IDLE,
-	OUT_CONNECTING,
-	OUT_HELLO,
-	OUT_READY,
-	OUT_BACKOFF,
-	OUT_REFUSED,
-	OUT_CLOSED
-};
-
-/* What the engine hangs on each transport conn. */
-struct econn {
-	int peer; /* -1 until an accepted conn is admitted */
-	int outgoing;
-	double deadline; /* handshake deadline, in progress time (see ptime) */
-	struct hpct_tconn *t;
-	struct econn **list; /* the handshake list it is on, or NULL */
-	struct econn *next;
-};
-
-struct qmsg {
-	struct qmsg *next;
-	size_t len;
-	unsigned char data[];
-};
-
-struct peer {
-	struct econn *out, *in;
-	enum out_state state;
-	int ever_up;
-	int pulling; /* our connection is a one-shot pull: no retry if refused */
-	int last_err;
-	int retries;
-	uint64_t lost; /* sends to it that can no longer be delivered */
-	double retry_at, backoff;
-	uint64_t group; /* the group whose message asked for the connection */
-	struct qmsg *qhead, *qtail;
-	char why[160];
-	char addr[HPCT_ADDRSTRLEN];
-};
-
-struct abort_rec {
-	struct abort_rec *next;
-	uint64_t group;
-	struct hpct_abort a;
-};
-
-struct hpct_engine {
-	struct hpct_engine_cfg cfg;
-	void *tctx;
-	struct peer *peers;
-	int *backoff; /* peers waiting to retry, each at most once */
-	int *backoff_tmp;
-	int nbackoff;
-	long nqueued; /* messages waiting in peer queues for a connection */
-	uint64_t rng;
-	/* Handshake deadlines count only time spent in progress(): a rank that
-	 * computes between collectives has not read what arrived meanwhile. */
-	double ptime;
-	struct econn *accepted; /* accepted, waiting for their HELLO */
-	struct econn *awaiting; /* ours, HELLO sent, waiting for the answer */
-	struct hpct_emsg *msgs, **msgs_tail;
-	struct abort_rec *aborts;
-	struct hpct_world_stats stats;
-};
-
 /* Own generator: the application's rand() state is not ours to move. */
 static double jitter(struct hpct_engine *e)
 {
@@ -86,14 +20,14 @@ static double jitter(struct hpct_engine *e)
 	return 0.75 + 0.5 * (double)(e->rng >> 11) / (double)(1ULL << 53);
 }
 
-static void list_add(struct econn **list, struct econn *c)
+void eng_list_add(struct econn **list, struct econn *c)
 {
 	c->list = list;
 	c->next = *list;
 	*list = c;
 }
 
-static void list_del(struct econn *c)
+void eng_list_del(struct econn *c)
 {
 	if (!c->list)
 		return;
@@ -106,7 +40,7 @@ static void list_del(struct econn *c)
 	c->list = NULL;
 }
 
-static void schedule_retry(struct hpct_engine *e, int r, int err)
+void eng_schedule_retry(struct hpct_engine *e, int r, int err)
 {
 	struct peer *p = &e->peers[r];
 	p->last_err = err;
@@ -167,7 +101,7 @@ fail_alloc:
 	return rc;
 }
 
-static void drop_queue(struct hpct_engine *e, struct peer *p)
+void eng_drop_queue(struct hpct_engine *e, struct peer *p)
 {
 	if (p->qhead)
 		p->lost++;
@@ -193,7 +127,7 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 	for (int r = 0; r < e->cfg.size; r++) {
 		free(e->peers[r].out);
 		free(e->peers[r].in);
-		drop_queue(e, &e->peers[r]);
+		eng_drop_queue(e, &e->peers[r]);
 	}
 	while (e->accepted) {
 		struct econn *c = e->accepted;
@@ -216,8 +150,8 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 	free(e);
 }
 
-static void send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
-                       uint64_t group, uint32_t reason)
+void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                    uint64_t group, uint32_t reason)
 {
 	struct hpct_hello h = { .type = type,
 		                .job = e->cfg.job,
@@ -242,14 +176,14 @@ static void start_connect(struct hpct_engine *e, int r)
 		p->last_err = rc;
 		p->state = OUT_REFUSED;
 		snprintf(p->why, sizeof(p->why), "its address does not resolve");
-		drop_queue(e, p);
+		eng_drop_queue(e, p);
 		return;
 	}
 	struct econn *c = calloc(1, sizeof(*c));
 	if (!c) {
 		p->last_err = HPCT_ENOMEM;
 		p->state = OUT_REFUSED;
-		drop_queue(e, p);
+		eng_drop_queue(e, p);
 		return;
 	}
 	c->peer = r;
@@ -257,7 +191,7 @@ static void start_connect(struct hpct_engine *e, int r)
 	rc = e->cfg.ops->connect(e->tctx, (struct sockaddr *)&ss, sl, c, &c->t);
 	if (rc < 0) {
 		free(c);
-		schedule_retry(e, r, rc);
+		eng_schedule_retry(e, r, rc);
 		return;
 	}
 	/* until it has answered as the peer we meant, it gets no room */
@@ -282,7 +216,7 @@ static void flush_queue(struct hpct_engine *e, struct peer *p, struct econn *via
 /* When two ranks connect to each other at once, the lower rank's connection
  * is kept: the higher one closes its own while it has carried nothing but
  * the HELLO, and the lower one sends nothing over the higher one's meanwhile. */
-static struct econn *usable_in(const struct hpct_engine *e, const struct peer *p)
+struct econn *eng_usable_in(const struct hpct_engine *e, const struct peer *p)
 {
 	int r = (int)(p - e->peers);
 	if (p->in && p->out && r > e->cfg.rank)
@@ -294,11 +228,11 @@ static struct econn *ready_conn(const struct hpct_engine *e, const struct peer *
 {
 	if (p->state == OUT_READY)
 		return p->out;
-	return usable_in(e, p);
+	return eng_usable_in(e, p);
 }
 
 /* Whenever a peer's links change, queued messages go out if they can. */
-static void maybe_flush(struct hpct_engine *e, struct peer *p)
+void eng_maybe_flush(struct hpct_engine *e, struct peer *p)
 {
 	struct econn *c;
 	if (p->qhead && (c = ready_conn(e, p)) != NULL)
@@ -361,141 +295,6 @@ struct hpct_emsg *hpct__eng_take(struct hpct_engine *e, int src, uint64_t group,
 	return NULL;
 }
 
-static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hello *h,
-                   uint32_t reason)
-{
-	char from[HPCT_ADDRSTRLEN];
-	e->cfg.ops->peer_name(c->t, from, sizeof(from));
-	HPCT_WARN(HPCT_SUB_NET,
-	          "rank %d: refused connection from %s claiming rank %u of job %016llx epoch %llu "
-	          "(size %u, for rank %u): %s; this is job %016llx epoch %llu size %d",
-	          e->cfg.rank, from, h->src, (unsigned long long)h->job,
-	          (unsigned long long)h->epoch, h->size, h->dst, hpct__refuse_reason_str(reason),
-	          (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch, e->cfg.size);
-	send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, h->group, reason);
-	e->stats.conns_refused++;
-}
-
-/* An accepted conn that was never admitted. */
-static void drop_accepted(struct hpct_engine *e, struct econn *c)
-{
-	list_del(c);
-	e->cfg.ops->close(c->t);
-	free(c);
-}
-
-/* The first message on an accepted conn: admit or refuse. */
-static void on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
-{
-	struct hpct_hello h;
-	char from[HPCT_ADDRSTRLEN];
-	if (hpct__hello_decode(data, len, &h) < 0 || h.type != HPCT_HELLO) {
-		e->cfg.ops->peer_name(c->t, from, sizeof(from));
-		HPCT_WARN(HPCT_SUB_NET,
-		          "rank %d: refused connection from %s: not an hpct handshake", e->cfg.rank,
-		          from);
-		e->stats.conns_refused++;
-		drop_accepted(e, c);
-		return;
-	}
-	uint32_t reason = HPCT_REFUSE_NONE;
-	if (h.job != e->cfg.job)
-		reason = HPCT_REFUSE_JOB;
-	else if (h.epoch != e->cfg.epoch)
-		reason = HPCT_REFUSE_EPOCH;
-	else if (h.size != (uint32_t)e->cfg.size)
-		reason = HPCT_REFUSE_SIZE;
-	else if (h.dst != (uint32_t)e->cfg.rank)
-		reason = HPCT_REFUSE_RANK;
-	else if (h.src >= (uint32_t)e->cfg.size || h.src == (uint32_t)e->cfg.rank)
-		reason = HPCT_REFUSE_SRC;
-	else if (e->peers[h.src].in)
-		reason = HPCT_REFUSE_DUP;
-	if (reason) {
-		refuse(e, c, &h, reason);
-		drop_accepted(e, c);
-		return;
-	}
-	list_del(c);
-	struct peer *p = &e->peers[h.src];
-	c->peer = (int)h.src;
-	p->in = c;
-	p->ever_up = 1;
-	e->cfg.ops->set_max_msg(c->t, HPCT_TRANSPORT_MAX_MSG);
-	e->stats.conns_accepted++;
-	send_hello(e, c->t, HPCT_HELLO_ACK, h.src, h.group, 0);
-	HPCT_TRACE(HPCT_SUB_NET, "admitted rank %u (group %016llx)", h.src,
-	           (unsigned long long)h.group);
-	if (c->peer < e->cfg.rank && p->out && p->state != OUT_READY) {
-		/* Crossing connects: the lower rank's wins, and ours has carried
-		 * only its HELLO (messages wait in the queue until READY). */
-		list_del(p->out);
-		e->cfg.ops->close(p->out->t);
-		free(p->out);
-		p->out = NULL;
-		p->state = OUT_IDLE;
-		p->pulling = 0;
-	}
-	maybe_flush(e, p);
-}
-
-static void on_closed(struct hpct_engine *e, struct econn *c, int err);
-
-/* Our connection is not to the peer we meant, or it refused us.  With a
- * working link from that peer, only our connection goes; otherwise the peer
- * is refused for good (unless ours was a pull, which carried nothing). */
-static void out_rejected(struct hpct_engine *e, struct econn *c)
-{
-	struct peer *p = &e->peers[c->peer];
-	HPCT_INFO(HPCT_SUB_NET, "rank %d: rank %d at %s %s", e->cfg.rank, c->peer, p->addr, p->why);
-	list_del(c);
-	p->out = NULL;
-	e->cfg.ops->close(c->t);
-	free(c);
-	if (p->in || (p->pulling && !p->qhead)) {
-		p->state = p->in ? OUT_CLOSED : OUT_IDLE;
-		p->pulling = 0;
-		p->why[0] = 0;
-		maybe_flush(e, p);
-		return;
-	}
-	p->state = OUT_REFUSED;
-	p->last_err = HPCT_EREFUSED;
-	drop_queue(e, p);
-}
-
-/* The answer to our HELLO. */
-static void on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
-{
-	struct peer *p = &e->peers[c->peer];
-	struct hpct_hello h;
-	int rc = hpct__hello_decode(data, len, &h);
-	if (rc < 0 || h.type == HPCT_HELLO) {
-		snprintf(p->why, sizeof(p->why), "did not answer with an hpct handshake");
-		out_rejected(e, c);
-	} else if (h.type == HPCT_HELLO_REFUSE) {
-		snprintf(p->why, sizeof(p->why), "refused us (%s); it is job %016llx epoch %llu",
-		         hpct__refuse_reason_str(h.reason), (unsigned long long)h.job,
-		         (unsigned long long)h.epoch);
-		out_rejected(e, c);
-	} else if (h.job != e->cfg.job || h.epoch != e->cfg.epoch || h.src != (uint32_t)c->peer) {
-		snprintf(p->why, sizeof(p->why),
-		         "answered as rank %u of job %016llx epoch %llu, expected rank %d of job "
-		         "%016llx epoch %llu",
-		         h.src, (unsigned long long)h.job, (unsigned long long)h.epoch, c->peer,
-		         (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch);
-		out_rejected(e, c);
-	} else {
-		list_del(c);
-		p->state = OUT_READY;
-		p->ever_up = 1;
-		p->pulling = 0;
-		e->cfg.ops->set_max_msg(c->t, HPCT_TRANSPORT_MAX_MSG);
-		e->stats.conns_opened++;
-		maybe_flush(e, p);
-	}
-}
-
 static void on_message(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
 	struct hpct_msg_hdr h;
@@ -505,7 +304,7 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 		HPCT_WARN(HPCT_SUB_NET, "rank %d: malformed message from rank %d at %s; closing",
 		          e->cfg.rank, c->peer, from);
 		e->cfg.ops->close(c->t);
-		on_closed(e, c, HPCT_EPROTO);
+		eng_on_closed(e, c, HPCT_EPROTO);
 		return;
 	}
 	e->stats.msgs_recv++;
@@ -529,7 +328,7 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	if (!m) {
 		/* a silently dropped message would hang its receiver */
 		e->cfg.ops->close(c->t);
-		on_closed(e, c, HPCT_ENOMEM);
+		eng_on_closed(e, c, HPCT_ENOMEM);
 		return;
 	}
 	m->next = NULL;
@@ -543,9 +342,9 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	e->msgs_tail = &m->next;
 }
 
-static void on_closed(struct hpct_engine *e, struct econn *c, int err)
+void eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 {
-	list_del(c);
+	eng_list_del(c);
 	if (c->peer < 0) {
 		free(c);
 		return;
@@ -567,7 +366,7 @@ static void on_closed(struct hpct_engine *e, struct econn *c, int err)
 		if (p->state == OUT_HELLO && !p->ever_up && !p->in) {
 			/* Closed before admitting us: it may be restarting; retry. */
 			free(c);
-			schedule_retry(e, r, err ? err : -ECONNRESET);
+			eng_schedule_retry(e, r, err ? err : -ECONNRESET);
 			return;
 		}
 		if (p->state != OUT_REFUSED)
@@ -575,9 +374,9 @@ static void on_closed(struct hpct_engine *e, struct econn *c, int err)
 	}
 	free(c);
 	if (hpct__eng_peer_error(e, r))
-		drop_queue(e, p);
+		eng_drop_queue(e, p);
 	else
-		maybe_flush(e, p);
+		eng_maybe_flush(e, p);
 }
 
 static void on_event(void *arg, const struct hpct_tevent *ev)
@@ -597,13 +396,13 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		ev->conn->user = c;
 		/* a stranger gets room for a HELLO and no more */
 		e->cfg.ops->set_max_msg(c->t, HPCT_HELLO_LEN);
-		list_add(&e->accepted, c);
+		eng_list_add(&e->accepted, c);
 		break;
 	case HPCT_TEV_CONNECTED:
-		send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, e->peers[c->peer].group, 0);
+		eng_send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, e->peers[c->peer].group, 0);
 		e->peers[c->peer].state = OUT_HELLO;
 		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
-		list_add(&e->awaiting, c);
+		eng_list_add(&e->awaiting, c);
 		break;
 	case HPCT_TEV_CONNECT_FAILED: {
 		struct peer *p = &e->peers[c->peer];
@@ -613,24 +412,24 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 			p->state = p->in ? OUT_CLOSED : OUT_IDLE;
 			p->pulling = 0;
 			p->last_err = ev->err;
-			maybe_flush(e, p);
+			eng_maybe_flush(e, p);
 		} else {
-			schedule_retry(e, c->peer, ev->err);
+			eng_schedule_retry(e, c->peer, ev->err);
 		}
 		free(c);
 		break;
 	}
 	case HPCT_TEV_MESSAGE:
 		if (c->peer < 0)
-			on_hello(e, c, ev->data, ev->len);
+			eng_on_hello(e, c, ev->data, ev->len);
 		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO &&
 		         e->peers[c->peer].out == c)
-			on_ack(e, c, ev->data, ev->len);
+			eng_on_ack(e, c, ev->data, ev->len);
 		else
 			on_message(e, c, ev->data, ev->len);
 		break;
 	case HPCT_TEV_CLOSED:
-		on_closed(e, c, ev->err);
+		eng_on_closed(e, c, ev->err);
 		break;
 	}
 }
@@ -650,12 +449,12 @@ static int run_retries(struct hpct_engine *e)
 			continue;
 		if (p->in) { /* it reached us meanwhile */
 			p->state = OUT_IDLE;
-			maybe_flush(e, p);
+			eng_maybe_flush(e, p);
 			continue;
 		}
 		if (p->ever_up) { /* it was up and its links are gone: dead */
 			p->state = OUT_CLOSED;
-			drop_queue(e, p);
+			eng_drop_queue(e, p);
 			continue;
 		}
 		if (p->retry_at <= now)
@@ -677,34 +476,6 @@ static int run_retries(struct hpct_engine *e)
 	return ms < 0 ? 0 : ms;
 }
 
-/* Handshakes that stayed silent while we were listening. */
-static void expire_handshakes(struct hpct_engine *e)
-{
-	for (struct econn *c = e->accepted, *next; c; c = next) {
-		next = c->next;
-		if (e->ptime <= c->deadline)
-			continue;
-		char from[HPCT_ADDRSTRLEN];
-		e->cfg.ops->peer_name(c->t, from, sizeof(from));
-		HPCT_INFO(HPCT_SUB_NET, "rank %d: %s sent no handshake within %.1f s; closing",
-		          e->cfg.rank, from, e->cfg.handshake_timeout_s);
-		drop_accepted(e, c);
-	}
-	for (struct econn *c = e->awaiting, *next; c; c = next) {
-		next = c->next;
-		if (e->ptime <= c->deadline)
-			continue;
-		/* something accepted and never answered: a stopped process, or
-		 * not hpct; try again until the caller's deadline */
-		struct peer *p = &e->peers[c->peer];
-		list_del(c);
-		p->out = NULL;
-		e->cfg.ops->close(c->t);
-		free(c);
-		schedule_retry(e, (int)(p - e->peers), HPCT_ETIMEDOUT);
-	}
-}
-
 int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
 {
 	int retry_ms = run_retries(e);
@@ -714,7 +485,7 @@ int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
 	int rc = e->cfg.ops->progress(e->tctx, timeout_ms, on_event, e);
 	e->ptime += hpct__now() - t0;
 	if (e->accepted || e->awaiting)
-		expire_handshakes(e);
+		eng_expire_handshakes(e);
 	if (e->nbackoff)
 		run_retries(e);
 	return rc;
