@@ -1,4 +1,5 @@
 #include "harness.h"
+#include "loopback_layout.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -83,27 +84,18 @@ int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s, c
 void ht_setenv_world(int r, int n, int nodes, int port_base, int rootless, double timeout_s)
 {
 	char buf[4096] = "";
-	/* blocks, the first n % nodes nodes one rank more (as hpct-run lays out) */
-	int base = n / nodes, extra = n % nodes, per = base + (extra > 0);
-	int first = 0, local = 0;
-	size_t o = 0;
-	for (int k = 0; k < nodes; k++) {
-		int c = base + (k < extra);
-		if (r >= first && r < first + c)
-			local = r - first;
-		first += c;
-		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%d", k ? "," : "", c);
-	}
+	int per = layout_max_local(n, nodes), node, local;
+	layout_place(n, nodes, r, &node, &local);
+	layout_tasks(buf, sizeof(buf), n, nodes);
 	setenv("HPCT_TASKS_PER_NODE", buf, 1);
-	o = 0;
-	for (int k = 0; k < nodes; k++)
-		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "",
-		                      k + 1);
+	layout_hosts(buf, sizeof(buf), nodes);
 	setenv("HPCT_HOSTS", buf, 1);
 	snprintf(buf, sizeof(buf), "%d", r);
 	setenv("RANK", buf, 1);
 	snprintf(buf, sizeof(buf), "%d", local);
 	setenv("LOCAL_RANK", buf, 1);
+	snprintf(buf, sizeof(buf), "%d", node);
+	setenv("GROUP_RANK", buf, 1);
 	snprintf(buf, sizeof(buf), "%d", n);
 	setenv("WORLD_SIZE", buf, 1);
 	setenv("MASTER_ADDR", "127.0.0.1", 1);

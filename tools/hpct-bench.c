@@ -40,6 +40,7 @@
 
 #include "bench_rank.h"
 #include "hpct/hpct.h"
+#include "loopback_layout.h"
 
 #define MAX_LIST 16
 
@@ -116,18 +117,11 @@ static double run_once(const char *self, const char *scenario, int n, int nodes,
 		close(pfd[1]);
 		return -1;
 	}
-	/* blocks, the first n % nodes nodes one rank more (as hpct-run lays out) */
-	int base_cnt = n / nodes, extra = n % nodes, per = base_cnt + (extra > 0);
+	int per = layout_max_local(n, nodes);
 	char buf[4096];
-	size_t o = 0;
-	for (int k = 0; k < nodes; k++)
-		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%d", k ? "," : "",
-		                      base_cnt + (k < extra));
+	layout_tasks(buf, sizeof(buf), n, nodes);
 	setenv("HPCT_TASKS_PER_NODE", buf, 1);
-	o = 0;
-	for (int k = 0; k < nodes; k++)
-		o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s127.0.0.%d", k ? "," : "",
-		                      k + 1);
+	layout_hosts(buf, sizeof(buf), nodes);
 	setenv("HPCT_HOSTS", buf, 1);
 	setenv_int("WORLD_SIZE", n);
 	setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -144,14 +138,11 @@ static double run_once(const char *self, const char *scenario, int n, int nodes,
 
 	pid_t *pids = calloc((size_t)n, sizeof(*pids));
 	double t0 = mono();
-	int node = 0, node_first = 0;
 	for (int r = 0; r < n; r++) {
-		if (r - node_first >= base_cnt + (node < extra)) {
-			node_first = r;
-			node++;
-		}
+		int node, local;
+		layout_place(n, nodes, r, &node, &local);
 		setenv_int("RANK", r);
-		setenv_int("LOCAL_RANK", r - node_first);
+		setenv_int("LOCAL_RANK", local);
 		setenv_int("GROUP_RANK", node);
 		pid_t pid = fork();
 		if (pid == 0) {

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loopback_layout.h"
+
 #define MAX_RANKS 65536
 #define MAX_NODES 254 /* node k listens on 127.0.0.(k+1) */
 #define GRACE_S   3.0
@@ -233,20 +235,13 @@ static void set_world_env(const struct opts *o)
 	int base = o->n / o->nodes, extra = o->n % o->nodes;
 	size_t cap = (size_t)o->nodes * 16 + 64;
 	char *buf = malloc(cap);
-	size_t off = 0;
 	if (!buf) {
 		fputs("hpct-run: out of memory\n", stderr);
 		exit(1);
 	}
-	for (int k = 0; k < o->nodes; k++)
-		off += (size_t)snprintf(buf + off, cap - off, "%s127.0.0.%d", k ? "," : "", k + 1);
+	layout_hosts(buf, cap, o->nodes);
 	set("HPCT_HOSTS", buf);
-	off = 0;
-	if (extra)
-		off += (size_t)snprintf(buf, cap, extra > 1 ? "%d(x%d)" : "%d", base + 1, extra);
-	if (o->nodes - extra)
-		snprintf(buf + off, cap - off, o->nodes - extra > 1 ? "%s%d(x%d)" : "%s%d",
-		         off ? "," : "", base, o->nodes - extra);
+	layout_tasks(buf, cap, o->n, o->nodes);
 	set("HPCT_TASKS_PER_NODE", buf);
 	free(buf);
 
@@ -420,10 +415,8 @@ static int supervise(struct sup *s, const struct opts *o, double t_end)
 static _Noreturn void run_rank(const struct opts *o, int r, const sigset_t *old_mask, pid_t parent,
                                int err_fd)
 {
-	int base = o->n / o->nodes, extra = o->n % o->nodes;
-	int big = extra * (base + 1); /* ranks on the nodes that hold base + 1 */
-	int node = r < big ? r / (base + 1) : extra + (r - big) / base;
-	int local = r < big ? r % (base + 1) : (r - big) % base;
+	int node, local;
+	layout_place(o->n, o->nodes, r, &node, &local);
 
 	/* hpct-run is single-threaded, so setenv after fork is safe.  With no
 	 * supervisor left to escalate, a rank that outlives it would never be
