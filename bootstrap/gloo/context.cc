@@ -33,7 +33,7 @@ using gloo::transport::tcp::Address;
 
 // Threads that connect pairs at once: each connect waits for a tick of
 // Gloo's event loop (10 ms), which a pool pays about once per 8 peers, not
-// once per peer.  More threads did worse with 64 ranks on 2 cores.
+// once per peer.  More threads did no better with 64 ranks on 2 cores.
 constexpr int kConnectThreads = 8;
 
 unsigned port_of(const sockaddr_storage &ss)
@@ -97,48 +97,52 @@ bool is_client(const sockaddr_storage &self, const sockaddr_storage &peer)
 	return rv > 0;
 }
 
-// Connects every pair from a bounded pool of threads; the first failure,
-// with the context rank it concerned, is kept.  The pairs this side
-// connects come first: they complete without the peer's help (the kernel
-// accepts), so the listening ones, which wait for a peer's connect, can
-// never hold every thread while the connects they wait for are not started.
+// Connects every pair.  The pairs this side connects go to a bounded pool
+// of threads: each connect waits for a tick of Gloo's loop, which threads
+// waiting together pay once.  The pairs the peer connects need nobody:
+// Gloo's loop accepts them by itself, so they are waited on afterwards by
+// the calling thread, most already connected by then; a thread parked on
+// each would cost a wakeup per pair and win nothing.  The first failure,
+// with the context rank it concerned, is kept.
 struct PairConnector {
 	std::shared_ptr<gloo::transport::Context> tctx;
-	std::vector<std::vector<char>> addrs; // by context rank; empty for self
-	std::vector<int> order;               // context ranks, connecting side first
-	std::atomic<int> next{ 0 };
+	std::vector<std::vector<char>> addrs;   // by context rank; empty for self
+	std::vector<int> connecting, accepting; // context ranks, by role
+	std::atomic<size_t> next{ 0 };
 	std::mutex lock;
 	int bad_rank = -1;
 	std::string bad_what;
 
-	void work()
+	void connect(int i)
 	{
-		for (;;) {
-			int k = next++;
-			if (k >= (int)order.size())
-				return;
-			int i = order[(size_t)k];
-			try {
-				tctx->getPair(i)->connect(addrs[i]);
-			} catch (const std::exception &e) {
-				std::lock_guard<std::mutex> g(lock);
-				if (bad_rank < 0) {
-					bad_rank = i;
-					bad_what = e.what();
-				}
+		try {
+			tctx->getPair(i)->connect(addrs[(size_t)i]);
+		} catch (const std::exception &e) {
+			std::lock_guard<std::mutex> g(lock);
+			if (bad_rank < 0) {
+				bad_rank = i;
+				bad_what = e.what();
 			}
 		}
 	}
 
+	void work()
+	{
+		for (size_t k; (k = next++) < connecting.size();)
+			connect(connecting[k]);
+	}
+
 	void run()
 	{
-		int n = std::min<int>(kConnectThreads, (int)order.size());
+		int n = std::min<int>(kConnectThreads, (int)connecting.size());
 		std::vector<std::thread> pool;
 		for (int t = 1; t < n; t++)
 			pool.emplace_back([this] { work(); });
 		work();
 		for (auto &t : pool)
 			t.join();
+		for (int i : accepting)
+			connect(i);
 	}
 };
 
@@ -175,10 +179,7 @@ int connect_rootless(hpct_gloo_context *c, hpct_group *g)
 			                             c->world_rank, wr);
 		c->peers[i] = { wr, ip_of(ss), theirs[i] };
 		pc.addrs[i] = Address(ss).bytes();
-		if (is_client(self[(size_t)i], ss))
-			pc.order.insert(pc.order.begin(), i);
-		else
-			pc.order.push_back(i);
+		(is_client(self[(size_t)i], ss) ? pc.connecting : pc.accepting).push_back(i);
 	}
 	pc.run();
 	if (pc.bad_rank >= 0) {
