@@ -1,5 +1,5 @@
 /* Logging in the manner of NCCL's: HPCT_DEBUG=WARN|INFO|TRACE (default WARN),
- * HPCT_DEBUG_SUBSYS=INIT,ENV,NET,COLL,STD (or ALL; ^X excludes),
+ * HPCT_DEBUG_SUBSYS=INIT,ENV,NET,COLL,STD,NCCL (or ALL; ^X excludes),
  * HPCT_DEBUG_FILE=path with %h (host) and %p (pid).  Prefix "host:pid [rank]".
  * The level is checked before anything is formatted. */
 #ifndef HPCT_LOG_H
@@ -17,6 +17,7 @@ enum hpct_log_subsys {
 	HPCT_SUB_NET = 1 << 2,
 	HPCT_SUB_COLL = 1 << 3,
 	HPCT_SUB_STD = 1 << 4,
+	HPCT_SUB_NCCL = 1 << 5,
 	HPCT_SUB_ALL = 0xff,
 };
 

@@ -30,6 +30,16 @@ static const struct hpct_param params[] = {
 	{ "HPCT_PORT_BASE", HPCT_PT_INT, "10000", "first port of the fixed range for listeners" },
 	{ "HPCT_PORT_RANGE", HPCT_PT_INT, "8192",
 	  "ports in the range; rotated by epoch in windows of the ranks of one node" },
+	{ "HPCT_NCCL_LIB", HPCT_PT_STR, NULL,
+	  "path of libnccl.so.2 to load (else the search path, NCCL_HOME, /usr/local/cuda)" },
+	{ "HPCT_NCCL_ROOTLESS", HPCT_PT_BOOL, "1",
+	  "NCCL 2.23-2.28: 1 hosts a micro-root in every rank (Tier 2); 0 keeps NCCL's own root "
+	  "at a derived address (Tier 1)" },
+	{ "HPCT_NCCL_PORT_BASE", HPCT_PT_INT, NULL,
+	  "first port for NCCL roots (default: right after HPCT_PORT_BASE's range)" },
+	{ "HPCT_NCCL_PORT_RANGE", HPCT_PT_INT, NULL,
+	  "ports for NCCL roots (default: HPCT_PORT_RANGE, cut at 65535)" },
+	{ "NCCL_HOME", HPCT_PT_STR, NULL, "NCCL's install prefix, searched for lib/libnccl.so.2" },
 	{ "HPCT_SOCKET_FAMILY", HPCT_PT_STR, NULL, "AF_INET or AF_INET6 to force one family" },
 	{ "HPCT_SOCKET_IFNAME", HPCT_PT_STR, NULL,
 	  "interfaces to use, NCCL syntax: prefixes, ^ excludes, = exact (checked against the node "
@@ -39,7 +49,7 @@ static const struct hpct_param params[] = {
 	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) or "
 	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },
 	{ "HPCT_DEBUG", HPCT_PT_STR, "WARN", "log level: NONE, WARN, INFO or TRACE" },
-	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL", "INIT,ENV,NET,COLL,STD or ALL; ^X excludes" },
+	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL", "INIT,ENV,NET,COLL,STD,NCCL or ALL; ^X excludes" },
 	{ "HPCT_DEBUG_FILE", HPCT_PT_STR, NULL, "log file; %h is the host, %p the pid" },
 	{ "RANK", HPCT_PT_INT, NULL, "torchrun: rank" },
 	{ "WORLD_SIZE", HPCT_PT_INT, NULL, "torchrun: number of ranks" },

@@ -23,6 +23,19 @@ static int node_resolve(struct hpct_world *w, int node)
 	return na->state < 0 ? na->state : 0;
 }
 
+int hpct__world_node_addr(struct hpct_world *w, int rank, struct sockaddr_storage *ss,
+                          socklen_t *len)
+{
+	if (w->topo.nnodes == 0 || !w->nodes)
+		return HPCT_ENOTOPO;
+	int rc = node_resolve(w, w->topo.node_of[rank]);
+	if (rc < 0)
+		return rc;
+	*ss = w->nodes[w->topo.node_of[rank]].ss;
+	*len = w->nodes[w->topo.node_of[rank]].len;
+	return 0;
+}
+
 static int peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *len, char *text,
                      size_t textlen)
 {

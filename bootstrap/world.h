@@ -56,6 +56,11 @@ static inline int hpct__group_world_rank(const struct hpct_group *g, int grank)
 }
 
 /* Records a group's failure once (sticky) and returns err. */
+/* The address of world rank `rank`'s node, resolved once, port 0.
+ * HPCT_ENOTOPO without a node list, HPCT_ERESOLVE if it does not resolve. */
+int hpct__world_node_addr(struct hpct_world *w, int rank, struct sockaddr_storage *ss,
+                          socklen_t *len);
+
 int hpct__group_fail(struct hpct_group *g, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 

@@ -2,6 +2,7 @@
  * 'header-c' test with -std=c11 -pedantic -Werror -Wall -Wextra.  It comes
  * first so that it must be self-contained, and twice to check its guard. */
 #include "hpct/hpct.h"
+#include "hpct/nccl.h"
 
 /* Uses the types only; calls nothing, so nothing needs to link. */
 int header_c_sizes(void);
@@ -10,5 +11,8 @@ int header_c_sizes(void)
 	struct hpct_world_info info = { 0 };
 	struct hpct_world_stats stats = { 0 };
 	enum hpct_path path = HPCT_PATH_ROOTLESS;
-	return (int)(sizeof(info) + sizeof(stats)) + (int)path + HPCT_ETIMEDOUT + HPCT_ADDRSTRLEN;
+	hpct_nccl_id id = { { 0 } };
+	struct hpct_nccl_id_info ninfo = { 0 };
+	return (int)(sizeof(info) + sizeof(stats) + sizeof(id) + sizeof(ninfo)) + (int)path +
+	       HPCT_ETIMEDOUT + HPCT_ADDRSTRLEN;
 }

@@ -2,8 +2,10 @@
  * test with -std=c++11 -pedantic -Werror -Wall -Wextra.  It comes first so
  * that it must be self-contained, and twice to check its guard. */
 #include "hpct/hpct.h"
+#include "hpct/nccl.h"
 
 static_assert(HPCT_ETIMEDOUT == -1003, "error codes are plain ints in C++ too");
+static_assert(sizeof(hpct_nccl_id) == 128, "an hpct_nccl_id is an ncclUniqueId");
 
 /* Uses the types only; calls nothing, so nothing needs to link. */
 int header_cxx_sizes();

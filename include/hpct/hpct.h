@@ -42,7 +42,9 @@ extern "C" {
 	X(EABORTED, -1010, "the collective was aborted by another rank")   \
 	X(ERESOLVE, -1011, "a host name could not be resolved")            \
 	X(ENOMEM, -1012, "out of memory")                                  \
-	X(ESTATE, -1013, "call not valid in this state")
+	X(ESTATE, -1013, "call not valid in this state")                    \
+	X(ENONCCL, -1014, "NCCL is missing or its version is not supported") \
+	X(ENCCL, -1015, "NCCL returned an error")
 
 enum hpct_error {
 #define HPCT_ERROR_ENUM(name, value, msg) HPCT_##name = (value),

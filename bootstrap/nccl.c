@@ -1,0 +1,310 @@
+/* NCCL, loaded at run time: the library and its version, the unique-id
+ * codec, and the ids every rank derives alone. */
+#include "nccl_internal.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "derive.h"
+#include "log.h"
+#include "param.h"
+#include "util.h"
+#include "world.h"
+
+/* Bytes 120..127 of a derived id; NCCL leaves 40..127 zero in 2.19-2.30. */
+static const unsigned char marker[8] = { 'h', 'p', 'c', 't', 1, 0, 0, 0 };
+#define MARKER_AT 120
+
+static struct hpct_nccl_lib lib;
+static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static int lib_state; /* 0 not tried, 1 loaded, <0 the error */
+static char lib_error[4608];
+
+static void *open_at(const char *dir, const char *sub, char *path, size_t len)
+{
+	if (!dir || !dir[0])
+		return NULL;
+	snprintf(path, len, "%s%s/libnccl.so.2", dir, sub);
+	return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
+static int load(void)
+{
+	char tried[384] = "", path[PATH_MAX];
+	const char *explicit = hpct__env_str(hpct__env_process(), "HPCT_NCCL_LIB");
+	void *h = NULL;
+	if (explicit) {
+		snprintf(path, sizeof(path), "%s", explicit);
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		snprintf(tried, sizeof(tried), "HPCT_NCCL_LIB=%s", explicit);
+	} else {
+		const char *home = hpct__env_str(hpct__env_process(), "NCCL_HOME");
+		snprintf(path, sizeof(path), "libnccl.so.2");
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (!h)
+			h = open_at(home, "/lib", path, sizeof(path));
+		if (!h)
+			h = open_at(home, "/lib64", path, sizeof(path));
+		if (!h)
+			h = open_at("/usr/local/cuda", "/lib", path, sizeof(path));
+		if (!h)
+			h = open_at("/usr/local/cuda", "/lib64", path, sizeof(path));
+		snprintf(tried, sizeof(tried),
+		         "libnccl.so.2 on the search path, NCCL_HOME=%s, /usr/local/cuda/lib{,64}",
+		         home ? home : "(unset)");
+	}
+	if (!h) {
+		const char *why = dlerror();
+		snprintf(lib_error, sizeof(lib_error), "NCCL not loaded (tried %s): %s", tried,
+		         why ? why : "not found");
+		return HPCT_ENONCCL;
+	}
+	lib.handle = h;
+	*(void **)&lib.get_version = dlsym(h, "ncclGetVersion");
+	*(void **)&lib.get_unique_id = dlsym(h, "ncclGetUniqueId");
+	*(void **)&lib.init_rank_config = dlsym(h, "ncclCommInitRankConfig");
+	*(void **)&lib.init_rank_scalable = dlsym(h, "ncclCommInitRankScalable");
+	*(void **)&lib.error_string = dlsym(h, "ncclGetErrorString");
+	*(void **)&lib.last_error = dlsym(h, "ncclGetLastError");
+	int v = 0;
+	if (!lib.get_version || lib.get_version(&v) != 0 || v <= 0) {
+		snprintf(lib_error, sizeof(lib_error),
+		         "NCCL at %s has no working ncclGetVersion: not used", path);
+		return HPCT_ENONCCL;
+	}
+	lib.version = v;
+	snprintf(lib.path, sizeof(lib.path), "%s", path);
+	HPCT_INFO(HPCT_SUB_NCCL, "NCCL %d.%d.%d loaded from %s", v / 10000, v / 100 % 100, v % 100,
+	          path);
+	return 1;
+}
+
+const struct hpct_nccl_lib *hpct__nccl_lib(void)
+{
+	pthread_mutex_lock(&lib_lock);
+	if (lib_state == 0) {
+		lib_state = load();
+		if (lib_state < 0) /* one line, once per process */
+			HPCT_WARN(HPCT_SUB_NCCL, "%s; NCCL communicators take the standard path",
+			          lib_error);
+	}
+	int st = lib_state;
+	pthread_mutex_unlock(&lib_lock);
+	if (st < 0) {
+		hpct__set_last_error("%s", lib_error);
+		return NULL;
+	}
+	return &lib;
+}
+
+HPCT_API int hpct_nccl_version(int *version_out)
+{
+	if (!version_out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_version: NULL argument");
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	if (!l)
+		return HPCT_ENONCCL;
+	*version_out = l->version;
+	return 0;
+}
+
+/* --- the id codec ------------------------------------------------------ */
+
+HPCT_API int hpct_nccl_id_is_derived(const hpct_nccl_id *id)
+{
+	return id && memcmp(id->internal + MARKER_AT, marker, sizeof(marker)) == 0;
+}
+
+static int resolve_version(int version)
+{
+	if (version > 0)
+		return version;
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	return l ? l->version : 22809; /* no NCCL: the layout of 2.19-2.28 */
+}
+
+HPCT_API int hpct_nccl_id_decode(const hpct_nccl_id *id, int version, struct hpct_nccl_id_info *out)
+{
+	if (!id || !out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_id_decode: NULL argument");
+	version = resolve_version(version);
+	memset(out, 0, sizeof(*out));
+	const unsigned char *b = (const unsigned char *)id->internal;
+	memcpy(&out->magic, b, 8);
+	sa_family_t fam;
+	memcpy(&fam, b + 8, sizeof(fam));
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	if (fam == AF_INET)
+		memcpy(&ss, b + 8, sizeof(struct sockaddr_in));
+	else if (fam == AF_INET6)
+		memcpy(&ss, b + 8, sizeof(struct sockaddr_in6));
+	else
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "NCCL id: address family %u at byte 8 is neither AF_INET nor "
+		                  "AF_INET6 (an all-zero id, or not an id)",
+		                  (unsigned)fam);
+	out->family = fam;
+	void *a = fam == AF_INET ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
+	                         : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+	inet_ntop(fam, a, out->host, sizeof(out->host));
+	out->port = ntohs(fam == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+	                                 : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	if (version >= HPCT_NCCL_NRANKS_VERSION)
+		memcpy(&out->nranks, b + 36, 4);
+	out->derived = hpct_nccl_id_is_derived(id);
+	return 0;
+}
+
+void hpct__nccl_id_make(uint64_t magic, const struct sockaddr *sa, int nranks, int derived,
+                        int version, hpct_nccl_id *id)
+{
+	memset(id, 0, sizeof(*id));
+	unsigned char *b = (unsigned char *)id->internal;
+	memcpy(b, &magic, 8);
+	memcpy(b + 8, sa,
+	       sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+	if (version >= HPCT_NCCL_NRANKS_VERSION)
+		memcpy(b + 36, &nranks, 4);
+	if (derived)
+		memcpy(b + MARKER_AT, marker, sizeof(marker));
+}
+
+HPCT_API int hpct_nccl_id_encode(const struct hpct_nccl_id_info *in, int version, hpct_nccl_id *id)
+{
+	if (!in || !id)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_id_encode: NULL argument");
+	if (in->port < 1 || in->port > 65535)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "NCCL id: port %u is not 1..65535",
+		                  in->port);
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+	if (inet_pton(AF_INET, in->host, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)in->port);
+	} else if (inet_pton(AF_INET6, in->host, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)in->port);
+	} else {
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "NCCL id: host '%s' is not a numeric IPv4 or IPv6 address",
+		                  in->host);
+	}
+	hpct__nccl_id_make(in->magic, (const struct sockaddr *)&ss, in->nranks, in->derived,
+	                   resolve_version(version), id);
+	return 0;
+}
+
+/* --- derivation -------------------------------------------------------- */
+
+int hpct__nccl_ports(const struct hpct_topo *t, int *base_out, int *range_out)
+{
+	const struct hpct_env *env = hpct__env_process();
+	long base, range, def_base = t->port_base + t->port_range;
+	int rc = hpct__env_int(env, "HPCT_NCCL_PORT_BASE", 1, 65535,
+	                       def_base <= 65535 ? def_base : 1, &base, NULL);
+	if (rc)
+		return rc;
+	long room = 65536 - base, def_range = t->port_range < room ? t->port_range : room;
+	if ((rc = hpct__env_int(env, "HPCT_NCCL_PORT_RANGE", 1, 65535, def_range, &range, NULL)))
+		return rc;
+	if (base + range - 1 > 65535)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "HPCT_NCCL_PORT_BASE=%ld with HPCT_NCCL_PORT_RANGE=%ld ends at "
+		                  "port %ld, above 65535",
+		                  base, range, base + range - 1);
+	long lo = t->port_base, hi = t->port_base + t->port_range - 1;
+	if (base <= hi && base + range - 1 >= lo)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "NCCL root ports %ld-%ld (HPCT_NCCL_PORT_BASE, "
+		                  "HPCT_NCCL_PORT_RANGE) overlap hpct's ports %ld-%ld "
+		                  "(HPCT_PORT_BASE, HPCT_PORT_RANGE)",
+		                  base, base + range - 1, lo, hi);
+	if (range < t->max_local)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "HPCT_NCCL_PORT_RANGE=%ld cannot hold the %d ranks of one node",
+		                  range, t->max_local);
+	*base_out = (int)base;
+	*range_out = (int)range;
+	return 0;
+}
+
+uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key)
+{
+	return hpct__hash_u64(hpct__hash_u64(g->id, key), 0x6e63636c); /* "nccl" */
+}
+
+uint64_t hpct__nccl_magic(uint64_t comm)
+{
+	return hpct__hash_u64(comm, 0x6d61676963); /* "magic" */
+}
+
+int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out)
+{
+	int base, range;
+	int rc = hpct__nccl_ports(t, &base, &range);
+	if (rc)
+		return rc;
+	int per = t->max_local > 0 ? t->max_local : 1;
+	uint64_t windows = (uint64_t)(range / per);
+	int local = t->local_of ? t->local_of[world_rank] : 0;
+	*port_out = base + (int)(comm % windows) * per + local;
+	return 0;
+}
+
+/* The id whose root lives with group rank `grank`, for comm hash `comm`. */
+static int derive_one(struct hpct_group *g, uint64_t comm, int grank, int version, hpct_nccl_id *id)
+{
+	struct hpct_world *w = g->world;
+	int wr = hpct__group_world_rank(g, grank);
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int rc = hpct__world_node_addr(w, wr, &ss, &len);
+	if (rc == HPCT_ENOTOPO)
+		return hpct__fail(rc, HPCT_SUB_NCCL,
+		                  "rank %d: NCCL ids of group %016llx cannot be derived without a "
+		                  "node list (%s)",
+		                  w->topo.rank, (unsigned long long)g->id,
+		                  w->topo.why_not_rootless);
+	if (rc < 0)
+		return rc; /* logged by the resolver, naming the host */
+	int port;
+	if ((rc = hpct__nccl_root_port(&w->topo, comm, wr, &port)))
+		return rc;
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+	hpct__nccl_id_make(hpct__nccl_magic(comm), (const struct sockaddr *)&ss, 0, 1, version, id);
+	return 0;
+}
+
+HPCT_API int hpct_nccl_derive_id(hpct_group *g, uint64_t key, hpct_nccl_id *id_out)
+{
+	if (!g || !id_out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_derive_id: NULL argument");
+	return derive_one(g, hpct__nccl_comm_hash(g, key), 0, resolve_version(0), id_out);
+}
+
+HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids_out)
+{
+	if (!g || !ids_out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "hpct_nccl_derive_ids: NULL argument");
+	uint64_t comm = hpct__nccl_comm_hash(g, key);
+	int version = resolve_version(0);
+	for (int i = 0; i < g->size; i++) {
+		int rc = derive_one(g, comm, i, version, &ids_out[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

@@ -1,0 +1,76 @@
+/* hpct and NCCL: unique ids every rank derives alone, and communicators
+ * created without a store (and, where the NCCL version allows, without a
+ * root).
+ *
+ * NCCL is optional: hpct never links it.  libnccl.so.2 is loaded on first use
+ * (HPCT_NCCL_LIB if set, else the usual search path, then $NCCL_HOME/lib,
+ * $NCCL_HOME/lib64, /usr/local/cuda/lib, /usr/local/cuda/lib64) and its
+ * ncclGetVersion() decides what hpct may do with it:
+ *   - 2.19 and later: Tier 1, NCCL's own root started by the comm's rank 0 at a
+ *     derived address, so no rank waits for an id to be handed round;
+ *   - 2.23 to 2.28 (the root protocol hpct speaks): Tier 2, rootless: every rank
+ *     hosts a micro-root for its own id (HPCT_NCCL_ROOTLESS=0 keeps Tier 1).
+ * Anything else is reported once and the caller keeps the standard path.
+ *
+ * This header needs no NCCL header: an hpct_nccl_id has the layout of
+ * ncclUniqueId, and communicators and configs pass as void pointers
+ * (ncclComm_t, ncclConfig_t *). */
+#ifndef HPCT_NCCL_H
+#define HPCT_NCCL_H
+
+#include "hpct/hpct.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HPCT_NCCL_ID_BYTES 128
+
+/* Byte for byte an ncclUniqueId. */
+typedef struct hpct_nccl_id {
+	char internal[HPCT_NCCL_ID_BYTES];
+} hpct_nccl_id;
+
+/* Loads NCCL if not done yet and returns its version code (22809 for
+ * 2.28.9).  HPCT_ENONCCL when no library could be loaded or it lacks
+ * ncclGetVersion; the message says what was tried. */
+HPCT_API int hpct_nccl_version(int *version_out);
+
+/* What an id holds, in the layout of a given NCCL version (the id itself
+ * carries no version: 2.29 and later put nranks at byte 36). */
+struct hpct_nccl_id_info {
+	uint64_t magic; /* authenticates every bootstrap connection */
+	int family;     /* AF_INET or AF_INET6 */
+	char host[48];  /* numeric address of the root */
+	unsigned port;  /* port of the root, host order */
+	int nranks;     /* 2.29+: the id's rank count (0 for ordinary ids); else 0 */
+	int derived;    /* 1: the id carries hpct's marker */
+};
+
+/* Decodes an id; HPCT_EINVAL if its address family is neither IPv4 nor IPv6
+ * (an all-zero id, or not an id).  version 0 means "the loaded NCCL's". */
+HPCT_API int hpct_nccl_id_decode(const hpct_nccl_id *id, int version,
+                                 struct hpct_nccl_id_info *info_out);
+/* Encodes an id: the inverse of hpct_nccl_id_decode; `derived` adds hpct's
+ * marker.  HPCT_EINVAL for a host that is not a numeric address or a port
+ * out of 1..65535. */
+HPCT_API int hpct_nccl_id_encode(const struct hpct_nccl_id_info *info, int version,
+                                 hpct_nccl_id *id_out);
+/* 1 when the id carries hpct's marker (any rank can tell), else 0. */
+HPCT_API int hpct_nccl_id_is_derived(const hpct_nccl_id *id);
+
+/* The id of communicator `key` over `group` (keys 0, 1, ... for successive
+ * communicators over the same group): magic = hash(job, epoch, group, key),
+ * address = the node of the group's rank 0 and a port derived from the same
+ * inputs in HPCT_NCCL_PORT_BASE/HPCT_NCCL_PORT_RANGE.  Every member computes
+ * the same bytes with no communication.  HPCT_ENOTOPO without a node list. */
+HPCT_API int hpct_nccl_derive_id(hpct_group *group, uint64_t key, hpct_nccl_id *id_out);
+/* Tier 2's ids: one per group rank, ids_out[i] at group rank i's node and
+ * port; ids_out holds hpct_group_size(group) entries.  Every member computes
+ * the same array. */
+HPCT_API int hpct_nccl_derive_ids(hpct_group *group, uint64_t key, hpct_nccl_id *ids_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
