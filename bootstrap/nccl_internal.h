@@ -50,4 +50,50 @@ uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key);
 uint64_t hpct__nccl_magic(uint64_t comm);
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out);
 
+/* --- NCCL's root protocol (2.23 to 2.28), see nccl_root.c ------------- */
+
+#define HPCT_NCCL_ROOT_MIN_VERSION 22300
+#define HPCT_NCCL_ROOT_MAX_VERSION 22899
+#define HPCT_NCCL_ADDR_LEN         28  /* union ncclSocketAddress */
+#define HPCT_NCCL_RING_LEN         128 /* union ringConnectInfo */
+#define HPCT_NCCL_EXTINFO_LEN      172 /* rank, nranks, iroot, nroots, address, ring info */
+
+/* How NCCL splits ranks among roots: contiguous blocks, the first
+ * nranks % nroots roots one rank longer. */
+int hpct__nccl_root_of(int rank, int nranks, int nroots);
+int hpct__nccl_first_of(int root, int nranks, int nroots);
+int hpct__nccl_count_of(int root, int nranks, int nroots);
+
+/* Roots served by one thread: each listens at its id's address (bound
+ * without SO_REUSEPORT: a port held by anyone, a stale NCCL root included,
+ * is HPCT_EADDRINUSE naming host:port), takes the ranks' reports in any
+ * order, sends each of its ranks the next rank's ring info, and closes.
+ * Nothing a peer sends or withholds blocks the others; the whole set has a
+ * deadline. */
+struct hpct_nccl_roots;
+struct hpct_nccl_root_stats {
+	int accepted;  /* reports taken, over all roots */
+	int ignored;   /* connections dropped: wrong magic, malformed, duplicates */
+	int max_conns; /* connections of the busiest root (in + out) */
+};
+HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
+                                        struct hpct_nccl_roots **out);
+/* Waits for every root to finish (0) or the deadline (HPCT_ETIMEDOUT
+ * naming the ranks never heard from), then frees the set. */
+HPCT_PRIVATE int hpct__nccl_roots_wait(struct hpct_nccl_roots *r,
+                                       struct hpct_nccl_root_stats *stats_out);
+/* Stops the set at once and frees it; accepts NULL. */
+HPCT_PRIVATE void hpct__nccl_roots_stop(struct hpct_nccl_roots *r);
+
+/* The rank side of the exchange, for tests and hpct-bench: plays ranks
+ * 0..nranks-1 against the roots of ids[0..nids-1] the way NCCL's ranks do
+ * (each to its root, the first rank of each root also to the previous
+ * root), in the given order (NULL: rank order), and collects what each
+ * rank is sent.  Rank r offers hpct__nccl_test_ring(r) as its ring info.
+ * replies_out: nranks * HPCT_NCCL_RING_LEN bytes. */
+HPCT_PRIVATE int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks,
+                                       const int *order, double timeout_s,
+                                       unsigned char *replies_out);
+HPCT_PRIVATE void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN]);
+
 #endif

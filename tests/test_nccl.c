@@ -3,6 +3,7 @@
  * process. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "bootstrap/nccl_internal.h"
+#include "bootstrap/util.h"
 #include "harness.h"
 #include "hpct/nccl.h"
 
@@ -214,4 +216,173 @@ Test(nccl, derivation_checks_its_ports)
 	cr_expect_eq(hpct_nccl_derive_id(hpct_world_group(w), 0, &id), HPCT_EBADENV);
 	cr_expect(strstr(hpct_last_error(), "overlap"), "%s", hpct_last_error());
 	hpct_world_destroy(w);
+}
+
+/* --- the root protocol: hpct's roots against NCCL's own ---------------- */
+
+static void shuffle(int *order, int n, unsigned seed)
+{
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	for (int i = n - 1; i > 0; i--) {
+		seed = seed * 1103515245u + 12345u;
+		int j = (int)((seed >> 8) % (unsigned)(i + 1)), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+}
+
+/* ids of hpct roots on loopback at port, port+1, ... */
+static void loopback_ids(hpct_nccl_id *ids, int n, int port, uint64_t magic)
+{
+	for (int i = 0; i < n; i++) {
+		struct hpct_nccl_id_info in = { .magic = magic + (uint64_t)i,
+			                        .port = (unsigned)(port + i),
+			                        .derived = 1 };
+		strcpy(in.host, "127.0.0.1");
+		cr_assert_eq(hpct_nccl_id_encode(&in, 0, &ids[i]), 0);
+	}
+}
+
+static void check_ring(const unsigned char *replies, int n, const char *who)
+{
+	unsigned char want[HPCT_NCCL_RING_LEN];
+	for (int r = 0; r < n; r++) {
+		hpct__nccl_test_ring((r + 1) % n, want);
+		cr_expect_eq(memcmp(replies + (size_t)r * HPCT_NCCL_RING_LEN, want, sizeof(want)),
+		             0, "%s: rank %d of %d was not sent rank %d's ring info", who, r, n,
+		             (r + 1) % n);
+	}
+}
+
+/* n ranks over nroots roots, arrival order from seed: NCCL's roots and
+ * hpct's answer byte for byte alike. */
+static void conformance(int n, int nroots, unsigned seed, int port)
+{
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	cr_assert(l, "%s", hpct_last_error());
+	hpct_nccl_id *ids = calloc((size_t)nroots, sizeof(*ids));
+	int *order = malloc((size_t)n * sizeof(int));
+	unsigned char *real = calloc((size_t)n, HPCT_NCCL_RING_LEN);
+	unsigned char *ours = calloc((size_t)n, HPCT_NCCL_RING_LEN);
+	shuffle(order, n, seed);
+
+	for (int i = 0; i < nroots; i++)
+		cr_assert_eq(l->get_unique_id(&ids[i]), 0); /* each starts a root of NCCL's */
+	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, real), 0,
+	             "against NCCL's root: %s", hpct_last_error());
+	check_ring(real, n, "NCCL's root");
+
+	struct hpct_nccl_roots *roots;
+	loopback_ids(ids, nroots, port, 0x5eed0000u + seed);
+	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, 30, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, ours), 0,
+	             "against hpct's roots: %s", hpct_last_error());
+	struct hpct_nccl_root_stats st;
+	cr_assert_eq(hpct__nccl_roots_wait(roots, &st), 0, "%s", hpct_last_error());
+	cr_expect_eq(st.ignored, 0);
+	cr_expect_eq(st.accepted, n + (nroots > 1 ? nroots : 0));
+	cr_expect_eq(memcmp(real, ours, (size_t)n * HPCT_NCCL_RING_LEN), 0,
+	             "n=%d roots=%d: hpct's answers differ from NCCL's", n, nroots);
+	free(ids);
+	free(order);
+	free(real);
+	free(ours);
+}
+
+Test(nccl, one_root_answers_like_nccls)
+{
+	int port = hpct_test_ports(2);
+	int sizes[] = { 1, 2, 3, 8, 64 };
+	for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		conformance(sizes[i], 1, 17 + i, port + 10 * (int)i);
+}
+
+Test(nccl, many_roots_answer_like_nccls)
+{
+	int port = hpct_test_ports(3);
+	conformance(2, 2, 1, port);
+	conformance(3, 2, 2, port + 10);
+	conformance(8, 3, 3, port + 20);
+	conformance(8, 8, 4, port + 40);   /* one rank per root: Tier 2's shape */
+	conformance(64, 64, 5, port + 60); /* ports port+60 .. port+123 */
+	conformance(64, 7, 6, port + 130);
+}
+
+/* Raw bytes to a root, as a stranger would send them. */
+static void knock(int port, uint64_t magic, int type, int size, const void *body, size_t len)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&in, sizeof(in)), 0);
+	unsigned char h[16];
+	memcpy(h, &magic, 8);
+	memcpy(h + 8, &type, 4);
+	memcpy(h + 12, &size, 4);
+	cr_assert_eq(write(fd, h, 16), 16);
+	if (len)
+		cr_assert_eq(write(fd, body, len), (ssize_t)len);
+	close(fd);
+}
+
+Test(nccl, roots_ignore_strangers_and_refuse_duplicates)
+{
+	int port = hpct_test_ports(4);
+	hpct_nccl_id id;
+	loopback_ids(&id, 1, port, 0xabcdef);
+	struct hpct_nccl_roots *roots;
+	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 20, &roots), 0, "%s", hpct_last_error());
+	/* a silent peer holds only its own connection */
+	int silent = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(silent, (struct sockaddr *)&in, sizeof(in)), 0);
+	unsigned char body[HPCT_NCCL_EXTINFO_LEN];
+	memset(body, 0x41, sizeof(body));
+	knock(port, 0x1234, 1, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body));   /* wrong magic */
+	knock(port, 0xabcdef, 2, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body)); /* wrong type */
+	knock(port, 0xabcdef, 1, 64, body, 64); /* a 2.19-2.22 sized report */
+	/* rank 0 of 2 checks in twice (from a listener nobody answers on: the
+	 * root answers rank 0 only once rank 1 came, which never happens here) */
+	int32_t hdr[4] = { 0, 2, 0, 1 };
+	memset(body, 0, sizeof(body));
+	memcpy(body, hdr, sizeof(hdr));
+	struct sockaddr_in back = in;
+	back.sin_port = htons((uint16_t)(port + 1));
+	memcpy(body + 16, &back, sizeof(back));
+	body[16 + HPCT_NCCL_ADDR_LEN] = 1;
+	knock(port, 0xabcdef, 1, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body));
+	knock(port, 0xabcdef, 1, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body));
+	/* then nobody else: the deadline names rank 1 */
+	struct hpct_nccl_root_stats st;
+	double t0 = hpct__now();
+	int rc = hpct__nccl_roots_wait(roots, &st); /* deadline 20 s */
+	close(silent);
+	cr_expect_eq(rc, HPCT_ETIMEDOUT);
+	cr_expect_lt(hpct__now() - t0, 25.0);
+	cr_expect(strstr(hpct_last_error(), "not heard from rank 1"), "%s", hpct_last_error());
+	cr_expect_eq(st.accepted, 1);
+	cr_expect_geq(st.ignored, 4, "wrong magic, type, size and the duplicate: %d", st.ignored);
+}
+
+Test(nccl, a_taken_port_fails_fast_naming_it)
+{
+	int port = hpct_test_ports(5);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)); /* as NCCL's root does */
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&in, sizeof(in)), 0);
+	cr_assert_eq(listen(fd, 1), 0);
+	hpct_nccl_id id;
+	loopback_ids(&id, 1, port, 7);
+	struct hpct_nccl_roots *roots = NULL;
+	cr_expect_eq(hpct__nccl_roots_start(&id, 1, 5, &roots), HPCT_EADDRINUSE);
+	char want[32];
+	snprintf(want, sizeof(want), "127.0.0.1:%d", port);
+	cr_expect(strstr(hpct_last_error(), want), "%s", hpct_last_error());
+	close(fd);
 }
