@@ -593,6 +593,11 @@ void hpct__nccl_roots_stop(struct hpct_nccl_roots *s)
 
 /* --- the rank side, for tests and the benchmark ------------------------- */
 
+/* NCCL_UID_STAGGER_THRESHOLD and NCCL_UID_STAGGER_RATE's defaults: ranks of
+ * a root with more ranks than this wait local id / rate seconds first. */
+#define STAGGER_THRESHOLD 256
+#define STAGGER_RATE      7000.0
+
 struct player {
 	int lfd, fd; /* our listener for the root's answer; the answer's conn */
 	size_t got;
@@ -712,7 +717,8 @@ static int collect(const hpct_nccl_id *ids, int nids, int nranks, struct player 
 }
 
 int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const int *order,
-                          double timeout_s, unsigned char *replies)
+                          double timeout_s, int stagger, unsigned char *replies,
+                          int *root_conns_out)
 {
 	if (nids < 1 || nranks < nids)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
@@ -720,7 +726,8 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 	double deadline = hpct__now() + timeout_s;
 	struct player *p = calloc((size_t)nranks, sizeof(*p));
 	struct sockaddr_storage *mine = calloc((size_t)nranks, sizeof(*mine));
-	int rc = p && mine ? 0 : HPCT_ENOMEM;
+	int *per_root = calloc((size_t)nids, sizeof(int)); /* connections, seen from here */
+	int rc = p && mine && per_root ? 0 : HPCT_ENOMEM;
 	for (int r = 0; r < nranks; r++)
 		p[r].lfd = p[r].fd = -1;
 	/* every rank waits for its root where the root is: the same address */
@@ -744,15 +751,26 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 			                strerror(errno));
 	}
 	unsigned char ring[HPCT_NCCL_RING_LEN];
+	double t0 = hpct__now();
 	for (int k = 0; k < nranks && rc == 0; k++) {
 		int r = order ? order[k] : k;
 		int root = hpct__nccl_root_of(r, nranks, nids);
+		if (stagger && hpct__nccl_count_of(root, nranks, nids) > STAGGER_THRESHOLD) {
+			/* NCCL's ranks hold back by their place in the root's block */
+			double at =
+			        t0 + (r - hpct__nccl_first_of(root, nranks, nids)) / STAGGER_RATE;
+			double wait = at - hpct__now();
+			if (wait > 0)
+				usleep((useconds_t)(wait * 1e6));
+		}
 		hpct__nccl_test_ring(r, ring);
 		rc = report(ids, nids, nranks, root, r, &mine[r], ring, deadline);
+		per_root[root]++;
 		if (rc == 0 && nids > 1 && r == hpct__nccl_first_of(root, nranks, nids)) {
 			int prev = (r - 1 + nranks) % nranks;
 			int proot = hpct__nccl_root_of(prev, nranks, nids);
 			rc = report(ids, nids, nranks, proot, prev + 1, &mine[r], ring, deadline);
+			per_root[proot]++;
 		}
 	}
 	if (rc == 0)
@@ -760,6 +778,15 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 	for (int r = 0; rc == 0 && r < nranks; r++)
 		memcpy(replies + (size_t)r * HPCT_NCCL_RING_LEN, p[r].buf + HDR_LEN,
 		       HPCT_NCCL_RING_LEN);
+	if (rc == 0 && root_conns_out) {
+		/* every answer came: one more connection per rank to its root */
+		*root_conns_out = 0;
+		for (int r = 0; r < nranks; r++)
+			per_root[hpct__nccl_root_of(r, nranks, nids)]++;
+		for (int k = 0; k < nids; k++)
+			if (per_root[k] > *root_conns_out)
+				*root_conns_out = per_root[k];
+	}
 	for (int r = 0; p && r < nranks; r++) {
 		if (p[r].lfd >= 0)
 			close(p[r].lfd);
@@ -768,5 +795,6 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 	}
 	free(p);
 	free(mine);
+	free(per_root);
 	return rc;
 }

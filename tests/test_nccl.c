@@ -269,14 +269,14 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 
 	for (int i = 0; i < nroots; i++)
 		cr_assert_eq(l->get_unique_id(&ids[i]), 0); /* each starts a root of NCCL's */
-	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, real), 0,
+	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, real, NULL), 0,
 	             "against NCCL's root: %s", hpct_last_error());
 	check_ring(real, n, "NCCL's root");
 
 	struct hpct_nccl_roots *roots;
 	loopback_ids(ids, nroots, port, 0x5eed0000u + seed);
 	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, 30, &roots), 0, "%s", hpct_last_error());
-	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, ours), 0,
+	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, ours, NULL), 0,
 	             "against hpct's roots: %s", hpct_last_error());
 	struct hpct_nccl_root_stats st;
 	cr_assert_eq(hpct__nccl_roots_wait(roots, &st), 0, "%s", hpct_last_error());

@@ -1,7 +1,7 @@
 /* hpct-bench: launches local ranks itself and times bootstrap scenarios,
  * side by side for the rootless and the standard path.
  *
- *   hpct-bench --scenario cold|gloo --ranks 64,256 --path rootless,standard
+ *   hpct-bench --scenario cold|gloo|nccl-root --ranks 64,256 --path rootless,standard
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
  *
  * Every scenario is timed from the first fork until the last rank has done
@@ -13,6 +13,8 @@
  * gloo: all N ranks join the world, create a Gloo device and a Gloo context
  * connected over the world group, and finish one allreduce (1024 f32, sum,
  * the result checked exactly).  Built only with Gloo (HPCT_HAVE_GLOO).
+ * nccl-root: no launch; see nccl_root_once.  "standard" is NCCL's own root,
+ * "rootless" hpct's micro-roots.
  *
  * Every rank then waits until all have reported before it tears down: on a
  * cluster a finished rank goes on with its own cores, while here 1024 exits
@@ -27,9 +29,11 @@
  * it is each rank's one connection to the rendezvous (rank 0's server does
  * not count what it accepts).  conn_bound is the rootless bound
  * 2*ceil(log2 N)+2, which the gloo scenario's port alltoall keeps too. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +43,7 @@
 #include <unistd.h>
 
 #include "bench_rank.h"
+#include "bootstrap/nccl_internal.h"
 #include "hpct/hpct.h"
 #include "loopback_layout.h"
 
@@ -219,9 +224,70 @@ static int parse_list(const char *s, int *out)
 	return n;
 }
 
+/* --scenario nccl-root: N simulated ranks (the player the conformance tests
+ * use) until every one has its ring neighbour, against NCCL's own root (one,
+ * started by ncclGetUniqueId: what the standard path runs) or against hpct's
+ * micro-roots (one per rank: Tier 2).  All in this process, no launch: the
+ * roots and the ranks are the whole of it.  Ranks report in rank order, and
+ * with NCCL's root they hold back as NCCL's ranks do past 256 ranks a root
+ * (NCCL_UID_STAGGER_*'s defaults).  max_conns: the busiest root's
+ * connections, plus the 3 of the rank living in the same process. */
+static double nccl_root_once(int n, int rootless, int port, double timeout, int *conns)
+{
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	if (!l) {
+		fprintf(stderr, "hpct-bench: %s\n", hpct_last_error());
+		return -1;
+	}
+	int nids = rootless ? n : 1, rc;
+	hpct_nccl_id *ids = calloc((size_t)nids, sizeof(*ids));
+	unsigned char *replies = malloc((size_t)n * HPCT_NCCL_RING_LEN);
+	struct hpct_nccl_roots *roots = NULL;
+	double t0 = mono();
+	if (rootless) {
+		struct sockaddr_in in = { .sin_family = AF_INET };
+		in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		for (int i = 0; i < n; i++) {
+			in.sin_port = htons((uint16_t)(port + i));
+			hpct__nccl_id_make(0x6863707462656e63ull, (struct sockaddr *)&in, 0, 1,
+			                   l->version, &ids[i]);
+		}
+		rc = hpct__nccl_roots_start(ids, n, timeout, &roots);
+	} else {
+		rc = l->get_unique_id(&ids[0]) == 0 ? 0 : HPCT_ENCCL;
+	}
+	if (rc == 0)
+		rc = hpct__nccl_play_ranks(ids, nids, n, NULL, timeout, !rootless, replies, conns);
+	double ms = (mono() - t0) * 1000;
+	if (roots) {
+		int wrc = rc == 0 ? hpct__nccl_roots_wait(roots, NULL) : 0;
+		if (rc)
+			hpct__nccl_roots_stop(roots);
+		rc = rc ? rc : wrc;
+	}
+	unsigned char want[HPCT_NCCL_RING_LEN];
+	for (int r = 0; r < n && rc == 0; r++) {
+		hpct__nccl_test_ring((r + 1) % n, want);
+		if (memcmp(replies + (size_t)r * HPCT_NCCL_RING_LEN, want, sizeof(want)) != 0) {
+			fprintf(stderr, "hpct-bench: rank %d was not sent rank %d's ring info\n", r,
+			        (r + 1) % n);
+			rc = HPCT_EPROTO;
+		}
+	}
+	free(ids);
+	free(replies);
+	if (rc) {
+		fprintf(stderr, "hpct-bench: nccl-root with %d ranks (%s): %s\n", n,
+		        rootless ? "micro-roots" : "NCCL's root", hpct_last_error());
+		return -1;
+	}
+	*conns += 3;
+	return ms;
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: hpct-bench --scenario cold|gloo --ranks N[,N..]\n"
+	fprintf(f, "usage: hpct-bench --scenario cold|gloo|nccl-root --ranks N[,N..]\n"
 	           "                  [--path rootless,standard] [--repeat R] [--nodes K]\n"
 	           "                  [--json FILE] [--timeout S] [--port P]\n");
 }
@@ -285,9 +351,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	int nccl_root = strcmp(scenario, "nccl-root") == 0;
 	const struct scenario *sc = find_scenario(scenario);
-	if (!sc) {
-		fprintf(stderr, "hpct-bench: --scenario %s: want cold or gloo\n", scenario);
+	if (!sc && !nccl_root) {
+		fprintf(stderr, "hpct-bench: --scenario %s: want cold, gloo or nccl-root\n",
+		        scenario);
 		return 2;
 	}
 	char self[4096];
@@ -295,7 +363,7 @@ int main(int argc, char **argv)
 	if (sl <= 0)
 		return 1;
 	self[sl] = 0;
-	if (sc->program) { /* the sibling beside this program */
+	if (sc && sc->program) { /* the sibling beside this program */
 		char *slash = strrchr(self, '/');
 		snprintf(slash + 1, sizeof(self) - (size_t)(slash + 1 - self), "%s", sc->program);
 		if (access(self, X_OK) != 0) {
@@ -340,9 +408,13 @@ int main(int argc, char **argv)
 				int conns;
 				/* each run its own ports: nothing lingers from the last one */
 				int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
-				double ms = run_once(self, scenario, n, k,
-				                     strcmp(r->path, "rootless") == 0, base,
-				                     run_id++, timeout, &conns);
+				int rootless = strcmp(r->path, "rootless") == 0;
+				double ms = nccl_root ? nccl_root_once(n, rootless,
+				                                       port + (run_id % 2) * n,
+				                                       timeout, &conns)
+				                      : run_once(self, scenario, n, k, rootless,
+				                                 base, run_id, timeout, &conns);
+				run_id++;
 				if (ms < 0) {
 					failed = 1;
 					continue;
@@ -373,7 +445,8 @@ int main(int argc, char **argv)
 		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
 		char bound[16] = "-";
 		if (strcmp(r->path, "rootless") == 0)
-			snprintf(bound, sizeof(bound), "%d", 2 * ceil_log2(r->ranks) + 2);
+			snprintf(bound, sizeof(bound), "%d",
+			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
 		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s\n", scenario, r->path,
 		       r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1], r->max_conns,
 		       bound);
