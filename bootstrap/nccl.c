@@ -66,6 +66,7 @@ static int load(void)
 		return HPCT_ENONCCL;
 	}
 	lib.handle = h;
+	hpct__nccl_env_prepare();
 	*(void **)&lib.get_version = dlsym(h, "ncclGetVersion");
 	*(void **)&lib.get_unique_id = dlsym(h, "ncclGetUniqueId");
 	*(void **)&lib.init_rank_config = dlsym(h, "ncclCommInitRankConfig");

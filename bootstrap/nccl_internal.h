@@ -50,6 +50,17 @@ uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key);
 uint64_t hpct__nccl_magic(uint64_t comm);
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out);
 
+/* --- NCCL_COMM_ID for one call (nccl_env.c) ----------------------------- */
+
+/* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
+ * hpct first calls into NCCL. */
+void hpct__nccl_env_prepare(void);
+/* Opens the window: NCCL's next lookup of NCCL_COMM_ID in this thread sees
+ * `text` (kept by the caller until _end).  HPCT_ESTATE when NCCL does not
+ * consult hpct's env plugin. */
+HPCT_PRIVATE int hpct__nccl_comm_id_begin(const char *text);
+HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
+
 /* --- NCCL's root protocol (2.23 to 2.28), see nccl_root.c ------------- */
 
 #define HPCT_NCCL_ROOT_MIN_VERSION 22300
