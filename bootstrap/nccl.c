@@ -309,3 +309,118 @@ HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids
 	}
 	return 0;
 }
+
+/* --- communicators ----------------------------------------------------- */
+
+#define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
+
+HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *g)
+{
+	const struct hpct_nccl_lib *l = g ? hpct__nccl_lib() : NULL;
+	if (!l || l->version < 21900 || g->world->topo.nnodes == 0)
+		return HPCT_NCCL_TIER_NONE;
+	int rootless = 1;
+	if (hpct__env_bool(hpct__env_process(), "HPCT_NCCL_ROOTLESS", &rootless, NULL))
+		rootless = 1; /* logged by the reader; the default stands */
+	if (rootless && l->version >= HPCT_NCCL_ROOT_MIN_VERSION &&
+	    l->version <= HPCT_NCCL_ROOT_MAX_VERSION)
+		return HPCT_NCCL_TIER_ROOTLESS;
+	return HPCT_NCCL_TIER_ROOT;
+}
+
+static int nccl_failed(const struct hpct_nccl_lib *l, struct hpct_group *g, int res, void *comm,
+                       const char *call, const char *tier)
+{
+	const char *what = l->error_string ? l->error_string(res) : "?";
+	const char *last = l->last_error ? l->last_error(comm) : "";
+	return hpct__fail(HPCT_ENCCL, HPCT_SUB_NCCL,
+	                  "rank %d: %s (%s) for group %016llx (epoch %llu, rank %d of %d) "
+	                  "failed: NCCL error %d, %s%s%s",
+	                  g->world->topo.rank, call, tier, (unsigned long long)g->id,
+	                  (unsigned long long)g->world->topo.epoch, g->rank, g->size, res, what,
+	                  last && last[0] ? ": " : "", last ? last : "");
+}
+
+/* Tier 1 on the comm's rank 0: NCCL starts its root at the id's address,
+ * shown NCCL_COMM_ID for this call only, after a check the port is free. */
+static int init_tier1_root(const struct hpct_nccl_lib *l, struct hpct_group *g, hpct_nccl_id id,
+                           void *config, void **comm)
+{
+	struct hpct_nccl_id_info in;
+	int rc = hpct_nccl_id_decode(&id, l->version, &in);
+	if (rc)
+		return rc;
+	/* the port free now, or fail fast: NCCL's root shares a port with a
+	 * stale one (SO_REUSEPORT) and loses connections to it */
+	struct hpct_nccl_roots *probe;
+	if ((rc = hpct__nccl_roots_start(&id, 1, 0.001, &probe)))
+		return rc; /* names host:port */
+	hpct__nccl_roots_stop(probe);
+	char text[80];
+	snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
+	if ((rc = hpct__nccl_comm_id_begin(text)))
+		return rc;
+	int res = l->init_rank_config(comm, g->size, id, 0, config);
+	hpct__nccl_comm_id_end();
+	return res && res != NCCL_IN_PROGRESS
+	               ? nccl_failed(l, g, res, *comm, "ncclCommInitRankConfig",
+	                             "Tier 1, root here")
+	               : 0;
+}
+
+HPCT_API int hpct_nccl_comm_init(hpct_group *g, uint64_t key, void *config, void **comm_out)
+{
+	if (!g || !comm_out)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_comm_init: NULL argument");
+	*comm_out = NULL;
+	enum hpct_nccl_tier tier = hpct_nccl_tier(g);
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	if (tier == HPCT_NCCL_TIER_NONE) {
+		char why[sizeof(lib_error)];
+		snprintf(why, sizeof(why), "%s",
+		         !l                   ? lib_error
+		         : l->version < 21900 ? "NCCL older than 2.19"
+		                              : "no node list to derive addresses from");
+		return hpct__fail(
+		        HPCT_ENONCCL, HPCT_SUB_NCCL,
+		        "rank %d: no NCCL communicator for group %016llx without a store: "
+		        "%s",
+		        g->world->topo.rank, (unsigned long long)g->id, why);
+	}
+	int rc;
+	if (tier == HPCT_NCCL_TIER_ROOT) {
+		hpct_nccl_id id;
+		if ((rc = hpct_nccl_derive_id(g, key, &id)))
+			return rc;
+		if (g->rank == 0)
+			return init_tier1_root(l, g, id, config, comm_out);
+		int res = l->init_rank_config(comm_out, g->size, id, g->rank, config);
+		return res && res != NCCL_IN_PROGRESS
+		               ? nccl_failed(l, g, res, *comm_out, "ncclCommInitRankConfig",
+		                             "Tier 1")
+		               : 0;
+	}
+	/* Tier 2: every rank hosts the micro-root of its own id, which hears
+	 * from this rank and the next, and is gone once it answered */
+	hpct_nccl_id *ids = calloc((size_t)g->size, sizeof(*ids));
+	if (!ids)
+		return HPCT_ENOMEM;
+	struct hpct_nccl_roots *root = NULL;
+	rc = hpct_nccl_derive_ids(g, key, ids);
+	if (rc == 0)
+		rc = hpct__nccl_roots_start(&ids[g->rank], 1, g->world->topo.timeout_s, &root);
+	if (rc == 0) {
+		int res = l->init_rank_scalable(comm_out, g->size, g->rank, g->size, ids, config);
+		if (res && res != NCCL_IN_PROGRESS) {
+			rc = nccl_failed(l, g, res, *comm_out, "ncclCommInitRankScalable",
+			                 "Tier 2, rootless");
+			hpct__nccl_roots_stop(root);
+		} else {
+			/* a non-blocking init goes on in NCCL's thread: the root
+			 * stays until it has answered */
+			rc = hpct__nccl_roots_wait(root, NULL);
+		}
+	}
+	free(ids);
+	return rc;
+}

@@ -84,7 +84,8 @@ int hpct__nccl_comm_id_begin(const char *text)
 		                  "it is read once, before NCCL's first call): NCCL_COMM_ID cannot "
 		                  "be shown to one call",
 		                  l->version,
-		                  getenv("NCCL_ENV_PLUGIN") ? getenv("NCCL_ENV_PLUGIN") : "(unset)");
+		                  getenv("NCCL_ENV_PLUGIN") ? getenv("NCCL_ENV_PLUGIN")
+		                                            : "(unset)");
 	comm_id_shown = text;
 	comm_id_left = 1;
 	return 0;

@@ -4,6 +4,7 @@
  * runs in a process of its own (NCCL's env init happens once a process). */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,4 +75,89 @@ Test(nccl_env, a_plugin_the_user_chose_is_left_alone_and_said_so)
 	cr_expect_str_eq(getenv("NCCL_ENV_PLUGIN"), "none");
 	cr_expect_eq(hpct__nccl_comm_id_begin("127.0.0.1:23457"), HPCT_ESTATE);
 	cr_expect(strstr(hpct_last_error(), "NCCL_ENV_PLUGIN=none"), "%s", hpct_last_error());
+}
+
+/* No GPU here: NCCL refuses at cudaGetDevice, before any bootstrap.  What
+ * can be checked is hpct's part around it: the right tier, NCCL's error
+ * passed on with the tier named, the micro-root or the port check undone. */
+static hpct_world *one_rank_of_two(int port)
+{
+	char buf[32];
+	setenv("HPCT_HOSTS", "127.0.0.1", 1);
+	setenv("HPCT_TASKS_PER_NODE", "2", 1);
+	setenv("RANK", "0", 1);
+	setenv("LOCAL_RANK", "0", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	snprintf(buf, sizeof(buf), "%d", port);
+	setenv("HPCT_PORT_BASE", buf, 1);
+	setenv("HPCT_PORT_RANGE", "8", 1);
+	setenv("HPCT_USE_ROOTLESS", "1", 1);
+	setenv("HPCT_TIMEOUT", "5", 1);
+	setenv("HPCT_JOB_ID", "nccl-env-test", 1);
+	hpct_world *w = NULL;
+	cr_assert_eq(hpct_world_create(&w), 0, "%s", hpct_last_error());
+	return w;
+}
+
+static void expect_port_free(const hpct_nccl_id *id)
+{
+	struct hpct_nccl_roots *r;
+	cr_expect_eq(hpct__nccl_roots_start(id, 1, 0.001, &r), 0,
+	             "the derived port is still taken: %s", hpct_last_error());
+	hpct__nccl_roots_stop(r);
+}
+
+Test(nccl_env, tier2_hosts_its_micro_root_and_passes_nccls_error_on)
+{
+	hpct_world *w = one_rank_of_two(24100);
+	hpct_group *g = hpct_world_group(w);
+	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOTLESS);
+	void *comm = (void *)1;
+	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
+	cr_expect(strstr(hpct_last_error(), "ncclCommInitRankScalable (Tier 2, rootless)"), "%s",
+	          hpct_last_error());
+	cr_expect_null(comm);
+	hpct_nccl_id ids[2];
+	cr_assert_eq(hpct_nccl_derive_ids(g, 0, ids), 0);
+	expect_port_free(&ids[0]);
+	hpct_world_destroy(w);
+}
+
+Test(nccl_env, tier1_on_rank_0_checks_its_port_and_shows_the_id)
+{
+	setenv("HPCT_NCCL_ROOTLESS", "0", 1);
+	hpct_world *w = one_rank_of_two(24200);
+	hpct_group *g = hpct_world_group(w);
+	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT);
+	hpct_nccl_id id;
+	cr_assert_eq(hpct_nccl_derive_id(g, 0, &id), 0);
+	/* a stale root holds the derived port: fail fast, naming it */
+	struct hpct_nccl_roots *stale;
+	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 10, &stale), 0);
+	void *comm;
+	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_EADDRINUSE);
+	struct hpct_nccl_id_info in;
+	cr_assert_eq(hpct_nccl_id_decode(&id, 0, &in), 0);
+	char want[48];
+	snprintf(want, sizeof(want), "127.0.0.1:%u", in.port);
+	cr_expect(strstr(hpct_last_error(), want), "%s", hpct_last_error());
+	hpct__nccl_roots_stop(stale);
+	/* port free: NCCL itself is called (and refuses, without a GPU) */
+	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
+	cr_expect(strstr(hpct_last_error(), "(Tier 1, root here)"), "%s", hpct_last_error());
+	cr_expect_null(getenv("NCCL_COMM_ID"));
+	expect_port_free(&id);
+	hpct_world_destroy(w);
+}
+
+Test(nccl_env, without_nccl_the_caller_is_told_to_take_the_standard_path)
+{
+	setenv("HPCT_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
+	hpct_world *w = one_rank_of_two(24300);
+	hpct_group *g = hpct_world_group(w);
+	cr_expect_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_NONE);
+	void *comm;
+	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENONCCL);
+	cr_expect(strstr(hpct_last_error(), "HPCT_NCCL_LIB=/nonexistent"), "%s", hpct_last_error());
+	hpct_world_destroy(w);
 }

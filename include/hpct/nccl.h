@@ -70,6 +70,26 @@ HPCT_API int hpct_nccl_derive_id(hpct_group *group, uint64_t key, hpct_nccl_id *
  * the same array. */
 HPCT_API int hpct_nccl_derive_ids(hpct_group *group, uint64_t key, hpct_nccl_id *ids_out);
 
+enum hpct_nccl_tier {
+	HPCT_NCCL_TIER_NONE = 0,     /* NCCL missing or unsupported: standard path */
+	HPCT_NCCL_TIER_ROOT = 1,     /* Tier 1: NCCL's root at a derived address */
+	HPCT_NCCL_TIER_ROOTLESS = 2, /* Tier 2: a micro-root in every rank */
+};
+
+/* The tier communicator creation over `group` takes with the loaded NCCL
+ * and the settings (HPCT_NCCL_ROOTLESS); the same on every member. */
+HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *group);
+
+/* Creates the NCCL communicator of `group` for `key` (see
+ * hpct_nccl_derive_id), with no store and, at Tier 2, no root.  `config` is
+ * an ncclConfig_t * or NULL, `comm_out` receives the ncclComm_t.  Every
+ * member calls it with the same key.  NCCL's own failure comes back as
+ * HPCT_ENCCL with ncclGetErrorString's text and ncclGetLastError's.  A
+ * non-blocking config returns 0 once NCCL has the init under way (check
+ * ncclCommGetAsyncError as usual); at Tier 2 the call returns when this
+ * rank's micro-root has answered. */
+HPCT_API int hpct_nccl_comm_init(hpct_group *group, uint64_t key, void *config, void **comm_out);
+
 #ifdef __cplusplus
 }
 #endif
