@@ -352,10 +352,8 @@ static int init_tier1_root(const struct hpct_nccl_lib *l, struct hpct_group *g, 
 		return rc;
 	/* the port free now, or fail fast: NCCL's root shares a port with a
 	 * stale one (SO_REUSEPORT) and loses connections to it */
-	struct hpct_nccl_roots *probe;
-	if ((rc = hpct__nccl_roots_start(&id, 1, 0.001, &probe)))
+	if ((rc = hpct__nccl_port_check(&id)))
 		return rc; /* names host:port */
-	hpct__nccl_roots_stop(probe);
 	char text[80];
 	snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
 	if ((rc = hpct__nccl_comm_id_begin(text)))

@@ -89,6 +89,9 @@ struct hpct_nccl_root_stats {
 };
 HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
                                         struct hpct_nccl_roots **out);
+/* 0 when a root could listen at the id's address now (it is then closed
+ * again), else the error hpct__nccl_roots_start would give, logged. */
+HPCT_PRIVATE int hpct__nccl_port_check(const hpct_nccl_id *id);
 /* Waits for every root to finish (0) or the deadline (HPCT_ETIMEDOUT
  * naming the ranks never heard from), then frees the set. */
 HPCT_PRIVATE int hpct__nccl_roots_wait(struct hpct_nccl_roots *r,

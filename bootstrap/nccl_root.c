@@ -477,6 +477,52 @@ static void *serve(void *arg)
 	return NULL;
 }
 
+/* Listens at the id's address: SO_REUSEADDR only, so TIME_WAIT leftovers
+ * may stay but a live listener (NCCL's roots set SO_REUSEPORT) may not:
+ * HPCT_EADDRINUSE naming host:port. */
+static int listen_at(const hpct_nccl_id *id, int *fd_out, char *where, size_t wlen)
+{
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, id->internal + 8, HPCT_NCCL_ADDR_LEN);
+	hpct__addr_str((struct sockaddr *)&ss, where, wlen);
+	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "NCCL root: the id holds no IPv4 or IPv6 address");
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return hpct__fail(-errno, HPCT_SUB_NCCL, "NCCL root at %s: socket: %s", where,
+		                  strerror(errno));
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, addr_len((struct sockaddr *)&ss)) < 0) {
+		int err = errno;
+		close(fd);
+		return hpct__fail(err == EADDRINUSE ? HPCT_EADDRINUSE : -err, HPCT_SUB_NCCL,
+		                  "NCCL root: cannot listen at %s: %s%s", where, strerror(err),
+		                  err == EADDRINUSE ? " (another process, or a root left from an "
+		                                      "earlier run, holds the port)"
+		                                    : "");
+	}
+	if (listen(fd, 4096) < 0) {
+		int err = errno;
+		close(fd);
+		return hpct__fail(-err, HPCT_SUB_NCCL, "NCCL root at %s: listen: %s", where,
+		                  strerror(err));
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+int hpct__nccl_port_check(const hpct_nccl_id *id)
+{
+	char where[64];
+	int fd, rc = listen_at(id, &fd, where, sizeof(where));
+	if (rc == 0)
+		close(fd);
+	return rc;
+}
+
 int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
                            struct hpct_nccl_roots **out)
 {
@@ -493,44 +539,8 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
 	int rc = 0;
 	for (int r = 0; r < n && rc == 0; r++) {
 		struct root *rt = &s->roots[r];
-		struct sockaddr_storage ss;
-		memset(&ss, 0, sizeof(ss));
 		memcpy(&rt->magic, ids[r].internal, 8);
-		memcpy(&ss, ids[r].internal + 8, HPCT_NCCL_ADDR_LEN);
-		hpct__addr_str((struct sockaddr *)&ss, rt->where, sizeof(rt->where));
-		if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) {
-			rc = hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
-			                "NCCL root %d: the id holds no IPv4 or IPv6 address", r);
-			break;
-		}
-		int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			rc = hpct__fail(-errno, HPCT_SUB_NCCL, "NCCL root at %s: socket: %s",
-			                rt->where, strerror(errno));
-			break;
-		}
-		/* SO_REUSEADDR only: TIME_WAIT leftovers may stay, a live
-		 * listener (NCCL's roots set SO_REUSEPORT) may not */
-		int one = 1;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, (struct sockaddr *)&ss, addr_len((struct sockaddr *)&ss)) < 0) {
-			int err = errno;
-			close(fd);
-			rc = hpct__fail(err == EADDRINUSE ? HPCT_EADDRINUSE : -err, HPCT_SUB_NCCL,
-			                "NCCL root: cannot listen at %s: %s%s", rt->where,
-			                strerror(err),
-			                err == EADDRINUSE ? " (another process, or a root left "
-			                                    "from an earlier run, holds the port)"
-			                                  : "");
-			break;
-		}
-		if (listen(fd, 4096) < 0) {
-			rc = hpct__fail(-errno, HPCT_SUB_NCCL, "NCCL root at %s: listen: %s",
-			                rt->where, strerror(errno));
-			close(fd);
-			break;
-		}
-		rt->lfd = fd;
+		rc = listen_at(&ids[r], &rt->lfd, rt->where, sizeof(rt->where));
 	}
 	if (rc == 0 && pipe2(s->stop_pipe, O_CLOEXEC) < 0)
 		rc = hpct__fail(-errno, HPCT_SUB_NCCL, "NCCL roots: pipe: %s", strerror(errno));
