@@ -261,38 +261,62 @@ int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_ran
 	return 0;
 }
 
-/* The id whose root lives with group rank `grank`, for comm hash `comm`. */
-static int derive_one(struct hpct_group *g, uint64_t comm, int grank, int version, hpct_nccl_id *id)
+/* The id whose root lives with rank `crank` of communicator c. */
+static int derive_one(const struct hpct_nccl_comm *c, int crank, int version, hpct_nccl_id *id)
 {
-	struct hpct_world *w = g->world;
-	int wr = hpct__group_world_rank(g, grank);
+	struct hpct_world *w = c->w;
+	int wr = c->world_of ? c->world_of[crank] : crank;
 	struct sockaddr_storage ss;
 	socklen_t len;
 	int rc = hpct__world_node_addr(w, wr, &ss, &len);
 	if (rc == HPCT_ENOTOPO)
-		return hpct__fail(rc, HPCT_SUB_NCCL,
-		                  "rank %d: NCCL ids of group %016llx cannot be derived without a "
-		                  "node list (%s)",
-		                  w->topo.rank, (unsigned long long)g->id,
-		                  w->topo.why_not_rootless);
+		return hpct__fail(
+		        rc, HPCT_SUB_NCCL,
+		        "rank %d: NCCL ids of %s cannot be derived without a node list (%s)",
+		        w->topo.rank, c->name, w->topo.why_not_rootless);
 	if (rc < 0)
 		return rc; /* logged by the resolver, naming the host */
 	int port;
-	if ((rc = hpct__nccl_root_port(&w->topo, comm, wr, &port)))
+	if ((rc = hpct__nccl_root_port(&w->topo, c->hash, wr, &port)))
 		return rc;
 	if (ss.ss_family == AF_INET)
 		((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
 	else
 		((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
-	hpct__nccl_id_make(hpct__nccl_magic(comm), (const struct sockaddr *)&ss, 0, 1, version, id);
+	hpct__nccl_id_make(c->magic, (const struct sockaddr *)&ss, 0, 1, version, id);
 	return 0;
+}
+
+static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->w = g->world;
+	c->hash = hpct__nccl_comm_hash(g, key);
+	c->magic = hpct__nccl_magic(c->hash);
+	c->nranks = g->size;
+	c->rank = g->rank;
+	c->world_of = g->members;
+	snprintf(c->name, sizeof(c->name), "group %016llx key %llu", (unsigned long long)g->id,
+	         (unsigned long long)key);
 }
 
 HPCT_API int hpct_nccl_derive_id(hpct_group *g, uint64_t key, hpct_nccl_id *id_out)
 {
 	if (!g || !id_out)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_derive_id: NULL argument");
-	return derive_one(g, hpct__nccl_comm_hash(g, key), 0, resolve_version(0), id_out);
+	struct hpct_nccl_comm c;
+	group_comm(g, key, &c);
+	return derive_one(&c, 0, resolve_version(0), id_out);
+}
+
+static int derive_all(const struct hpct_nccl_comm *c, int version, hpct_nccl_id *ids)
+{
+	for (int i = 0; i < c->nranks; i++) {
+		int rc = derive_one(c, i, version, &ids[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids_out)
@@ -300,24 +324,18 @@ HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids
 	if (!g || !ids_out)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
 		                  "hpct_nccl_derive_ids: NULL argument");
-	uint64_t comm = hpct__nccl_comm_hash(g, key);
-	int version = resolve_version(0);
-	for (int i = 0; i < g->size; i++) {
-		int rc = derive_one(g, comm, i, version, &ids_out[i]);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	struct hpct_nccl_comm c;
+	group_comm(g, key, &c);
+	return derive_all(&c, resolve_version(0), ids_out);
 }
 
 /* --- communicators ----------------------------------------------------- */
 
 #define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
 
-HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *g)
+enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l, const struct hpct_world *w)
 {
-	const struct hpct_nccl_lib *l = g ? hpct__nccl_lib() : NULL;
-	if (!l || l->version < 21900 || g->world->topo.nnodes == 0)
+	if (!l || l->version < 21900 || w->topo.nnodes == 0)
 		return HPCT_NCCL_TIER_NONE;
 	int rootless = 1;
 	if (hpct__env_bool(hpct__env_process(), "HPCT_NCCL_ROOTLESS", &rootless, NULL))
@@ -328,42 +346,106 @@ HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *g)
 	return HPCT_NCCL_TIER_ROOT;
 }
 
-static int nccl_failed(const struct hpct_nccl_lib *l, struct hpct_group *g, int res, void *comm,
-                       const char *call, const char *tier)
+HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *g)
+{
+	return g ? hpct__nccl_tier_for(hpct__nccl_lib(), g->world) : HPCT_NCCL_TIER_NONE;
+}
+
+static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
+                       void *comm, const char *call, const char *tier)
 {
 	const char *what = l->error_string ? l->error_string(res) : "?";
 	const char *last = l->last_error ? l->last_error(comm) : "";
 	return hpct__fail(HPCT_ENCCL, HPCT_SUB_NCCL,
-	                  "rank %d: %s (%s) for group %016llx (epoch %llu, rank %d of %d) "
-	                  "failed: NCCL error %d, %s%s%s",
-	                  g->world->topo.rank, call, tier, (unsigned long long)g->id,
-	                  (unsigned long long)g->world->topo.epoch, g->rank, g->size, res, what,
+	                  "rank %d: %s (%s) for %s (epoch %llu, rank %d of %d) failed: NCCL "
+	                  "error %d, %s%s%s",
+	                  c->w->topo.rank, call, tier, c->name,
+	                  (unsigned long long)c->w->topo.epoch, c->rank, c->nranks, res, what,
 	                  last && last[0] ? ": " : "", last ? last : "");
 }
 
-/* Tier 1 on the comm's rank 0: NCCL starts its root at the id's address,
- * shown NCCL_COMM_ID for this call only, after a check the port is free. */
-static int init_tier1_root(const struct hpct_nccl_lib *l, struct hpct_group *g, hpct_nccl_id id,
-                           void *config, void **comm)
+/* Tier 1: NCCL's own root, started by rank 0 at the id's address, shown
+ * NCCL_COMM_ID for this call only, after a check the port is free. */
+static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                      hpct_nccl_id id, void *config, void **comm)
 {
-	struct hpct_nccl_id_info in;
-	int rc = hpct_nccl_id_decode(&id, l->version, &in);
-	if (rc)
-		return rc;
-	/* the port free now, or fail fast: NCCL's root shares a port with a
-	 * stale one (SO_REUSEPORT) and loses connections to it */
-	if ((rc = hpct__nccl_port_check(&id)))
-		return rc; /* names host:port */
-	char text[80];
-	snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
-	if ((rc = hpct__nccl_comm_id_begin(text)))
-		return rc;
-	int res = l->init_rank_config(comm, g->size, id, 0, config);
-	hpct__nccl_comm_id_end();
+	int res;
+	if (c->rank == 0) {
+		struct hpct_nccl_id_info in;
+		int rc = hpct_nccl_id_decode(&id, l->version, &in);
+		if (rc)
+			return rc;
+		/* free now, or fail fast: NCCL's root shares a port with a
+		 * stale one (SO_REUSEPORT) and loses connections to it */
+		if ((rc = hpct__nccl_port_check(&id)))
+			return rc; /* names host:port */
+		char text[80];
+		snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host,
+		         in.port);
+		if ((rc = hpct__nccl_comm_id_begin(l, text)))
+			return rc;
+		HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: Tier 1, NCCL's root here at %s",
+		          c->w->topo.rank, c->name, text);
+		res = l->init_rank_config(comm, c->nranks, id, 0, config);
+		hpct__nccl_comm_id_end();
+	} else {
+		res = l->init_rank_config(comm, c->nranks, id, c->rank, config);
+	}
 	return res && res != NCCL_IN_PROGRESS
-	               ? nccl_failed(l, g, res, *comm, "ncclCommInitRankConfig",
-	                             "Tier 1, root here")
+	               ? nccl_failed(l, c, res, *comm, "ncclCommInitRankConfig",
+	                             c->rank == 0 ? "Tier 1, root here" : "Tier 1")
 	               : 0;
+}
+
+/* Tier 2: every rank hosts the micro-root of its own id, which hears from
+ * this rank and the next, and is gone once it answered; it outlives this
+ * call when NCCL's init goes on later (non-blocking, or in a group). */
+static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, void *config,
+                      void **comm)
+{
+	hpct_nccl_id *ids = calloc((size_t)c->nranks, sizeof(*ids));
+	if (!ids)
+		return HPCT_ENOMEM;
+	struct hpct_nccl_roots *root = NULL;
+	int rc = derive_all(c, l->version, ids);
+	if (rc == 0)
+		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->w->topo.timeout_s, &root);
+	if (rc == 0) {
+		char where[64];
+		struct hpct_nccl_id_info in;
+		hpct_nccl_id_decode(&ids[c->rank], l->version, &in);
+		snprintf(where, sizeof(where), "%s:%u", in.host, in.port);
+		HPCT_INFO(
+		        HPCT_SUB_NCCL,
+		        "rank %d: %s: Tier 2, ncclCommInitRankScalable with nId %d, micro-root at "
+		        "%s",
+		        c->w->topo.rank, c->name, c->nranks, where);
+		int res = l->init_rank_scalable(comm, c->nranks, c->rank, c->nranks, ids, config);
+		if (res && res != NCCL_IN_PROGRESS) {
+			rc = nccl_failed(l, c, res, *comm, "ncclCommInitRankScalable",
+			                 "Tier 2, rootless");
+			hpct__nccl_roots_stop(root);
+		} else {
+			hpct__nccl_roots_detach(root);
+		}
+	}
+	free(ids);
+	return rc;
+}
+
+int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                         enum hpct_nccl_tier tier, const hpct_nccl_id *tier1_id, void *config,
+                         void **comm_out)
+{
+	if (tier == HPCT_NCCL_TIER_ROOTLESS)
+		return init_tier2(l, c, config, comm_out);
+	hpct_nccl_id id;
+	int rc = 0;
+	if (tier1_id)
+		id = *tier1_id;
+	else
+		rc = derive_one(c, 0, l->version, &id);
+	return rc ? rc : init_tier1(l, c, id, config, comm_out);
 }
 
 HPCT_API int hpct_nccl_comm_init(hpct_group *g, uint64_t key, void *config, void **comm_out)
@@ -385,40 +467,7 @@ HPCT_API int hpct_nccl_comm_init(hpct_group *g, uint64_t key, void *config, void
 		        "%s",
 		        g->world->topo.rank, (unsigned long long)g->id, why);
 	}
-	int rc;
-	if (tier == HPCT_NCCL_TIER_ROOT) {
-		hpct_nccl_id id;
-		if ((rc = hpct_nccl_derive_id(g, key, &id)))
-			return rc;
-		if (g->rank == 0)
-			return init_tier1_root(l, g, id, config, comm_out);
-		int res = l->init_rank_config(comm_out, g->size, id, g->rank, config);
-		return res && res != NCCL_IN_PROGRESS
-		               ? nccl_failed(l, g, res, *comm_out, "ncclCommInitRankConfig",
-		                             "Tier 1")
-		               : 0;
-	}
-	/* Tier 2: every rank hosts the micro-root of its own id, which hears
-	 * from this rank and the next, and is gone once it answered */
-	hpct_nccl_id *ids = calloc((size_t)g->size, sizeof(*ids));
-	if (!ids)
-		return HPCT_ENOMEM;
-	struct hpct_nccl_roots *root = NULL;
-	rc = hpct_nccl_derive_ids(g, key, ids);
-	if (rc == 0)
-		rc = hpct__nccl_roots_start(&ids[g->rank], 1, g->world->topo.timeout_s, &root);
-	if (rc == 0) {
-		int res = l->init_rank_scalable(comm_out, g->size, g->rank, g->size, ids, config);
-		if (res && res != NCCL_IN_PROGRESS) {
-			rc = nccl_failed(l, g, res, *comm_out, "ncclCommInitRankScalable",
-			                 "Tier 2, rootless");
-			hpct__nccl_roots_stop(root);
-		} else {
-			/* a non-blocking init goes on in NCCL's thread: the root
-			 * stays until it has answered */
-			rc = hpct__nccl_roots_wait(root, NULL);
-		}
-	}
-	free(ids);
-	return rc;
+	struct hpct_nccl_comm c;
+	group_comm(g, key, &c);
+	return hpct__nccl_comm_init(l, &c, tier, NULL, config, comm_out);
 }

@@ -29,6 +29,7 @@ struct nccl_env_v1 {
 static _Thread_local const char *comm_id_shown; /* the value, while the window is open */
 static _Thread_local int comm_id_left;          /* lookups that may still see it */
 static atomic_int plugin_inited;
+static atomic_int getenv_route; /* the preload shim interposes getenv */
 
 static int env_init(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix)
 {
@@ -43,13 +44,24 @@ static int env_finalize(void)
 	return 0;
 }
 
-static const char *env_get(const char *name)
+const char *hpct__nccl_comm_id_peek(const char *name)
 {
 	if (comm_id_shown && comm_id_left > 0 && strcmp(name, "NCCL_COMM_ID") == 0) {
 		comm_id_left--;
 		return comm_id_shown;
 	}
-	return getenv(name);
+	return NULL;
+}
+
+void hpct__nccl_getenv_route(void)
+{
+	atomic_store(&getenv_route, 1);
+}
+
+static const char *env_get(const char *name)
+{
+	const char *v = hpct__nccl_comm_id_peek(name);
+	return v ? v : getenv(name);
 }
 
 /* NCCL looks this up by name in the library NCCL_ENV_PLUGIN names. */
@@ -70,15 +82,12 @@ void hpct__nccl_env_prepare(void)
 		setenv("NCCL_ENV_PLUGIN", info.dli_fname, 0);
 }
 
-int hpct__nccl_comm_id_begin(const char *text)
+int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text)
 {
-	const struct hpct_nccl_lib *l = hpct__nccl_lib();
-	if (!l)
-		return HPCT_ENONCCL;
 	/* NCCL's one-time init, with nothing shown: ncclGetUniqueId(NULL)
 	 * runs it and then refuses the NULL, starting no root */
 	(void)l->get_unique_id(NULL);
-	if (!atomic_load(&plugin_inited))
+	if (!atomic_load(&plugin_inited) && !atomic_load(&getenv_route))
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_NCCL,
 		                  "NCCL %d does not consult hpct's env plugin (NCCL_ENV_PLUGIN=%s; "
 		                  "it is read once, before NCCL's first call): NCCL_COMM_ID cannot "

@@ -50,6 +50,28 @@ uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key);
 uint64_t hpct__nccl_magic(uint64_t comm);
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out);
 
+/* --- communicators (nccl.c) --------------------------------------------- */
+
+struct hpct_world;
+
+/* One communicator as hpct derives it. */
+struct hpct_nccl_comm {
+	struct hpct_world *w;
+	uint64_t hash, magic; /* identity, and the magic of its ids */
+	int nranks, rank;
+	const int *world_of; /* comm rank -> world rank; NULL: the same */
+	char name[96];       /* for messages: "group .. key .." */
+};
+
+/* The tier NCCL `l` allows in world `w` with the settings. */
+HPCT_PRIVATE enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l,
+                                                     const struct hpct_world *w);
+/* Creates comm c through `l`'s entry points at `tier` (not NONE); Tier 1
+ * uses tier1_id when given, else derives it. */
+HPCT_PRIVATE int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                                      enum hpct_nccl_tier tier, const hpct_nccl_id *tier1_id,
+                                      void *config, void **comm_out);
+
 /* --- NCCL_COMM_ID for one call (nccl_env.c) ----------------------------- */
 
 /* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
@@ -58,7 +80,12 @@ void hpct__nccl_env_prepare(void);
 /* Opens the window: NCCL's next lookup of NCCL_COMM_ID in this thread sees
  * `text` (kept by the caller until _end).  HPCT_ESTATE when NCCL does not
  * consult hpct's env plugin. */
-HPCT_PRIVATE int hpct__nccl_comm_id_begin(const char *text);
+HPCT_PRIVATE int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text);
+/* For the preload shim, which interposes getenv (NCCL before 2.28.7 has no
+ * env plugin): marks that route open, and answers a lookup from the window
+ * (NULL: not shown, ask the real getenv). */
+HPCT_PRIVATE void hpct__nccl_getenv_route(void);
+HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
 HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
 
 /* --- NCCL's root protocol (2.23 to 2.28), see nccl_root.c ------------- */
@@ -96,6 +123,9 @@ HPCT_PRIVATE int hpct__nccl_port_check(const hpct_nccl_id *id);
  * naming the ranks never heard from), then frees the set. */
 HPCT_PRIVATE int hpct__nccl_roots_wait(struct hpct_nccl_roots *r,
                                        struct hpct_nccl_root_stats *stats_out);
+/* Lets the set finish by itself: its thread frees it when every root has
+ * answered or at the deadline, logging a failure. */
+HPCT_PRIVATE void hpct__nccl_roots_detach(struct hpct_nccl_roots *r);
 /* Stops the set at once and frees it; accepts NULL. */
 HPCT_PRIVATE void hpct__nccl_roots_stop(struct hpct_nccl_roots *r);
 

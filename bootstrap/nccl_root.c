@@ -160,6 +160,8 @@ struct hpct_nccl_roots {
 	double deadline;
 	int stop_pipe[2];
 	pthread_t thread;
+	pthread_mutex_t lock; /* over finished and detached */
+	int finished, detached;
 	int result;
 	char failure[1024];
 	struct hpct_nccl_root_stats stats;
@@ -424,9 +426,29 @@ static void describe_missing(struct hpct_nccl_roots *s, char *buf, size_t len)
 	}
 }
 
+static void roots_free(struct hpct_nccl_roots *s);
+
+static void *serve_loop(struct hpct_nccl_roots *s);
+
+/* The thread: serves, then frees the set itself if it was let go. */
 static void *serve(void *arg)
 {
 	struct hpct_nccl_roots *s = arg;
+	serve_loop(s);
+	pthread_mutex_lock(&s->lock);
+	s->finished = 1;
+	int mine = s->detached;
+	pthread_mutex_unlock(&s->lock);
+	if (mine) {
+		if (s->result)
+			hpct__fail(s->result, HPCT_SUB_NCCL, "%s", s->failure);
+		roots_free(s);
+	}
+	return NULL;
+}
+
+static void *serve_loop(struct hpct_nccl_roots *s)
+{
 	struct pollfd *pf = NULL;
 	int cap = 0;
 	while (s->live > 0 && s->result == 0) {
@@ -532,6 +554,7 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
 		return HPCT_ENOMEM;
 	}
 	s->n = s->live = n;
+	pthread_mutex_init(&s->lock, NULL);
 	s->deadline = hpct__now() + timeout_s;
 	s->stop_pipe[0] = s->stop_pipe[1] = -1;
 	for (int r = 0; r < n; r++)
@@ -570,6 +593,7 @@ static void roots_free(struct hpct_nccl_roots *s)
 		root_free(&s->roots[r]);
 	close(s->stop_pipe[0]);
 	close(s->stop_pipe[1]);
+	pthread_mutex_destroy(&s->lock);
 	free(s->roots);
 	free(s);
 }
@@ -587,6 +611,22 @@ int hpct__nccl_roots_wait(struct hpct_nccl_roots *s, struct hpct_nccl_root_stats
 		hpct__fail(rc, HPCT_SUB_NCCL, "%s", s->failure);
 	roots_free(s);
 	return rc;
+}
+
+void hpct__nccl_roots_detach(struct hpct_nccl_roots *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int done = s->finished;
+	s->detached = !done;
+	pthread_mutex_unlock(&s->lock);
+	if (!done) {
+		pthread_detach(s->thread);
+		return;
+	}
+	pthread_join(s->thread, NULL); /* finished already: ours to free */
+	if (s->result)
+		hpct__fail(s->result, HPCT_SUB_NCCL, "%s", s->failure);
+	roots_free(s);
 }
 
 void hpct__nccl_roots_stop(struct hpct_nccl_roots *s)

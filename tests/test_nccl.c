@@ -386,3 +386,23 @@ Test(nccl, a_taken_port_fails_fast_naming_it)
 	cr_expect(strstr(hpct_last_error(), want), "%s", hpct_last_error());
 	close(fd);
 }
+
+Test(nccl, a_detached_root_finishes_and_frees_itself)
+{
+	int port = hpct_test_ports(6);
+	hpct_nccl_id ids[4];
+	loopback_ids(ids, 4, port, 0x77);
+	struct hpct_nccl_roots *roots;
+	cr_assert_eq(hpct__nccl_roots_start(ids, 4, 20, &roots), 0, "%s", hpct_last_error());
+	hpct__nccl_roots_detach(roots); /* as Tier 2 does once NCCL has the init going */
+	unsigned char replies[4 * HPCT_NCCL_RING_LEN];
+	cr_assert_eq(hpct__nccl_play_ranks(ids, 4, 4, NULL, 20, 0, replies, NULL), 0, "%s",
+	             hpct_last_error());
+	check_ring(replies, 4, "detached roots");
+	/* answered, so closed: the ports come free */
+	double until = hpct__now() + 5;
+	int rc;
+	while ((rc = hpct__nccl_port_check(&ids[3])) != 0 && hpct__now() < until)
+		usleep(10000);
+	cr_expect_eq(rc, 0, "root 3 still listens after answering");
+}

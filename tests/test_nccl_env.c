@@ -38,7 +38,7 @@ Test(nccl_env, one_call_in_one_thread_sees_the_override)
 	cr_assert(plugin && strstr(plugin, "libhpct.so"), "NCCL_ENV_PLUGIN=%s",
 	          plugin ? plugin : "(unset)");
 	const struct hpct_nccl_lib *l = hpct__nccl_lib();
-	cr_assert_eq(hpct__nccl_comm_id_begin("127.0.0.1:23456"), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_comm_id_begin(l, "127.0.0.1:23456"), 0, "%s", hpct_last_error());
 
 	struct other o = { .l = l };
 	pthread_t t;
@@ -73,7 +73,7 @@ Test(nccl_env, a_plugin_the_user_chose_is_left_alone_and_said_so)
 	int v;
 	cr_assert_eq(hpct_nccl_version(&v), 0, "%s", hpct_last_error());
 	cr_expect_str_eq(getenv("NCCL_ENV_PLUGIN"), "none");
-	cr_expect_eq(hpct__nccl_comm_id_begin("127.0.0.1:23457"), HPCT_ESTATE);
+	cr_expect_eq(hpct__nccl_comm_id_begin(hpct__nccl_lib(), "127.0.0.1:23457"), HPCT_ESTATE);
 	cr_expect(strstr(hpct_last_error(), "NCCL_ENV_PLUGIN=none"), "%s", hpct_last_error());
 }
 
