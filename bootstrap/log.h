@@ -25,8 +25,9 @@ enum hpct_log_subsys {
 void hpct__log_init(void);
 /* Sets the rank shown in the prefix (-1: none). */
 void hpct__log_set_rank(int rank);
-int hpct__log_enabled(int level, int subsys);
-void hpct__log(int level, int subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+HPCT_PRIVATE int hpct__log_enabled(int level, int subsys);
+HPCT_PRIVATE void hpct__log(int level, int subsys, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* Logs a failure once at WARN, keeps the message for hpct_last_error() and
  * returns err, so callers write `return hpct__fail(err, SUB, "...")`. */

@@ -287,6 +287,12 @@ static int derive_one(const struct hpct_nccl_comm *c, int crank, int version, hp
 	return 0;
 }
 
+int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                       hpct_nccl_id *id)
+{
+	return derive_one(c, c->rank, l->version, id);
+}
+
 static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -333,6 +339,16 @@ HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids
 
 #define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
 
+/* NCCL's own result of this thread's last init through hpct (0 if hpct
+ * failed before NCCL was called): the preload shim returns it as NCCL
+ * would have. */
+static _Thread_local int last_nccl_result;
+
+int hpct__nccl_last_result(void)
+{
+	return last_nccl_result;
+}
+
 enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l, const struct hpct_world *w)
 {
 	if (!l || l->version < 21900 || w->topo.nnodes == 0)
@@ -354,6 +370,7 @@ HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *g)
 static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
                        void *comm, const char *call, const char *tier)
 {
+	last_nccl_result = res;
 	const char *what = l->error_string ? l->error_string(res) : "?";
 	const char *last = l->last_error ? l->last_error(comm) : "";
 	return hpct__fail(HPCT_ENCCL, HPCT_SUB_NCCL,
@@ -437,6 +454,7 @@ int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struct hpct_nccl_c
                          enum hpct_nccl_tier tier, const hpct_nccl_id *tier1_id, void *config,
                          void **comm_out)
 {
+	last_nccl_result = 0;
 	if (tier == HPCT_NCCL_TIER_ROOTLESS)
 		return init_tier2(l, c, config, comm_out);
 	hpct_nccl_id id;

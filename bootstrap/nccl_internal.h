@@ -63,6 +63,10 @@ struct hpct_nccl_comm {
 	char name[96];       /* for messages: "group .. key .." */
 };
 
+/* The id whose root this rank of c would host (the preload shim's
+ * ncclGetUniqueId: comm rank = world rank). */
+HPCT_PRIVATE int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                                    hpct_nccl_id *id);
 /* The tier NCCL `l` allows in world `w` with the settings. */
 HPCT_PRIVATE enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l,
                                                      const struct hpct_world *w);
@@ -72,11 +76,15 @@ HPCT_PRIVATE int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struc
                                       enum hpct_nccl_tier tier, const hpct_nccl_id *tier1_id,
                                       void *config, void **comm_out);
 
+/* NCCL's own result of this thread's last hpct__nccl_comm_init, 0 when
+ * hpct failed before calling NCCL (or NCCL succeeded). */
+HPCT_PRIVATE int hpct__nccl_last_result(void);
+
 /* --- NCCL_COMM_ID for one call (nccl_env.c) ----------------------------- */
 
 /* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
  * hpct first calls into NCCL. */
-void hpct__nccl_env_prepare(void);
+HPCT_PRIVATE void hpct__nccl_env_prepare(void);
 /* Opens the window: NCCL's next lookup of NCCL_COMM_ID in this thread sees
  * `text` (kept by the caller until _end).  HPCT_ESTATE when NCCL does not
  * consult hpct's env plugin. */

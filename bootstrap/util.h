@@ -14,7 +14,7 @@ HPCT_PRIVATE double hpct__now(void);
 /* 64-bit hash of bytes (FNV-1a folded through a splitmix64 finaliser):
  * identical on every host and build. */
 uint64_t hpct__hash(const void *data, size_t len, uint64_t seed);
-uint64_t hpct__hash_u64(uint64_t seed, uint64_t v);
+HPCT_PRIVATE uint64_t hpct__hash_u64(uint64_t seed, uint64_t v);
 
 /* "10.0.0.3:12012" or "[fd00::3]:12012". */
 void hpct__addr_str(const struct sockaddr *sa, char *buf, size_t len);

@@ -57,10 +57,12 @@ awk 'NF >= 3 && $2 ~ /^[TtDdBbRrWwVvGgSsiu]$/ { s = $3; sub(/@.*/, "", s); print
 	"$tmp/nm.out" | sort -u >"$tmp/so.all"
 grep -vxF -f "$tmp/nodes" "$tmp/so.all" >"$tmp/so" || true
 
-# Public functions: each declaration starting with HPCT_API, joined up to
-# its ';', named by the identifier before the first '('.
-awk '
-	/^[ \t]*HPCT_API[ \t]/ { decl = ""; on = 1 }
+# Public functions: each declaration starting with HPCT_API (or the
+# marker in API_MARK), joined up to its ';', named by the identifier
+# before the first '('.
+mark=${API_MARK:-HPCT_API}
+awk -v mark="$mark" '
+	$0 ~ ("^[ \t]*" mark "[ \t]") { decl = ""; on = 1 }
 	on { decl = decl " " $0 }
 	on && /;/ {
 		on = 0
@@ -94,13 +96,13 @@ if [ -s "$tmp/missing" ]; then
 	fail=1
 fi
 if [ -s "$tmp/unmapped" ]; then
-	echo "FAIL: declared HPCT_API in $hdr but not in $map:"
+	echo "FAIL: declared $mark in $hdr but not in $map:"
 	sed 's/^/  ! /' "$tmp/unmapped"
 	fail=1
 fi
 
 if [ $fail -eq 0 ]; then
 	echo "ok: $(wc -l <"$tmp/so" | tr -d ' ') exported symbols match $map;" \
-		"$(wc -l <"$tmp/api" | tr -d ' ') HPCT_API functions all listed"
+		"$(wc -l <"$tmp/api" | tr -d ' ') $mark functions all listed"
 fi
 exit $fail

@@ -1,0 +1,220 @@
+/* libhpct_preload.so, the NCCL half: under LD_PRELOAD with
+ * HPCT_USE_ROOTLESS=1, NCCL's unique ids come from hpct's derivation and
+ * communicators are created with no root to reach (Tier 2) or with NCCL's
+ * root at a derived address (Tier 1), in an unmodified program.  Unset or
+ * 0, every call goes straight to NCCL.
+ *
+ *   ncclGetUniqueId           a derived id (this node, a derived port, a
+ *                             derived magic, hpct's marker); starts no root
+ *   ncclCommInitRank,         an id with hpct's marker: Tier 2 (one
+ *   ncclCommInitRankConfig,   micro-root per rank, ncclCommInitRankScalable
+ *   ncclCommInitRankScalable  with nId = nranks) or Tier 1; any other id, or
+ *                             nId > 1, goes to NCCL untouched
+ *   ncclCommInitAll           NCCL's own, with the shim out of the way
+ *   getenv                    NCCL_COMM_ID for the one call that starts a
+ *                             Tier 1 root, on NCCL without an env plugin
+ *
+ * ncclCommSplit and ncclCommShrink need no id and are not touched.  The
+ * real functions are the next definitions after this library (RTLD_NEXT),
+ * else those of the libnccl.so.2 hpct loads. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/log.h"
+#include "bootstrap/nccl_internal.h"
+#include "bootstrap/util.h"
+#include "hpct/hpct.h"
+#include "hpct/nccl.h"
+
+#define SHIM_API              __attribute__((visibility("default")))
+#define NCCL_SUCCESS          0
+#define NCCL_SYSTEM_ERROR     2
+#define NCCL_INTERNAL_ERROR   3
+#define NCCL_INVALID_ARGUMENT 4
+
+/* NCCL's entry points as this file defines them (NCCL's types spelled as
+ * hpct's: results are ints, comms and configs pointers). */
+SHIM_API int ncclGetUniqueId(hpct_nccl_id *out);
+SHIM_API int ncclCommInitRankConfig(void **comm, int nranks, hpct_nccl_id id, int rank,
+                                    void *config);
+SHIM_API int ncclCommInitRank(void **comm, int nranks, hpct_nccl_id id, int rank);
+SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids,
+                                      void *config);
+SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist);
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int active;        /* HPCT_USE_ROOTLESS=1 and a world to derive from */
+static hpct_world *world; /* lives as long as the process */
+static struct hpct_nccl_lib real;
+static atomic_uint id_counter; /* ids this process handed out */
+static _Thread_local int bypass;
+
+static char *(*real_getenv)(const char *);
+
+static void *next(const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+	if (!f) {
+		const struct hpct_nccl_lib *l = hpct__nccl_lib();
+		f = l ? dlsym(l->handle, name) : NULL;
+	}
+	return f;
+}
+
+static void setup(void)
+{
+	*(void **)&real.get_version = next("ncclGetVersion");
+	*(void **)&real.get_unique_id = next("ncclGetUniqueId");
+	*(void **)&real.init_rank_config = next("ncclCommInitRankConfig");
+	*(void **)&real.init_rank_scalable = next("ncclCommInitRankScalable");
+	*(void **)&real.error_string = next("ncclGetErrorString");
+	*(void **)&real.last_error = next("ncclGetLastError");
+	if (!real.get_version || real.get_version(&real.version) != 0)
+		return; /* no NCCL at all: every call below fails as NCCL's would */
+	const char *v = real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : NULL;
+	if (!v || strcmp(v, "1") != 0)
+		return;
+	hpct__nccl_env_prepare(); /* before NCCL reads NCCL_ENV_PLUGIN */
+	hpct__nccl_getenv_route();
+	if (hpct_world_create(&world) != 0) {
+		HPCT_WARN(HPCT_SUB_NCCL, "preload: no hpct world (%s): NCCL left as it is",
+		          hpct_last_error());
+		return;
+	}
+	if (hpct__nccl_tier_for(&real, (struct hpct_world *)world) == HPCT_NCCL_TIER_NONE) {
+		HPCT_WARN(
+		        HPCT_SUB_NCCL,
+		        "preload: NCCL %d cannot take ids without a store here (NCCL before 2.19, "
+		        "or no node list): NCCL left as it is",
+		        real.version);
+		return;
+	}
+	HPCT_INFO(HPCT_SUB_NCCL, "preload: NCCL %d, ids derived, no store", real.version);
+	active = 1;
+}
+
+static int on(void)
+{
+	pthread_once(&once, setup);
+	return active && !bypass;
+}
+
+/* The comm an id stands for: its magic is its identity; ranks are world
+ * ranks when it spans the world (how PyTorch numbers its default group). */
+static void comm_of(const hpct_nccl_id *id, int nranks, int rank, struct hpct_nccl_comm *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->w = (struct hpct_world *)world;
+	memcpy(&c->magic, id->internal, 8);
+	c->hash = hpct__hash_u64(c->magic, 0x7368696d); /* "shim" */
+	c->nranks = nranks;
+	c->rank = rank;
+	snprintf(c->name, sizeof(c->name), "NCCL id %016llx (%d ranks)",
+	         (unsigned long long)c->magic, nranks);
+}
+
+static int result(int rc)
+{
+	if (rc == 0)
+		return NCCL_SUCCESS;
+	return rc == HPCT_EINVAL ? NCCL_INVALID_ARGUMENT : NCCL_INTERNAL_ERROR;
+}
+
+SHIM_API int ncclGetUniqueId(hpct_nccl_id *out)
+{
+	if (!on() || !out)
+		return real.get_unique_id ? real.get_unique_id(out) : NCCL_INTERNAL_ERROR;
+	/* this rank's node, a port from (job, epoch, rank, count), a magic
+	 * from the same: a stale root of another epoch or id never matches */
+	struct hpct_world_info info;
+	hpct_world_get_info(world, &info);
+	unsigned k = atomic_fetch_add(&id_counter, 1);
+	uint64_t magic = hpct__hash_u64(hpct__hash_u64(info.job, info.epoch),
+	                                ((uint64_t)info.rank << 32) | k);
+	hpct_nccl_id seed;
+	memset(&seed, 0, sizeof(seed));
+	memcpy(seed.internal, &magic, 8);
+	struct hpct_nccl_comm c;
+	comm_of(&seed, info.size, info.rank, &c);
+	return result(hpct__nccl_self_id(&real, &c, out));
+}
+
+static int init(void **comm, int nranks, const hpct_nccl_id *id, int rank, void *config)
+{
+	enum hpct_nccl_tier tier = hpct__nccl_tier_for(&real, (struct hpct_world *)world);
+	struct hpct_world_info info;
+	hpct_world_get_info(world, &info);
+	/* Tier 2 derives where every comm rank is: only when the comm is the
+	 * world and comm ranks are world ranks */
+	if (tier == HPCT_NCCL_TIER_ROOTLESS && (nranks != info.size || rank != info.rank))
+		tier = HPCT_NCCL_TIER_ROOT;
+	struct hpct_nccl_comm c;
+	comm_of(id, nranks, rank, &c);
+	int rc = hpct__nccl_comm_init(&real, &c, tier, id, config, comm);
+	if (rc == 0)
+		return NCCL_SUCCESS;
+	/* NCCL's own answer when it gave one; else what hpct's failure is to
+	 * NCCL (logged, with the culprit named) */
+	int res = hpct__nccl_last_result();
+	if (res)
+		return res;
+	int system = rc == HPCT_EADDRINUSE || (rc < 0 && rc > -4096); /* -errno */
+	return system ? NCCL_SYSTEM_ERROR : NCCL_INTERNAL_ERROR;
+}
+
+SHIM_API int ncclCommInitRankConfig(void **comm, int nranks, hpct_nccl_id id, int rank,
+                                    void *config)
+{
+	if (!on() || !hpct_nccl_id_is_derived(&id))
+		return real.init_rank_config ? real.init_rank_config(comm, nranks, id, rank, config)
+		                             : NCCL_INTERNAL_ERROR;
+	return init(comm, nranks, &id, rank, config);
+}
+
+SHIM_API int ncclCommInitRank(void **comm, int nranks, hpct_nccl_id id, int rank)
+{
+	if (!on() || !hpct_nccl_id_is_derived(&id)) {
+		int (*f)(void **, int, hpct_nccl_id, int);
+		*(void **)&f = next("ncclCommInitRank");
+		return f ? f(comm, nranks, id, rank) : NCCL_INTERNAL_ERROR;
+	}
+	return init(comm, nranks, &id, rank, NULL);
+}
+
+SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids,
+                                      void *config)
+{
+	if (!on() || nid != 1 || !ids || !hpct_nccl_id_is_derived(&ids[0]))
+		return real.init_rank_scalable
+		               ? real.init_rank_scalable(comm, nranks, rank, nid, ids, config)
+		               : NCCL_INTERNAL_ERROR;
+	return init(comm, nranks, &ids[0], rank, config);
+}
+
+SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist)
+{
+	int (*f)(void **, int, const int *);
+	*(void **)&f = next("ncclCommInitAll");
+	if (!f)
+		return NCCL_INTERNAL_ERROR;
+	/* it asks ncclGetUniqueId for its id through the PLT: NCCL's own */
+	bypass++;
+	int rc = f(comms, ndev, devlist);
+	bypass--;
+	return rc;
+}
+
+SHIM_API char *getenv(const char *name)
+{
+	if (!real_getenv)
+		*(void **)&real_getenv = dlsym(RTLD_NEXT, "getenv");
+	const char *shown = hpct__nccl_comm_id_peek(name);
+	if (shown)
+		return (char *)shown;
+	return real_getenv ? real_getenv(name) : NULL;
+}
