@@ -193,7 +193,9 @@ int connect_rootless(hpct_gloo_context *c, hpct_group *g)
 	}
 	// Once connected, Gloo names a peer by the far end of the socket: for
 	// a pair that peer connected, its source port, which we were never
-	// told.  One more exchange of ports lets every failure name its rank.
+	// told; but by the address we passed if our connect() came after the
+	// accept (it sets the peer's address last).  One more exchange of
+	// ports gives the source ports; both names are kept.
 	for (int i = 0; i < n; i++)
 		if (i != r)
 			mine[i] =
@@ -202,7 +204,8 @@ int connect_rootless(hpct_gloo_context *c, hpct_group *g)
 		return rc;
 	for (int i = 0; i < n; i++)
 		if (i != r)
-			c->peers[i].port = theirs[i];
+			if (theirs[i] != c->peers[i].port)
+				c->peers[i].sport = theirs[i];
 	auto ctx = std::make_shared<hpct_gloo::Context>(r, n);
 	ctx->setTimeout(c->timeout);
 	ctx->attach(d->dev, std::move(tctx));

@@ -35,9 +35,13 @@ static bool mentions(const std::string &what, const hpct_gloo_peer &p)
 	std::string at = "[" + p.ip + "]";
 	if (p.port == 0) // address unknown (a cloned context): the IP alone
 		return what.find(at) != std::string::npos;
-	for (unsigned port : { p.port, (unsigned)htons((uint16_t)p.port) })
-		if (what.find(at + ":" + std::to_string(port)) != std::string::npos)
-			return true;
+	for (unsigned base : { p.port, p.sport }) {
+		if (base == 0)
+			continue;
+		for (unsigned port : { base, (unsigned)htons((uint16_t)base) })
+			if (what.find(at + ":" + std::to_string(port)) != std::string::npos)
+				return true;
+	}
 	return false;
 }
 

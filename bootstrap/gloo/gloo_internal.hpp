@@ -28,7 +28,8 @@ struct hpct_gloo_device {
 struct hpct_gloo_peer {
 	int world_rank;
 	std::string ip;
-	unsigned port; // host order
+	unsigned port;       // host order
+	unsigned sport{ 0 }; // the source port of a pair it connected to us, else 0
 };
 
 struct hpct_gloo_context {
