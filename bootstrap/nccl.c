@@ -381,37 +381,51 @@ static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 	                  last && last[0] ? ": " : "", last ? last : "");
 }
 
-/* Tier 1: NCCL's own root, started by rank 0 at the id's address, shown
- * NCCL_COMM_ID for this call only, after a check the port is free. */
+/* Tier 1: one root, on rank 0 at the id's address.  NCCL's own, shown
+ * NCCL_COMM_ID for this call only, after a check the port is free; where
+ * NCCL cannot be shown it (no env plugin, no shim) and speaks the root
+ * protocol hpct does, hpct's root in its place, which NCCL's rank 0 then
+ * reaches like any other rank. */
 static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
                       hpct_nccl_id id, void *config, void **comm)
 {
-	int res;
-	if (c->rank == 0) {
-		struct hpct_nccl_id_info in;
-		int rc = hpct_nccl_id_decode(&id, l->version, &in);
-		if (rc)
-			return rc;
-		/* free now, or fail fast: NCCL's root shares a port with a
-		 * stale one (SO_REUSEPORT) and loses connections to it */
-		if ((rc = hpct__nccl_port_check(&id)))
-			return rc; /* names host:port */
-		char text[80];
-		snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host,
-		         in.port);
-		if ((rc = hpct__nccl_comm_id_begin(l, text)))
-			return rc;
-		HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: Tier 1, NCCL's root here at %s",
-		          c->w->topo.rank, c->name, text);
-		res = l->init_rank_config(comm, c->nranks, id, 0, config);
-		hpct__nccl_comm_id_end();
-	} else {
-		res = l->init_rank_config(comm, c->nranks, id, c->rank, config);
+	if (c->rank != 0) {
+		int res = l->init_rank_config(comm, c->nranks, id, c->rank, config);
+		return res && res != NCCL_IN_PROGRESS
+		               ? nccl_failed(l, c, res, *comm, "ncclCommInitRankConfig", "Tier 1")
+		               : 0;
 	}
-	return res && res != NCCL_IN_PROGRESS
-	               ? nccl_failed(l, c, res, *comm, "ncclCommInitRankConfig",
-	                             c->rank == 0 ? "Tier 1, root here" : "Tier 1")
-	               : 0;
+	struct hpct_nccl_id_info in;
+	int rc = hpct_nccl_id_decode(&id, l->version, &in);
+	if (rc)
+		return rc;
+	char text[80];
+	snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
+	int ours = !hpct__nccl_comm_id_possible(l);
+	if (ours &&
+	    (l->version < HPCT_NCCL_ROOT_MIN_VERSION || l->version > HPCT_NCCL_ROOT_MAX_VERSION))
+		return hpct__nccl_comm_id_begin(l, text); /* fails, saying why */
+	const char *tier = ours ? "Tier 1, hpct's root here" : "Tier 1, root here";
+	struct hpct_nccl_roots *root = NULL;
+	/* free now, or fail fast: NCCL's root shares a port with a stale one
+	 * (SO_REUSEPORT) and loses connections to it */
+	rc = ours ? hpct__nccl_roots_start(&id, 1, c->w->topo.timeout_s, &root)
+	          : hpct__nccl_port_check(&id);
+	if (rc == 0 && !ours)
+		rc = hpct__nccl_comm_id_begin(l, text);
+	if (rc)
+		return rc; /* logged, naming host:port */
+	HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: %s at %s", c->w->topo.rank, c->name, tier, text);
+	int res = l->init_rank_config(comm, c->nranks, id, 0, config);
+	if (!ours)
+		hpct__nccl_comm_id_end();
+	if (res && res != NCCL_IN_PROGRESS) {
+		hpct__nccl_roots_stop(root);
+		return nccl_failed(l, c, res, *comm, "ncclCommInitRankConfig", tier);
+	}
+	if (root)
+		hpct__nccl_roots_detach(root);
+	return 0;
 }
 
 /* Tier 2: every rank hosts the micro-root of its own id, which hears from

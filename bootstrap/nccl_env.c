@@ -82,12 +82,17 @@ void hpct__nccl_env_prepare(void)
 		setenv("NCCL_ENV_PLUGIN", info.dli_fname, 0);
 }
 
-int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text)
+int hpct__nccl_comm_id_possible(const struct hpct_nccl_lib *l)
 {
 	/* NCCL's one-time init, with nothing shown: ncclGetUniqueId(NULL)
 	 * runs it and then refuses the NULL, starting no root */
 	(void)l->get_unique_id(NULL);
-	if (!atomic_load(&plugin_inited) && !atomic_load(&getenv_route))
+	return atomic_load(&plugin_inited) || atomic_load(&getenv_route);
+}
+
+int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text)
+{
+	if (!hpct__nccl_comm_id_possible(l))
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_NCCL,
 		                  "NCCL %d does not consult hpct's env plugin (NCCL_ENV_PLUGIN=%s; "
 		                  "it is read once, before NCCL's first call): NCCL_COMM_ID cannot "

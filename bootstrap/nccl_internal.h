@@ -85,6 +85,9 @@ HPCT_PRIVATE int hpct__nccl_last_result(void);
 /* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
  * hpct first calls into NCCL. */
 HPCT_PRIVATE void hpct__nccl_env_prepare(void);
+/* 1 when NCCL can be shown NCCL_COMM_ID for one call (hpct's env plugin
+ * or the shim's getenv is in place); runs NCCL's one-time init first. */
+HPCT_PRIVATE int hpct__nccl_comm_id_possible(const struct hpct_nccl_lib *l);
 /* Opens the window: NCCL's next lookup of NCCL_COMM_ID in this thread sees
  * `text` (kept by the caller until _end).  HPCT_ESTATE when NCCL does not
  * consult hpct's env plugin. */

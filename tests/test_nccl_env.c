@@ -159,3 +159,19 @@ Test(nccl_env, without_nccl_the_caller_is_told_to_take_the_standard_path)
 	cr_expect(strstr(hpct_last_error(), "HPCT_NCCL_LIB=/nonexistent"), "%s", hpct_last_error());
 	hpct_world_destroy(w);
 }
+
+Test(nccl_env, tier1_without_the_plugin_hosts_hpcts_root_on_rank_0)
+{
+	setenv("NCCL_ENV_PLUGIN", "none", 1); /* NCCL cannot be shown NCCL_COMM_ID */
+	setenv("HPCT_NCCL_ROOTLESS", "0", 1);
+	hpct_world *w = one_rank_of_two(24400);
+	hpct_group *g = hpct_world_group(w);
+	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT);
+	void *comm;
+	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
+	cr_expect(strstr(hpct_last_error(), "(Tier 1, hpct's root here)"), "%s", hpct_last_error());
+	hpct_nccl_id id;
+	cr_assert_eq(hpct_nccl_derive_id(g, 0, &id), 0);
+	expect_port_free(&id); /* NCCL failed: the root went with it */
+	hpct_world_destroy(w);
+}
