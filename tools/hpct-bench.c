@@ -13,6 +13,7 @@
  * gloo: all N ranks join the world, create a Gloo device and a Gloo context
  * connected over the world group, and finish one allreduce (1024 f32, sum,
  * the result checked exactly).  Built only with Gloo (HPCT_HAVE_GLOO).
+ * restart, kill-root: see restart_once (--kill K ranks, --seed S).
  * nccl-root: no launch; see nccl_root_once.  "standard" is NCCL's own root,
  * "rootless" hpct's micro-roots.
  *
@@ -109,10 +110,20 @@ static void setenv_int(const char *name, long v)
 	setenv(name, buf, 1);
 }
 
-/* One run: N ranks on K loopback nodes; returns ms or -1. */
-static double run_once(const char *self, const char *scenario, int n, int nodes, int rootless,
-                       int port, int run_id, double timeout, int *max_conns)
+/* N ranks of one epoch, launched by this process: their report and
+ * release pipes, their pids. */
+struct batch {
+	int n, rep, rel; /* rep: read end of the reports; rel: write end of the release */
+	pid_t *pids;
+	int got, bad, max_conns;
+	double last; /* latest finish time reported */
+};
+
+/* Launches N ranks of `scenario` on K nodes at `epoch`; 0 or -1. */
+static int launch(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                  int rootless, int port, int run_id, int epoch, double timeout)
 {
+	memset(b, 0, sizeof(*b));
 	int pfd[2], rel[2];
 	if (pipe(pfd) < 0)
 		return -1;
@@ -135,14 +146,14 @@ static double run_once(const char *self, const char *scenario, int n, int nodes,
 	setenv_int("HPCT_PORT_RANGE", 2 * per);
 	snprintf(buf, sizeof(buf), "bench-%d-%d", (int)getpid(), run_id);
 	setenv("HPCT_JOB_ID", buf, 1);
+	setenv_int("HPCT_EPOCH", epoch);
 	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
 	setenv_int("HPCT_TIMEOUT", (long)timeout);
 	setenv_int("HPCT_BENCH_FD", pfd[1]);
 	setenv_int("HPCT_BENCH_RELEASE_FD", rel[0]);
 	unsetenv("LOCAL_WORLD_SIZE");
 
-	pid_t *pids = calloc((size_t)n, sizeof(*pids));
-	double t0 = mono();
+	b->pids = calloc((size_t)n, sizeof(*b->pids));
 	for (int r = 0; r < n; r++) {
 		int node, local;
 		layout_place(n, nodes, r, &node, &local);
@@ -161,40 +172,112 @@ static double run_once(const char *self, const char *scenario, int n, int nodes,
 			n = r;
 			break;
 		}
-		pids[r] = pid;
+		b->pids[r] = pid;
 	}
 	close(pfd[1]);
 	close(rel[0]);
-	double last = 0;
-	int got = 0, bad = 0;
-	*max_conns = 0;
+	b->n = n;
+	b->rep = pfd[0];
+	b->rel = rel[1];
+	return 0;
+}
+
+/* Reads every rank's report (or until all writers are gone). */
+static void collect(struct batch *b)
+{
 	struct record rec;
-	while (got < n) {
-		ssize_t k = read(pfd[0], &rec, sizeof(rec));
+	while (b->got < b->n) {
+		ssize_t k = read(b->rep, &rec, sizeof(rec));
 		if (k != (ssize_t)sizeof(rec))
 			break; /* every writer is gone */
-		got++;
+		b->got++;
 		if (rec.rc != 0)
-			bad++;
-		if (rec.done > last)
-			last = rec.done;
-		if (rec.conns > *max_conns)
-			*max_conns = rec.conns;
+			b->bad++;
+		if (rec.done > b->last)
+			b->last = rec.done;
+		if (rec.conns > b->max_conns)
+			b->max_conns = rec.conns;
 	}
-	close(pfd[0]);
-	close(rel[1]);
-	for (int r = 0; r < n; r++) {
+}
+
+/* Releases the ranks (or kills them: kill_all) and reaps them; 0 when all
+ * reported success and, unless killed, exited 0. */
+static int finish(struct batch *b, int kill_all)
+{
+	close(b->rep);
+	if (kill_all)
+		for (int r = 0; r < b->n; r++)
+			if (b->pids[r] > 0)
+				kill(b->pids[r], SIGKILL);
+	close(b->rel);
+	for (int r = 0; r < b->n; r++) {
 		int st;
-		if (pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] &&
+		if (b->pids[r] > 0 && waitpid(b->pids[r], &st, 0) == b->pids[r] && !kill_all &&
 		    !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-			bad++;
+			b->bad++;
 	}
-	free(pids);
-	if (got < n || bad) {
-		fprintf(stderr,
-		        "hpct-bench: %s run with %d ranks failed (%d of %d reported, %d "
-		        "failures)\n",
-		        rootless ? "rootless" : "standard", n, got, n, bad);
+	free(b->pids);
+	return b->got < b->n || b->bad ? -1 : 0;
+}
+
+static void report_failure(const char *what, int rootless, const struct batch *b, int n)
+{
+	fprintf(stderr,
+	        "hpct-bench: %s %s run with %d ranks failed (%d of %d reported, %d failures)\n",
+	        rootless ? "rootless" : "standard", what, n, b->got, n, b->bad);
+}
+
+/* One run: N ranks on K loopback nodes; returns ms or -1. */
+static double run_once(const char *self, const char *scenario, int n, int nodes, int rootless,
+                       int port, int run_id, double timeout, int *max_conns)
+{
+	struct batch b;
+	double t0 = mono();
+	if (launch(&b, self, scenario, n, nodes, rootless, port, run_id, 0, timeout) < 0)
+		return -1;
+	collect(&b);
+	*max_conns = b.max_conns;
+	double last = b.last;
+	if (finish(&b, 0) < 0) {
+		report_failure(scenario, rootless, &b, n);
+		return -1;
+	}
+	return (last - t0) * 1000;
+}
+
+/* restart / kill-root: N ranks at steady state (world allgather and barrier
+ * done at epoch 0); then `kill` ranks die by SIGKILL (rank 0 first for
+ * kill-root, else chosen at random from the seed); the job is restarted as
+ * torchrun does by default: every remaining rank is stopped and all N start
+ * again at epoch 1.  Timed from the kill until every rank finished the
+ * world allgather and barrier at the new epoch. */
+static double restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
+                           double timeout, int kill_root, int kills, unsigned seed, int *max_conns)
+{
+	struct batch b;
+	if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 0, timeout) < 0)
+		return -1;
+	collect(&b);
+	if (b.got < n || b.bad) {
+		finish(&b, 1);
+		report_failure("steady-state", rootless, &b, n);
+		return -1;
+	}
+	/* the victims first, then (the agent restarting the job) the rest */
+	double t0 = mono();
+	unsigned x = seed * 2654435761u + (unsigned)run_id;
+	for (int k = 0; k < kills; k++) {
+		int v = kill_root && k == 0 ? 0 : (int)((x = x * 1103515245u + 12345u) >> 8) % n;
+		kill(b.pids[v], SIGKILL);
+	}
+	finish(&b, 1);
+	if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout) < 0)
+		return -1;
+	collect(&b);
+	*max_conns = b.max_conns;
+	double last = b.last;
+	if (finish(&b, 0) < 0) {
+		report_failure("restarted", rootless, &b, n);
 		return -1;
 	}
 	return (last - t0) * 1000;
@@ -287,9 +370,10 @@ static double nccl_root_once(int n, int rootless, int port, double timeout, int 
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: hpct-bench --scenario cold|gloo|nccl-root --ranks N[,N..]\n"
-	           "                  [--path rootless,standard] [--repeat R] [--nodes K]\n"
-	           "                  [--json FILE] [--timeout S] [--port P]\n");
+	fprintf(f, "usage: hpct-bench --scenario cold|gloo|nccl-root|restart|kill-root\n"
+	           "                  --ranks N[,N..] [--path rootless,standard] [--repeat R]\n"
+	           "                  [--nodes K] [--json FILE] [--timeout S] [--port P]\n"
+	           "                  [--kill K] [--recovery full] [--seed S]\n");
 }
 
 int main(int argc, char **argv)
@@ -299,6 +383,9 @@ int main(int argc, char **argv)
 		return sc && sc->rank ? bench_rank_main(sc->rank) : 2;
 	}
 	const char *scenario = "cold", *paths = "rootless,standard", *json = NULL;
+	const char *recovery = "full";
+	int kills = 1;
+	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
 	double timeout = 120;
 	static const struct option opts[] = { { "scenario", required_argument, NULL, 's' },
@@ -309,10 +396,13 @@ int main(int argc, char **argv)
 		                              { "json", required_argument, NULL, 'j' },
 		                              { "timeout", required_argument, NULL, 't' },
 		                              { "port", required_argument, NULL, 'P' },
+		                              { "kill", required_argument, NULL, 'K' },
+		                              { "recovery", required_argument, NULL, 'R' },
+		                              { "seed", required_argument, NULL, 'S' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:t:P:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:t:P:K:R:S:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			scenario = optarg;
@@ -343,6 +433,15 @@ int main(int argc, char **argv)
 		case 'P':
 			port = atoi(optarg);
 			break;
+		case 'K':
+			kills = atoi(optarg);
+			break;
+		case 'R':
+			recovery = optarg;
+			break;
+		case 'S':
+			seed = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -352,10 +451,21 @@ int main(int argc, char **argv)
 		}
 	}
 	int nccl_root = strcmp(scenario, "nccl-root") == 0;
+	int kill_root = strcmp(scenario, "kill-root") == 0;
+	int restart = kill_root || strcmp(scenario, "restart") == 0;
 	const struct scenario *sc = find_scenario(scenario);
-	if (!sc && !nccl_root) {
-		fprintf(stderr, "hpct-bench: --scenario %s: want cold, gloo or nccl-root\n",
+	if (!sc && !nccl_root && !restart) {
+		fprintf(stderr,
+		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart or "
+		        "kill-root\n",
 		        scenario);
+		return 2;
+	}
+	if (strcmp(recovery, "full") != 0) {
+		fprintf(stderr,
+		        "hpct-bench: --recovery %s: only 'full' (every rank restarted at the next "
+		        "epoch, as torchrun does) is available\n",
+		        recovery);
 		return 2;
 	}
 	char self[4096];
@@ -375,7 +485,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 || timeout <= 0 ||
-	    port < 1024 || port > 60000) {
+	    port < 1024 || port > 60000 || kills < 1) {
 		usage(stderr);
 		return 2;
 	}
@@ -412,6 +522,10 @@ int main(int argc, char **argv)
 				double ms = nccl_root ? nccl_root_once(n, rootless,
 				                                       port + (run_id % 2) * n,
 				                                       timeout, &conns)
+				            : restart ? restart_once(self, n, k, rootless, base,
+				                                     run_id, timeout, kill_root,
+				                                     kills < n ? kills : n, seed,
+				                                     &conns)
 				                      : run_once(self, scenario, n, k, rootless,
 				                                 base, run_id, timeout, &conns);
 				run_id++;
