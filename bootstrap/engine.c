@@ -311,6 +311,28 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	e->stats.bytes_recv += len;
 	const unsigned char *payload = (const unsigned char *)data + HPCT_MSG_HDR_LEN;
 	size_t plen = len - HPCT_MSG_HDR_LEN;
+	if (h.type == HPCT_MSG_EPOCH) {
+		uint64_t ep = 0;
+		if (plen == 8)
+			for (int i = 0; i < 8; i++)
+				ep = ep << 8 | payload[i];
+		if (plen != 8 || ep < e->cfg.epoch) {
+			/* a process of an epoch we left: not one of ours any more */
+			e->cfg.ops->peer_name(c->t, from, sizeof(from));
+			HPCT_WARN(
+			        HPCT_SUB_NET,
+			        "rank %d: link from rank %d at %s says epoch %llu, we are at %llu: "
+			        "closed",
+			        e->cfg.rank, c->peer, from, (unsigned long long)ep,
+			        (unsigned long long)e->cfg.epoch);
+			e->stats.conns_refused++;
+			e->cfg.ops->close(c->t);
+			eng_on_closed(e, c, HPCT_EREFUSED);
+			return;
+		}
+		e->peers[c->peer].epoch_told = ep; /* ahead of us: we follow soon */
+		return;
+	}
 	if (h.type == HPCT_MSG_ABORT) {
 		struct hpct_abort a;
 		if (hpct__eng_abort_for(e, h.group) || hpct__abort_decode(payload, plen, &a) < 0)
@@ -630,6 +652,93 @@ void hpct__eng_forget_group(struct hpct_engine *e, uint64_t group)
 void hpct__eng_group_failed(struct hpct_engine *e, uint64_t group)
 {
 	drop_queued_sends(e, group);
+}
+
+/* Closes a conn of ours, from the handshake lists too. */
+static void drop_conn(struct hpct_engine *e, struct econn *c)
+{
+	if (!c)
+		return;
+	eng_list_del(c);
+	e->cfg.ops->close(c->t);
+	free(c);
+}
+
+int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced, int n,
+                      const struct sockaddr *listen, socklen_t listen_len)
+{
+	int rc = e->cfg.ops->listen(e->tctx, listen, listen_len);
+	if (rc < 0)
+		return rc; /* nothing changed; the caller names the address */
+	unsigned char *gone = calloc((size_t)e->cfg.size, 1);
+	if (!gone)
+		return HPCT_ENOMEM;
+	for (int i = 0; i < n; i++)
+		gone[replaced[i]] = 1;
+	/* the replaced ranks' old processes: forget them entirely */
+	for (int r = 0; r < e->cfg.size; r++) {
+		struct peer *p = &e->peers[r];
+		p->addr[0] = 0; /* ports rotate with the epoch */
+		if (!gone[r])
+			continue;
+		drop_conn(e, p->out);
+		drop_conn(e, p->in);
+		eng_drop_queue(e, p);
+		memset(p, 0, sizeof(*p));
+	}
+	/* half-open handshakes belong to the old epoch */
+	while (e->accepted)
+		drop_conn(e, e->accepted);
+	while (e->awaiting) {
+		struct econn *c = e->awaiting;
+		struct peer *p = &e->peers[c->peer];
+		if (p->out == c) {
+			p->out = NULL;
+			p->state = OUT_IDLE;
+		}
+		drop_conn(e, c);
+	}
+	for (struct hpct_emsg **pp = &e->msgs; *pp;) {
+		struct hpct_emsg *m = *pp;
+		if (gone[m->src]) {
+			*pp = m->next;
+			free(m);
+		} else {
+			pp = &m->next;
+		}
+	}
+	e->msgs_tail = &e->msgs;
+	while (*e->msgs_tail)
+		e->msgs_tail = &(*e->msgs_tail)->next;
+	while (e->aborts) {
+		struct abort_rec *a = e->aborts;
+		e->aborts = a->next;
+		free(a);
+	}
+	e->nbackoff = 0;
+	e->cfg.epoch = epoch;
+	/* survivors keep their links: each hears which epoch we are at now */
+	unsigned char msg[HPCT_MSG_HDR_LEN + 8];
+	struct hpct_msg_hdr h = { .type = HPCT_MSG_EPOCH };
+	hpct__msg_hdr_encode(&h, msg);
+	for (int i = 0; i < 8; i++)
+		msg[HPCT_MSG_HDR_LEN + i] = (unsigned char)(epoch >> (56 - 8 * i));
+	for (int r = 0; r < e->cfg.size; r++) {
+		struct peer *p = &e->peers[r];
+		if (gone[r])
+			continue;
+		if (p->state == OUT_BACKOFF || p->state == OUT_REFUSED || p->state == OUT_CLOSED) {
+			p->state = p->out ? p->state : OUT_IDLE; /* may connect anew */
+			p->retries = 0;
+			p->backoff = 0;
+			p->why[0] = 0;
+		}
+		struct econn *c = ready_conn(e, p);
+		if (c && e->cfg.ops->send(c->t, msg, sizeof(msg)) == 0)
+			e->stats.links_kept++;
+	}
+	free(gone);
+	return 0;
 }
 
 void hpct__eng_stats(const struct hpct_engine *e, struct hpct_world_stats *s)

@@ -101,6 +101,14 @@ void hpct__eng_forget_group(struct hpct_engine *eng, uint64_t group);
  * keep neither later collectives nor world destroy waiting. */
 void hpct__eng_group_failed(struct hpct_engine *eng, uint64_t group);
 
+/* In-process recovery: moves the listener to `listen` (the new epoch's
+ * address; on failure nothing changes), forgets the replaced ranks' old
+ * processes (links, queues, messages), drops half-open handshakes, and
+ * tells every survivor with a link which epoch we are at now; later
+ * handshakes carry the new epoch. */
+int hpct__eng_recover(struct hpct_engine *eng, uint64_t epoch, const int *replaced, int n,
+                      const struct sockaddr *listen, socklen_t listen_len);
+
 void hpct__eng_stats(const struct hpct_engine *eng, struct hpct_world_stats *stats_out);
 
 #endif

@@ -44,6 +44,7 @@ struct peer {
 	struct qmsg *qhead, *qtail;
 	char why[160];
 	char addr[HPCT_ADDRSTRLEN];
+	uint64_t epoch_told; /* the epoch it last said it is at over a kept link */
 };
 
 struct abort_rec {

@@ -135,6 +135,10 @@ static int check(const struct hpct_group *g, const char *op, const void *a, cons
 {
 	if (!g)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "%s: group is NULL", op);
+	if (g->failed == HPCT_ESTATE) { /* a group of an epoch the world left */
+		hpct__set_last_error("%s", g->failure);
+		return g->failed;
+	}
 	if (!a || (need_b && !b))
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
 		                  "rank %d: %s on group %016llx: NULL buffer", g->world->topo.rank,

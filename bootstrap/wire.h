@@ -38,7 +38,9 @@ const char *hpct__refuse_reason_str(uint32_t reason);
 
 /* Engine messages. */
 #define HPCT_MSG_HDR_LEN 16
-enum hpct_msg_type { HPCT_MSG_DATA = 16, HPCT_MSG_ABORT = 17 };
+/* EPOCH: a survivor of an in-process recovery tells a peer over an
+ * existing link which epoch it is at now (payload: 8 bytes). */
+enum hpct_msg_type { HPCT_MSG_DATA = 16, HPCT_MSG_ABORT = 17, HPCT_MSG_EPOCH = 18 };
 
 struct hpct_msg_hdr {
 	uint8_t type;

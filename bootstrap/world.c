@@ -184,6 +184,89 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 	return 0;
 }
 
+HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int *replaced,
+                                int nreplaced)
+{
+	if (!w || (nreplaced > 0 && !replaced) || nreplaced < 0)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_INIT, "hpct_world_recover: NULL argument");
+	struct hpct_topo *t = &w->topo;
+	if (w->path != HPCT_PATH_ROOTLESS)
+		return hpct__fail(HPCT_ESTATE, HPCT_SUB_INIT,
+		                  "rank %d: in-process recovery needs the rootless path (on the "
+		                  "standard path the job restarts every rank)",
+		                  t->rank);
+	if (epoch <= t->epoch)
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_INIT,
+		        "rank %d: hpct_world_recover to epoch %llu: the world is at epoch "
+		        "%llu already; the new epoch must be greater",
+		        t->rank, (unsigned long long)epoch, (unsigned long long)t->epoch);
+	for (int i = 0; i < nreplaced; i++) {
+		if (replaced[i] < 0 || replaced[i] >= t->size ||
+		    (i && replaced[i] <= replaced[i - 1]))
+			return hpct__fail(
+			        HPCT_EINVAL, HPCT_SUB_INIT,
+			        "rank %d: hpct_world_recover: replaced rank %d (entry %d) "
+			        "must be increasing and below the world size %d",
+			        t->rank, replaced[i], i, t->size);
+		if (replaced[i] == t->rank)
+			return hpct__fail(
+			        HPCT_EINVAL, HPCT_SUB_INIT,
+			        "rank %d: hpct_world_recover: this rank is in the replaced "
+			        "list; a replacement starts with hpct_world_create at epoch "
+			        "%llu",
+			        t->rank, (unsigned long long)epoch);
+	}
+	/* this rank's listener at the new epoch's port: windows rotate, so it
+	 * can open before the old one closes */
+	if (hpct__derive_window(t, epoch) == hpct__derive_window(t, t->epoch) && !t->port_of)
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_INIT,
+		        "rank %d: in-process recovery to epoch %llu needs ports that rotate "
+		        "with the epoch: HPCT_PORT_RANGE=%d holds one window of %d ranks; "
+		        "give it at least %d",
+		        t->rank, (unsigned long long)epoch, t->port_range, t->max_local,
+		        2 * t->max_local);
+	uint64_t old = t->epoch;
+	t->epoch = epoch;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char text[HPCT_ADDRSTRLEN];
+	int rc = peer_addr(w, t->rank, &ss, &sl, text, sizeof(text));
+	if (rc == 0)
+		rc = hpct__eng_recover(w->eng, epoch, replaced, nreplaced, (struct sockaddr *)&ss,
+		                       sl);
+	if (rc < 0) {
+		t->epoch = old;
+		return hpct__fail(rc, HPCT_SUB_INIT,
+		                  "rank %d: recovery to epoch %llu: cannot listen at %s: %s",
+		                  t->rank, (unsigned long long)epoch, text, hpct_strerror(rc));
+	}
+	snprintf(w->listen_text, sizeof(w->listen_text), "%s", text);
+	/* the old epoch's groups are done with; the world group starts anew */
+	for (int i = 0; i < w->nchildren; i++) {
+		struct hpct_group *g = w->children[i];
+		g->failed = HPCT_ESTATE;
+		snprintf(g->failure, sizeof(g->failure),
+		         "rank %d: group %016llx belongs to epoch %llu; the world recovered to "
+		         "epoch "
+		         "%llu: create the group again",
+		         t->rank, (unsigned long long)g->id, (unsigned long long)old,
+		         (unsigned long long)epoch);
+	}
+	hpct__eng_forget_group(w->eng, w->group.id);
+	w->group.id = hpct__derive_world_group(t->job, epoch, t->size);
+	w->group.seq = 0;
+	w->group.counter = 0;
+	w->group.failed = 0;
+	w->group.failure[0] = 0;
+	w->any_failed = 0;
+	HPCT_INFO(HPCT_SUB_INIT,
+	          "rank %d: recovered to epoch %llu (%d ranks replaced), listening at %s", t->rank,
+	          (unsigned long long)epoch, nreplaced, text);
+	return 0;
+}
+
 HPCT_API void hpct_world_destroy(struct hpct_world *w)
 {
 	if (!w)

@@ -159,8 +159,6 @@ static void tcp_destroy(void *arg)
 static int tcp_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 {
 	struct tcp_ctx *ctx = arg;
-	if (ctx->lfd >= 0)
-		return -EALREADY;
 	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -181,6 +179,8 @@ static int tcp_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 		close(fd);
 		return err;
 	}
+	if (ctx->lfd >= 0) /* moved: the new one is open before the old one goes */
+		close(ctx->lfd);
 	ctx->lfd = fd;
 	return 0;
 }

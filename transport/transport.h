@@ -52,7 +52,9 @@ struct hpct_transport_ops {
 	int (*create)(void **ctx_out);
 	/* Closes every connection and the listener, then frees ctx. */
 	void (*destroy)(void *ctx);
-	/* Listens at exactly this address (no wildcard).  -EADDRINUSE when taken. */
+	/* Listens at exactly this address (no wildcard).  -EADDRINUSE when taken.
+	 * Called again, it moves the listener: the new one is open before the
+	 * old one closes (connections not yet accepted there are dropped). */
 	int (*listen)(void *ctx, const struct sockaddr *addr, socklen_t len);
 	/* Starts a connection; its outcome arrives as CONNECTED or
 	 * CONNECT_FAILED.  Messages may be sent before it completes.  A failure

@@ -29,20 +29,20 @@ extern "C" {
 #define HPCT_VERSION_PATCH 0
 
 /* X(name, value, message): the library's own error codes. */
-#define HPCT_ERROR_MAP(X)                                                  \
-	X(EBADENV, -1001, "bad setting in the environment")                \
-	X(ENOTOPO, -1002, "not enough information to derive the topology") \
-	X(ETIMEDOUT, -1003, "deadline passed")                             \
-	X(EPEERDEAD, -1004, "a peer died or closed its connection")        \
-	X(EREFUSED, -1005, "a peer refused the handshake")                 \
-	X(EPROTO, -1006, "malformed message from a peer")                  \
-	X(EINVAL, -1007, "invalid argument")                               \
-	X(ENOTMEMBER, -1008, "this rank is not a member of the group")     \
-	X(EADDRINUSE, -1009, "the derived port is already taken")          \
-	X(EABORTED, -1010, "the collective was aborted by another rank")   \
-	X(ERESOLVE, -1011, "a host name could not be resolved")            \
-	X(ENOMEM, -1012, "out of memory")                                  \
-	X(ESTATE, -1013, "call not valid in this state")                    \
+#define HPCT_ERROR_MAP(X)                                                    \
+	X(EBADENV, -1001, "bad setting in the environment")                  \
+	X(ENOTOPO, -1002, "not enough information to derive the topology")   \
+	X(ETIMEDOUT, -1003, "deadline passed")                               \
+	X(EPEERDEAD, -1004, "a peer died or closed its connection")          \
+	X(EREFUSED, -1005, "a peer refused the handshake")                   \
+	X(EPROTO, -1006, "malformed message from a peer")                    \
+	X(EINVAL, -1007, "invalid argument")                                 \
+	X(ENOTMEMBER, -1008, "this rank is not a member of the group")       \
+	X(EADDRINUSE, -1009, "the derived port is already taken")            \
+	X(EABORTED, -1010, "the collective was aborted by another rank")     \
+	X(ERESOLVE, -1011, "a host name could not be resolved")              \
+	X(ENOMEM, -1012, "out of memory")                                    \
+	X(ESTATE, -1013, "call not valid in this state")                     \
 	X(ENONCCL, -1014, "NCCL is missing or its version is not supported") \
 	X(ENCCL, -1015, "NCCL returned an error")
 
@@ -92,6 +92,25 @@ struct hpct_world_info {
 	                                      rendezvous */
 };
 
+/* In-process recovery.  After ranks died and were replaced by new processes
+ * (on the same nodes or others the node list names), every survivor calls
+ * this with the new epoch (greater than its own) and the replaced world
+ * ranks (strictly increasing, the same list on every survivor), and each
+ * replacement starts with hpct_world_create at that epoch (HPCT_EPOCH).
+ * Survivors keep their links to each other and tell each other the new
+ * epoch over them (no new connection between two survivors for the links
+ * they had), move their listener to the new epoch's port, and connect only
+ * to replacements; a process of the old epoch is refused.  Groups of the old
+ * epoch fail with HPCT_ESTATE: create them again; the world group is the
+ * new epoch's.  Who tells survivors that a new epoch began (the job's agent)
+ * is outside hpct.  Rootless path only (HPCT_ESTATE on the standard path),
+ * with ports that rotate with the epoch (HPCT_PORT_RANGE of at least twice
+ * the ranks of a node, HPCT_EBADENV otherwise).
+ * The world is unchanged when it fails (HPCT_EINVAL naming the bad entry,
+ * or the new port taken). */
+HPCT_API int hpct_world_recover(hpct_world *world, uint64_t epoch, const int *replaced,
+                                int nreplaced);
+
 /* Counters of what this process did on the network, for tools and tests. */
 struct hpct_world_stats {
 	uint64_t conns_opened;    /* connections this process initiated and completed */
@@ -102,7 +121,8 @@ struct hpct_world_stats {
 	uint64_t msgs_recv;
 	uint64_t bytes_sent;
 	uint64_t bytes_recv;
-	int peers; /* distinct peers connected now */
+	int peers;           /* distinct peers connected now */
+	uint64_t links_kept; /* links to survivors kept through recoveries (hpct_world_recover) */
 };
 
 /* Joins the world described by the environment (see README: HPCT_RANK,
