@@ -222,11 +222,12 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 	if (hpct__derive_window(t, epoch) == hpct__derive_window(t, t->epoch) && !t->port_of)
 		return hpct__fail(
 		        HPCT_EBADENV, HPCT_SUB_INIT,
-		        "rank %d: in-process recovery to epoch %llu needs ports that rotate "
-		        "with the epoch: HPCT_PORT_RANGE=%d holds one window of %d ranks; "
-		        "give it at least %d",
-		        t->rank, (unsigned long long)epoch, t->port_range, t->max_local,
-		        2 * t->max_local);
+		        "rank %d: recovery to epoch %llu: its ports are those of epoch %llu "
+		        "(HPCT_PORT_RANGE=%d holds %d window(s) of %d ranks); the listener "
+		        "cannot move: recover to the next epoch, with at least two windows",
+		        t->rank, (unsigned long long)epoch, (unsigned long long)t->epoch,
+		        t->port_range, t->port_range / (t->max_local > 0 ? t->max_local : 1),
+		        t->max_local);
 	uint64_t old = t->epoch;
 	t->epoch = epoch;
 	struct sockaddr_storage ss;
