@@ -19,7 +19,7 @@ struct record {
 	int rc;
 };
 
-static double mono(void)
+static inline double mono(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -30,27 +30,54 @@ static double mono(void)
  * the timed work, calls settle() exactly once with its result, then tears
  * down what it made (the world is destroyed by rank_main). */
 
-/* Reports this rank's finish time, then blocks until the launcher has every
- * report (EOF on the release pipe).  w may be NULL (joining failed). */
-static int settle(hpct_world *w, int rc)
+/* The connections this rank opened and accepted so far. */
+static inline int conns_of(hpct_world *w)
 {
-	struct record rec = { .done = mono(), .rc = rc };
-	if (w) {
-		struct hpct_world_stats st;
-		hpct_world_get_stats(w, &st);
-		rec.conns = (int)(st.conns_opened + st.conns_accepted);
-	}
+	struct hpct_world_stats st;
+	if (!w || hpct_world_get_stats(w, &st) != 0)
+		return 0;
+	return (int)(st.conns_opened + st.conns_accepted);
+}
+
+/* Reports this rank's finish time and a connection count; 0 or 3. */
+static inline int report(int rc, int conns)
+{
+	struct record rec = { .done = mono(), .rc = rc, .conns = conns };
 	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
 		return 3;
+	return 0;
+}
+
+/* Blocks until the launcher has every report (EOF on the release pipe). */
+static inline void wait_release(void)
+{
 	int release = atoi(getenv("HPCT_BENCH_RELEASE_FD"));
 	char c;
 	while (read(release, &c, 1) < 0 && errno == EINTR)
 		;
+}
+
+/* Reports with a given connection count, then waits for the release. */
+static inline int settle_conns(int rc, int conns)
+{
+	if (report(rc, conns) != 0)
+		return 3;
+	wait_release();
+	return rc;
+}
+
+/* Reports this rank's finish time, then blocks until the launcher has every
+ * report.  w may be NULL (joining failed). */
+static inline int settle(hpct_world *w, int rc)
+{
+	if (report(rc, conns_of(w)) != 0)
+		return 3;
+	wait_release();
 	return rc;
 }
 
 /* Joins the world and runs one scenario's rank function. */
-static int bench_rank_main(int (*rank)(hpct_world *w))
+static inline int bench_rank_main(int (*rank)(hpct_world *w))
 {
 	hpct_world *w = NULL;
 	int rc = hpct_world_create(&w);

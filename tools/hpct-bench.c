@@ -55,6 +55,7 @@ struct result {
 	int ranks, nodes, repeat, ok;
 	double ms[64];
 	int max_conns;
+	int repl_conns; /* restart --recovery inprocess: the replacements' */
 };
 
 static int ceil_log2(int n)
@@ -65,7 +66,8 @@ static int ceil_log2(int n)
 	return k;
 }
 
-static int cold_rank(hpct_world *w)
+/* A world allgather (checked) and a barrier. */
+static int world_exercise(hpct_world *w)
 {
 	hpct_group *g = hpct_world_group(w);
 	int n = hpct_group_size(g);
@@ -77,9 +79,43 @@ static int cold_rank(hpct_world *w)
 			rc = HPCT_EPROTO;
 	if (rc == 0)
 		rc = hpct_barrier(g);
-	rc = settle(w, rc);
 	free(all);
 	return rc;
+}
+
+static int cold_rank(hpct_world *w)
+{
+	return settle(w, world_exercise(w));
+}
+
+/* What the launcher, playing the job's agent, tells a survivor. */
+struct agent_msg {
+	uint64_t epoch;
+	int nreplaced;
+	int replaced[64];
+};
+
+/* A rank of an in-process restart: reports its cold start, then waits for
+ * the agent's word (none: just the release), recovers to the new epoch and
+ * reports again with the connections the recovery opened. */
+static int recover_rank(hpct_world *w)
+{
+	int rc = world_exercise(w);
+	if (report(rc, conns_of(w)) != 0 || rc)
+		return settle(w, rc);
+	struct agent_msg m;
+	ssize_t k;
+	while ((k = read(atoi(getenv("HPCT_BENCH_AGENT_FD")), &m, sizeof(m))) < 0 && errno == EINTR)
+		;
+	if (k != (ssize_t)sizeof(m)) {
+		wait_release();
+		return 0;
+	}
+	int before = conns_of(w);
+	rc = hpct_world_recover(w, m.epoch, m.replaced, m.nreplaced);
+	if (rc == 0)
+		rc = world_exercise(w);
+	return settle_conns(rc, conns_of(w) - before);
 }
 
 /* A scenario's ranks are this program (cold) or a sibling program in the
@@ -92,6 +128,7 @@ struct scenario {
 
 static const struct scenario scenarios[] = {
 	{ "cold", cold_rank, NULL },
+	{ "recover", recover_rank, NULL }, /* ranks of restart --recovery inprocess */
 	{ "gloo", NULL, "hpct-bench-gloo" },
 };
 
@@ -120,8 +157,21 @@ struct batch {
 };
 
 /* Launches N ranks of `scenario` on K nodes at `epoch`; 0 or -1. */
+static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                        int rootless, int port, int run_id, int epoch, double timeout,
+                        const int *only, int nonly);
+
 static int launch(struct batch *b, const char *self, const char *scenario, int n, int nodes,
                   int rootless, int port, int run_id, int epoch, double timeout)
+{
+	return launch_ranks(b, self, scenario, n, nodes, rootless, port, run_id, epoch, timeout,
+	                    NULL, n);
+}
+
+/* Launches ranks only[0..nonly) (all when only is NULL) of an N-rank job. */
+static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                        int rootless, int port, int run_id, int epoch, double timeout,
+                        const int *only, int nonly)
 {
 	memset(b, 0, sizeof(*b));
 	int pfd[2], rel[2];
@@ -153,9 +203,10 @@ static int launch(struct batch *b, const char *self, const char *scenario, int n
 	setenv_int("HPCT_BENCH_RELEASE_FD", rel[0]);
 	unsetenv("LOCAL_WORLD_SIZE");
 
-	b->pids = calloc((size_t)n, sizeof(*b->pids));
-	for (int r = 0; r < n; r++) {
-		int node, local;
+	b->pids = calloc((size_t)nonly, sizeof(*b->pids));
+	int launched = 0;
+	for (int i = 0; i < nonly; i++) {
+		int r = only ? only[i] : i, node, local;
 		layout_place(n, nodes, r, &node, &local);
 		setenv_int("RANK", r);
 		setenv_int("LOCAL_RANK", local);
@@ -169,14 +220,13 @@ static int launch(struct batch *b, const char *self, const char *scenario, int n
 		if (pid < 0) {
 			fprintf(stderr, "hpct-bench: fork of rank %d failed: %s\n", r,
 			        strerror(errno));
-			n = r;
 			break;
 		}
-		b->pids[r] = pid;
+		b->pids[launched++] = pid;
 	}
 	close(pfd[1]);
 	close(rel[0]);
-	b->n = n;
+	b->n = launched;
 	b->rep = pfd[0];
 	b->rel = rel[1];
 	return 0;
@@ -245,39 +295,117 @@ static double run_once(const char *self, const char *scenario, int n, int nodes,
 	return (last - t0) * 1000;
 }
 
-/* restart / kill-root: N ranks at steady state (world allgather and barrier
- * done at epoch 0); then `kill` ranks die by SIGKILL (rank 0 first for
- * kill-root, else chosen at random from the seed); the job is restarted as
- * torchrun does by default: every remaining rank is stopped and all N start
- * again at epoch 1.  Timed from the kill until every rank finished the
- * world allgather and barrier at the new epoch. */
-static double restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
-                           double timeout, int kill_root, int kills, unsigned seed, int *max_conns)
+/* The ranks to kill: rank 0 first for kill-root, the rest at random from
+ * the seed, distinct, sorted (the order hpct_world_recover wants). */
+static int pick_victims(int n, int kills, int kill_root, unsigned seed, int run_id, int *out)
 {
-	struct batch b;
-	if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 0, timeout) < 0)
-		return -1;
-	collect(&b);
-	if (b.got < n || b.bad) {
-		finish(&b, 1);
-		report_failure("steady-state", rootless, &b, n);
-		return -1;
-	}
-	/* the victims first, then (the agent restarting the job) the rest */
-	double t0 = mono();
 	unsigned x = seed * 2654435761u + (unsigned)run_id;
-	for (int k = 0; k < kills; k++) {
-		int v = kill_root && k == 0 ? 0 : (int)((x = x * 1103515245u + 12345u) >> 8) % n;
-		kill(b.pids[v], SIGKILL);
+	int k = 0;
+	if (kill_root)
+		out[k++] = 0;
+	while (k < kills) {
+		int v = (int)(((x = x * 1103515245u + 12345u) >> 8) % (unsigned)n), dup = 0;
+		for (int i = 0; i < k; i++)
+			dup |= out[i] == v;
+		if (!dup)
+			out[k++] = v;
 	}
-	finish(&b, 1);
-	if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout) < 0)
+	for (int i = 1; i < k; i++) /* insertion sort: k is small */
+		for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+			int t = out[j];
+			out[j] = out[j - 1];
+			out[j - 1] = t;
+		}
+	return k;
+}
+
+/* restart / kill-root: N ranks at steady state (world allgather and barrier
+ * done at epoch 0); then the victims die by SIGKILL, and the job recovers
+ * at epoch 1: `full`, as torchrun does by default, stops every other rank
+ * and starts all N again; `inprocess` starts only the victims' replacements
+ * and tells the survivors (this launcher plays the job's agent), which call
+ * hpct_world_recover.  Timed from the kill until every rank finished the
+ * world allgather and barrier at the new epoch.  *max_conns gets the
+ * connections opened by the ranks of the new epoch (inprocess: by the
+ * survivors, new ones only; *repl_conns: by the replacements). */
+static double restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
+                           double timeout, int kill_root, int kills, unsigned seed, int inprocess,
+                           int *max_conns, int *repl_conns)
+{
+	int agent[2] = { -1, -1 };
+	if (inprocess) {
+		if (pipe2(agent, O_CLOEXEC) < 0 || fcntl(agent[0], F_SETFD, 0) < 0)
+			return -1;
+		setenv_int("HPCT_BENCH_AGENT_FD", agent[0]);
+	}
+	struct batch a, b;
+	int rc = launch(&a, self, inprocess ? "recover" : "cold", n, nodes, rootless, port, run_id,
+	                0, timeout);
+	if (agent[0] >= 0)
+		close(agent[0]);
+	if (rc < 0) {
+		if (agent[1] >= 0)
+			close(agent[1]);
 		return -1;
-	collect(&b);
-	*max_conns = b.max_conns;
-	double last = b.last;
-	if (finish(&b, 0) < 0) {
-		report_failure("restarted", rootless, &b, n);
+	}
+	collect(&a);
+	if (a.got < n || a.bad) {
+		if (agent[1] >= 0)
+			close(agent[1]);
+		finish(&a, 1);
+		report_failure("steady-state", rootless, &a, n);
+		return -1;
+	}
+	int victims[64];
+	kills = pick_victims(n, kills, kill_root, seed, run_id, victims);
+	double t0 = mono();
+	for (int k = 0; k < kills; k++)
+		kill(a.pids[victims[k]], SIGKILL);
+	double last;
+	if (!inprocess) {
+		finish(&a, 1); /* the agent stops the rest: all start again */
+		if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout) < 0)
+			return -1;
+		collect(&b);
+		*max_conns = b.max_conns;
+		*repl_conns = 0;
+		last = b.last;
+		if (finish(&b, 0) < 0) {
+			report_failure("restarted", rootless, &b, n);
+			return -1;
+		}
+		return (last - t0) * 1000;
+	}
+	for (int k = 0; k < kills; k++) {
+		waitpid(a.pids[victims[k]], NULL, 0);
+		a.pids[victims[k]] = 0;
+	}
+	rc = launch_ranks(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout, victims,
+	                  kills);
+	/* the agent's word to every survivor */
+	struct agent_msg m = { .epoch = 1, .nreplaced = kills };
+	memcpy(m.replaced, victims, (size_t)kills * sizeof(int));
+	for (int i = 0; i < n - kills; i++)
+		if (write(agent[1], &m, sizeof(m)) != (ssize_t)sizeof(m))
+			rc = -1;
+	close(agent[1]);
+	a.n = n - kills; /* the survivors' second reports */
+	a.got = a.bad = a.max_conns = 0;
+	a.last = 0;
+	collect(&a);
+	if (rc == 0)
+		collect(&b);
+	last = a.last > b.last ? a.last : b.last;
+	*max_conns = a.max_conns;
+	*repl_conns = b.max_conns;
+	int bad = a.got < a.n || a.bad || b.got < b.n || b.bad;
+	a.n = n; /* every pid, the victims' now 0, is reaped */
+	a.got = n;
+	finish(&a, 0);
+	if (rc == 0)
+		finish(&b, 0);
+	if (bad || rc < 0) {
+		report_failure("in-process recovery", rootless, &b, kills);
 		return -1;
 	}
 	return (last - t0) * 1000;
@@ -461,11 +589,13 @@ int main(int argc, char **argv)
 		        scenario);
 		return 2;
 	}
-	if (strcmp(recovery, "full") != 0) {
-		fprintf(stderr,
-		        "hpct-bench: --recovery %s: only 'full' (every rank restarted at the next "
-		        "epoch, as torchrun does) is available\n",
-		        recovery);
+	int inprocess = strcmp(recovery, "inprocess") == 0;
+	if (!inprocess && strcmp(recovery, "full") != 0) {
+		fprintf(stderr, "hpct-bench: --recovery %s: want full or inprocess\n", recovery);
+		return 2;
+	}
+	if (kills > 64) {
+		fprintf(stderr, "hpct-bench: --kill %d: at most 64\n", kills);
 		return 2;
 	}
 	char self[4096];
@@ -515,7 +645,7 @@ int main(int argc, char **argv)
 		for (int rep = 0; rep < repeat; rep++) {
 			for (int p = 0; p < npaths; p++) {
 				struct result *r = &res[i * npaths + p];
-				int conns;
+				int conns, repl = 0;
 				/* each run its own ports: nothing lingers from the last one */
 				int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
 				int rootless = strcmp(r->path, "rootless") == 0;
@@ -525,7 +655,8 @@ int main(int argc, char **argv)
 				            : restart ? restart_once(self, n, k, rootless, base,
 				                                     run_id, timeout, kill_root,
 				                                     kills < n ? kills : n, seed,
-				                                     &conns)
+				                                     inprocess && rootless, &conns,
+				                                     &repl)
 				                      : run_once(self, scenario, n, k, rootless,
 				                                 base, run_id, timeout, &conns);
 				run_id++;
@@ -536,6 +667,8 @@ int main(int argc, char **argv)
 				r->ms[r->ok++] = ms;
 				if (conns > r->max_conns)
 					r->max_conns = conns;
+				if (repl > r->repl_conns)
+					r->repl_conns = repl;
 			}
 		}
 	}
@@ -582,6 +715,16 @@ int main(int argc, char **argv)
 			if (res[i * 2].ok && res[i * 2 + 1].ok)
 				printf("N=%d: standard/rootless median ratio %.2f\n",
 				       res[i * 2].ranks, res[i * 2 + 1].ms[0] / res[i * 2].ms[0]);
+	if (restart && inprocess) {
+		printf("inprocess: rootless survivors kept their processes and links; the standard "
+		       "path has no in-process recovery and restarts every rank\n");
+		for (int i = 0; i < nranks * npaths; i++)
+			if (res[i].ok && strcmp(res[i].path, "rootless") == 0)
+				printf("N=%d: new connections, at most per survivor %d, per "
+				       "replacement "
+				       "%d\n",
+				       res[i].ranks, res[i].max_conns, res[i].repl_conns);
+	}
 	free(res);
 	return failed ? 1 : 0;
 }
