@@ -698,7 +698,8 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 		}
 		drop_conn(e, c);
 	}
-	for (struct hpct_emsg **pp = &e->msgs; *pp;) {
+	struct hpct_emsg **pp = &e->msgs;
+	while (*pp) {
 		struct hpct_emsg *m = *pp;
 		if (gone[m->src]) {
 			*pp = m->next;
@@ -707,9 +708,7 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 			pp = &m->next;
 		}
 	}
-	e->msgs_tail = &e->msgs;
-	while (*e->msgs_tail)
-		e->msgs_tail = &(*e->msgs_tail)->next;
+	e->msgs_tail = pp; /* where the walk ended: the last next pointer */
 	while (e->aborts) {
 		struct abort_rec *a = e->aborts;
 		e->aborts = a->next;
