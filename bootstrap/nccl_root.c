@@ -137,6 +137,7 @@ struct report_conn {
 	int root; /* the listener it came in on */
 	size_t got;
 	double deadline;
+	char from[80]; /* the peer's address, for messages */
 	unsigned char buf[REPORT_LEN];
 };
 
@@ -332,11 +333,7 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 			s->stats.ignored++; /* another comm's or a stranger's: unseen */
 			return 1;
 		}
-		struct sockaddr_storage peer;
-		socklen_t plen = sizeof(peer);
-		char from[80] = "?";
-		if (getpeername(c->fd, (struct sockaddr *)&peer, &plen) == 0)
-			hpct__addr_str((struct sockaddr *)&peer, from, sizeof(from));
+		const char *from = c->from;
 		if (c->got >= 12 && get32(c->buf + 8) != SOCK_TYPE_BOOTSTRAP) {
 			HPCT_WARN(HPCT_SUB_NCCL,
 			          "NCCL root at %s: connection from %s has socket type %d, not %d "
@@ -367,7 +364,10 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 static void accept_on(struct hpct_nccl_roots *s, int r)
 {
 	for (;;) {
-		int fd = accept4(s->roots[r].lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept4(s->roots[r].lfd, (struct sockaddr *)&peer, &plen,
+		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return; /* EAGAIN, or EMFILE: the next poll tries again */
 		struct report_conn *c = calloc(1, sizeof(*c));
@@ -390,6 +390,7 @@ static void accept_on(struct hpct_nccl_roots *s, int r)
 		}
 		c->fd = fd;
 		c->root = r;
+		hpct__addr_str((struct sockaddr *)&peer, c->from, sizeof(c->from));
 		/* a report is one small write: whoever takes longer is stuck or
 		 * hostile, and gives up only its own connection */
 		c->deadline = hpct__now() + 5.0;
