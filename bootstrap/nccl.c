@@ -34,6 +34,21 @@ static void *open_at(const char *dir, const char *sub, char *path, size_t len)
 	return dlopen(path, RTLD_NOW | RTLD_LOCAL);
 }
 
+void hpct__nccl_bind(struct hpct_nccl_lib *l, void *(*sym)(void *arg, const char *name), void *arg)
+{
+	*(void **)&l->get_version = sym(arg, "ncclGetVersion");
+	*(void **)&l->get_unique_id = sym(arg, "ncclGetUniqueId");
+	*(void **)&l->init_rank_config = sym(arg, "ncclCommInitRankConfig");
+	*(void **)&l->init_rank_scalable = sym(arg, "ncclCommInitRankScalable");
+	*(void **)&l->error_string = sym(arg, "ncclGetErrorString");
+	*(void **)&l->last_error = sym(arg, "ncclGetLastError");
+}
+
+static void *handle_sym(void *handle, const char *name)
+{
+	return dlsym(handle, name);
+}
+
 static int load(void)
 {
 	char tried[384] = "", path[PATH_MAX];
@@ -67,12 +82,7 @@ static int load(void)
 	}
 	lib.handle = h;
 	hpct__nccl_env_prepare();
-	*(void **)&lib.get_version = dlsym(h, "ncclGetVersion");
-	*(void **)&lib.get_unique_id = dlsym(h, "ncclGetUniqueId");
-	*(void **)&lib.init_rank_config = dlsym(h, "ncclCommInitRankConfig");
-	*(void **)&lib.init_rank_scalable = dlsym(h, "ncclCommInitRankScalable");
-	*(void **)&lib.error_string = dlsym(h, "ncclGetErrorString");
-	*(void **)&lib.last_error = dlsym(h, "ncclGetLastError");
+	hpct__nccl_bind(&lib, handle_sym, h);
 	int v = 0;
 	if (!lib.get_version || lib.get_version(&v) != 0 || v <= 0) {
 		snprintf(lib_error, sizeof(lib_error),

@@ -32,6 +32,10 @@ struct hpct_nccl_lib {
 	const char *(*last_error)(void *comm);
 };
 
+/* Fills l's entry points through sym (dlsym on a handle, or the preload
+ * shim's next definition). */
+HPCT_PRIVATE void hpct__nccl_bind(struct hpct_nccl_lib *l,
+                                  void *(*sym)(void *arg, const char *name), void *arg);
 /* NCCL, loaded once per process; NULL (with one warning per process, and
  * the reason for hpct_last_error) when it cannot be. */
 HPCT_PRIVATE const struct hpct_nccl_lib *hpct__nccl_lib(void);

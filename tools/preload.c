@@ -56,6 +56,14 @@ static _Thread_local int bypass;
 
 static char *(*real_getenv)(const char *);
 
+static void *next(const char *name);
+
+static void *next_sym(void *arg, const char *name)
+{
+	(void)arg;
+	return next(name);
+}
+
 static void *next(const char *name)
 {
 	void *f = dlsym(RTLD_NEXT, name);
@@ -68,12 +76,7 @@ static void *next(const char *name)
 
 static void setup(void)
 {
-	*(void **)&real.get_version = next("ncclGetVersion");
-	*(void **)&real.get_unique_id = next("ncclGetUniqueId");
-	*(void **)&real.init_rank_config = next("ncclCommInitRankConfig");
-	*(void **)&real.init_rank_scalable = next("ncclCommInitRankScalable");
-	*(void **)&real.error_string = next("ncclGetErrorString");
-	*(void **)&real.last_error = next("ncclGetLastError");
+	hpct__nccl_bind(&real, next_sym, NULL);
 	if (!real.get_version || real.get_version(&real.version) != 0)
 		return; /* no NCCL at all: every call below fails as NCCL's would */
 	const char *v = real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : NULL;
