@@ -97,7 +97,10 @@ static int __attribute__((format(printf, 2, 3))) why(int code, const char *fmt, 
 
 static const char *const dtype_name[] = { "f32", "f64", "i32", "i64" };
 static const char *const op_name[] = { "sum", "min", "max", "prod" };
-static const size_t counts[] = { 1, 7, 1000 };
+/* Small counts take hpct's tree reduce, 5000 Gloo's bcube (above 16 KiB),
+ * 70000 Gloo's ring (above 256 KiB): each algorithm is checked. */
+#define MAXCOUNT 70000
+static const size_t counts[] = { 1, 7, 1000, 5000, MAXCOUNT };
 #define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
 
 static size_t esize(int dtype)
@@ -195,7 +198,7 @@ static int64_t fold(int op, size_t i, int n, int first, int step, int nranks)
 static int check_allreduce(hpct_gloo_context *ctx, int base)
 {
 	int n = hpct_gloo_context_size(ctx), r = hpct_gloo_context_rank(ctx);
-	void *buf = malloc(1000 * 8);
+	void *buf = malloc(MAXCOUNT * 8);
 	for (int dt = 0; dt < 4; dt++) {
 		for (int op = 0; op < 4; op++) {
 			for (size_t ci = 0; ci < NCOUNTS; ci++) {
@@ -229,7 +232,7 @@ static int check_allreduce(hpct_gloo_context *ctx, int base)
 static int check_broadcast(hpct_gloo_context *ctx, int base, int salt)
 {
 	int n = hpct_gloo_context_size(ctx), r = hpct_gloo_context_rank(ctx);
-	void *buf = malloc(1000 * 8);
+	void *buf = malloc(MAXCOUNT * 8);
 	int roots[2] = { 0, n - 1 };
 	for (int ri = 0; ri < 2; ri++) {
 		int root = roots[ri];
@@ -265,7 +268,7 @@ static int check_broadcast(hpct_gloo_context *ctx, int base, int salt)
 static int check_allgather(hpct_gloo_context *ctx, int base, int salt)
 {
 	int n = hpct_gloo_context_size(ctx), r = hpct_gloo_context_rank(ctx);
-	void *in = malloc(1000 * 8), *out = malloc((size_t)n * 1000 * 8);
+	void *in = malloc(MAXCOUNT * 8), *out = malloc((size_t)n * MAXCOUNT * 8);
 	for (int dt = 0; dt < 4; dt++) {
 		for (size_t ci = 0; ci < NCOUNTS; ci++) {
 			size_t cnt = counts[ci];
@@ -299,7 +302,7 @@ static int check_allgather(hpct_gloo_context *ctx, int base, int salt)
 static int check_reduce(hpct_gloo_context *ctx, int base)
 {
 	int n = hpct_gloo_context_size(ctx), r = hpct_gloo_context_rank(ctx);
-	void *in = malloc(1000 * 8), *out = malloc(1000 * 8);
+	void *in = malloc(MAXCOUNT * 8), *out = malloc(MAXCOUNT * 8);
 	int roots[2] = { 1, n - 1 };
 	int calls = 0;
 	for (int ri = 0; ri < (n > 2 ? 2 : 1); ri++) {
