@@ -10,8 +10,10 @@
 #include "util.h"
 #include "world.h"
 
-/* How long a round waits for its sender before connecting to it itself. */
+/* How long a round waits for its sender before connecting to it itself,
+ * and how soon it asks again when the engine says not yet. */
 #define PULL_AFTER 0.02
+#define PULL_AGAIN 0.001
 
 struct op;
 typedef int (*step_fn)(struct op *op, struct hpct_emsg *m);
@@ -190,7 +192,7 @@ static int drive_op(struct op *op)
 	op->seq = g->seq++;
 	double timeout = w->topo.timeout_s, deadline = hpct__now() + timeout;
 	int rc = 0, extended = 0, pulled = 0;
-	double round_start = 0;
+	double pull_at = 0;
 	/* The op is done when its rounds are and everything it sent has left:
 	 * a rank that goes quiet after returning must not strand a peer. */
 	for (;;) {
@@ -199,7 +201,7 @@ static int drive_op(struct op *op)
 			break;
 		if (waiting && !op->sent) {
 			op->sent = 1;
-			round_start = hpct__now();
+			pull_at = hpct__now() + PULL_AFTER;
 			pulled = 0;
 			op->tag = (uint16_t)op->round;
 			if (op->peers)
@@ -251,9 +253,12 @@ static int drive_op(struct op *op)
 			return peer_failed(op, lost, err ? err : HPCT_EPEERDEAD);
 		}
 		double now = hpct__now(), left = deadline - now;
-		if (!pulled && op->recv_from >= 0 && now - round_start > PULL_AFTER) {
-			pulled = 1;
-			hpct__eng_pull(w->eng, hpct__group_world_rank(g, op->recv_from), g->id);
+		int pulling = !pulled && op->recv_from >= 0;
+		if (pulling && now >= pull_at) {
+			if (hpct__eng_pull(w->eng, hpct__group_world_rank(g, op->recv_from), g->id))
+				pulling = 0, pulled = 1;
+			else
+				pull_at = now + PULL_AGAIN;
 		}
 		if (left <= 0 && !extended && op->recv_from >= 0 &&
 		    hpct__eng_peer_connected(w->eng, hpct__group_world_rank(g, op->recv_from))) {
@@ -265,7 +270,9 @@ static int drive_op(struct op *op)
 		}
 		if (left <= 0)
 			return timed_out(op, timeout);
-		hpct__eng_progress(w->eng, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
+		/* wake for the pull when it is due, not at the next event */
+		double wake = pulling && pull_at - now < left ? pull_at - now : left;
+		hpct__eng_progress(w->eng, wake > 1.0 ? 1000 : (int)(wake * 1000) + 1);
 	}
 	return 0;
 }

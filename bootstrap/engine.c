@@ -544,15 +544,17 @@ uint64_t hpct__eng_lost(struct hpct_engine *e, int r)
 	return e->peers[r].lost;
 }
 
-void hpct__eng_pull(struct hpct_engine *e, int r, uint64_t group)
+int hpct__eng_pull(struct hpct_engine *e, int r, uint64_t group)
 {
 	struct peer *p = &e->peers[r];
-	/* a conn still in its handshake may be that very peer arriving */
-	if (p->in || p->state != OUT_IDLE || p->ever_up || e->accepted)
-		return;
+	if (p->in || p->state != OUT_IDLE || p->ever_up)
+		return 1;
+	if (e->accepted)
+		return 0; /* a conn still in its handshake may be that very peer */
 	p->pulling = 1;
 	p->group = group;
 	start_connect(e, r);
+	return 1;
 }
 
 void hpct__eng_describe_peer(struct hpct_engine *e, int r, char *buf, size_t len)

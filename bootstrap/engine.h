@@ -83,8 +83,11 @@ int hpct__eng_progress(struct hpct_engine *eng, int timeout_ms);
 int hpct__eng_peer_error(struct hpct_engine *eng, int peer);
 /* We wait for a message from `peer` and nothing connects us: connect to it
  * once, so that a sender stuck in connect backoff can use our connection.
- * Not retried if refused (the sender, having data, keeps trying). */
-void hpct__eng_pull(struct hpct_engine *eng, int peer, uint64_t group);
+ * Not retried if refused (the sender, having data, keeps trying).  1 when
+ * done or not needed (a link exists or is on its way, or the peer is gone);
+ * 0 when it must wait, because an accepted connection is still in its
+ * handshake and may be that very peer: ask again shortly. */
+int hpct__eng_pull(struct hpct_engine *eng, int peer, uint64_t group);
 
 /* 1 when a handshaken connection to the peer is open. */
 int hpct__eng_peer_connected(struct hpct_engine *eng, int peer);
