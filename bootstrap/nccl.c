@@ -260,7 +260,7 @@ uint64_t hpct__nccl_magic(uint64_t comm)
 
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out)
 {
-	int base, range;
+	int base = 0, range = 0; /* set when rc is 0, which gcc -O3 cannot tell */
 	int rc = hpct__nccl_ports(t, &base, &range);
 	if (rc)
 		return rc;
