@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_plot.h"
 #include "bench_rank.h"
 #include "bootstrap/nccl_internal.h"
 #include "hpct/hpct.h"
@@ -51,6 +53,7 @@
 #define MAX_LIST 16
 
 struct result {
+	const char *scenario;
 	const char *path;
 	int ranks, nodes, repeat, ok;
 	double ms[64];
@@ -496,12 +499,102 @@ static double nccl_root_once(int n, int rootless, int port, double timeout, int 
 	return ms;
 }
 
+/* The loopback round trip of a 1-byte message between two processes over
+ * TCP, median of 200 after a warm-up: the model floor's unit.  -1 if it
+ * could not be measured. */
+static double measure_rtt_ms(void)
+{
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0 ||
+	    getsockname(l, (struct sockaddr *)&a, &al) < 0) {
+		if (l >= 0)
+			close(l);
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid == 0) { /* the echo side */
+		int c = socket(AF_INET, SOCK_STREAM, 0);
+		char b;
+		if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
+			_exit(1);
+		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		while (read(c, &b, 1) == 1 && write(c, &b, 1) == 1)
+			;
+		_exit(0);
+	}
+	double t[200], ms = -1;
+	int c = pid > 0 ? accept(l, NULL, NULL) : -1;
+	close(l);
+	if (c >= 0) {
+		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		char b = 'x';
+		int i, ok = 1;
+		for (i = -20; i < 200 && ok; i++) {
+			double t0 = mono();
+			ok = write(c, &b, 1) == 1 && read(c, &b, 1) == 1;
+			if (i >= 0)
+				t[i] = (mono() - t0) * 1000;
+		}
+		if (ok) {
+			qsort(t, 200, sizeof(double), cmp_double);
+			ms = (t[99] + t[100]) / 2;
+		}
+		close(c);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return ms;
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: hpct-bench --scenario cold|gloo|nccl-root|restart|kill-root\n"
-	           "                  --ranks N[,N..] [--path rootless,standard] [--repeat R]\n"
-	           "                  [--nodes K] [--json FILE] [--timeout S] [--port P]\n"
-	           "                  [--kill K] [--recovery full] [--seed S]\n");
+	fprintf(f, "usage: hpct-bench --scenario S[,S..] --ranks N[,N..] [--path rootless,standard]\n"
+	           "                  [--repeat R] [--nodes K] [--json FILE] [--plot FILE.png]\n"
+	           "                  [--timeout S] [--port P] [--kill K] [--recovery full|inprocess]\n"
+	           "                  [--seed S]\n"
+	           "scenarios: cold, gloo, nccl-root, restart, kill-root\n");
+}
+
+#define MAX_SCENARIOS 8
+
+/* What one scenario of the list needs to run. */
+struct scen {
+	const char *name;
+	const struct scenario *sc; /* NULL for nccl-root, restart, kill-root */
+	int nccl_root, restart, kill_root;
+	char self[4096]; /* the program that plays its ranks */
+};
+
+static int setup_scen(struct scen *s, const char *name, const char *exe)
+{
+	s->name = name;
+	s->nccl_root = strcmp(name, "nccl-root") == 0;
+	s->kill_root = strcmp(name, "kill-root") == 0;
+	s->restart = s->kill_root || strcmp(name, "restart") == 0;
+	s->sc = find_scenario(name);
+	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0) {
+		fprintf(stderr,
+		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart or "
+		        "kill-root\n",
+		        name);
+		return -1;
+	}
+	snprintf(s->self, sizeof(s->self), "%s", exe);
+	if (s->sc && s->sc->program) { /* the sibling beside this program */
+		char *slash = strrchr(s->self, '/');
+		snprintf(slash + 1, sizeof(s->self) - (size_t)(slash + 1 - s->self), "%s",
+		         s->sc->program);
+		if (access(s->self, X_OK) != 0) {
+			fprintf(stderr,
+			        "hpct-bench: --scenario %s: %s not found (this hpct was built "
+			        "without Gloo?)\n",
+			        name, s->self);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -510,8 +603,8 @@ int main(int argc, char **argv)
 		const struct scenario *sc = find_scenario(argv[2]);
 		return sc && sc->rank ? bench_rank_main(sc->rank) : 2;
 	}
-	const char *scenario = "cold", *paths = "rootless,standard", *json = NULL;
-	const char *recovery = "full";
+	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
+	const char *recovery = "full", *plot = NULL;
 	int kills = 1;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
@@ -522,6 +615,7 @@ int main(int argc, char **argv)
 		                              { "repeat", required_argument, NULL, 'r' },
 		                              { "nodes", required_argument, NULL, 'k' },
 		                              { "json", required_argument, NULL, 'j' },
+		                              { "plot", required_argument, NULL, 'G' },
 		                              { "timeout", required_argument, NULL, 't' },
 		                              { "port", required_argument, NULL, 'P' },
 		                              { "kill", required_argument, NULL, 'K' },
@@ -530,10 +624,10 @@ int main(int argc, char **argv)
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:t:P:K:R:S:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:t:P:K:R:S:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			scenario = optarg;
+			scenario_arg = optarg;
 			break;
 		case 'n':
 			if ((nranks = parse_list(optarg, ranks)) <= 0) {
@@ -554,6 +648,9 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			json = optarg;
+			break;
+		case 'G':
+			plot = optarg;
 			break;
 		case 't':
 			timeout = atof(optarg);
@@ -578,17 +675,6 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	int nccl_root = strcmp(scenario, "nccl-root") == 0;
-	int kill_root = strcmp(scenario, "kill-root") == 0;
-	int restart = kill_root || strcmp(scenario, "restart") == 0;
-	const struct scenario *sc = find_scenario(scenario);
-	if (!sc && !nccl_root && !restart) {
-		fprintf(stderr,
-		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart or "
-		        "kill-root\n",
-		        scenario);
-		return 2;
-	}
 	int inprocess = strcmp(recovery, "inprocess") == 0;
 	if (!inprocess && strcmp(recovery, "full") != 0) {
 		fprintf(stderr, "hpct-bench: --recovery %s: want full or inprocess\n", recovery);
@@ -598,24 +684,29 @@ int main(int argc, char **argv)
 		fprintf(stderr, "hpct-bench: --kill %d: at most 64\n", kills);
 		return 2;
 	}
-	char self[4096];
-	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (plot && (strlen(plot) < 5 || strcmp(plot + strlen(plot) - 4, ".png") != 0)) {
+		fprintf(stderr, "hpct-bench: --plot %s: want a file name ending in .png\n", plot);
+		return 2;
+	}
+	char exe[4096];
+	ssize_t sl = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (sl <= 0)
 		return 1;
-	self[sl] = 0;
-	if (sc && sc->program) { /* the sibling beside this program */
-		char *slash = strrchr(self, '/');
-		snprintf(slash + 1, sizeof(self) - (size_t)(slash + 1 - self), "%s", sc->program);
-		if (access(self, X_OK) != 0) {
-			fprintf(stderr,
-			        "hpct-bench: --scenario %s: %s not found (this hpct was built "
-			        "without Gloo?)\n",
-			        scenario, self);
+	exe[sl] = 0;
+	static struct scen scens[MAX_SCENARIOS];
+	int nscens = 0;
+	char *list = strdup(scenario_arg), *save = NULL;
+	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (nscens == MAX_SCENARIOS) {
+			fprintf(stderr, "hpct-bench: --scenario %s: at most %d scenarios\n",
+			        scenario_arg, MAX_SCENARIOS);
 			return 2;
 		}
+		if (setup_scen(&scens[nscens++], tok, exe) < 0)
+			return 2;
 	}
-	if (nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 || timeout <= 0 ||
-	    port < 1024 || port > 60000 || kills < 1) {
+	if (nscens == 0 || nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 ||
+	    timeout <= 0 || port < 1024 || port > 60000 || kills < 1) {
 		usage(stderr);
 		return 2;
 	}
@@ -631,59 +722,76 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 
-	struct result *res = calloc((size_t)(nranks * npaths), sizeof(*res));
+	int nres = nscens * nranks * npaths;
+	struct result *res = calloc((size_t)nres, sizeof(*res));
 	int run_id = 0, failed = 0;
-	for (int i = 0; i < nranks; i++) {
-		int n = ranks[i], k = nodes < n ? nodes : n;
-		for (int p = 0; p < npaths; p++) {
-			struct result *r = &res[i * npaths + p];
-			r->path = path_names[p];
-			r->ranks = n;
-			r->nodes = k;
-			r->repeat = repeat;
-		}
-		for (int rep = 0; rep < repeat; rep++) {
+	for (int si = 0; si < nscens; si++) {
+		const struct scen *s = &scens[si];
+		for (int i = 0; i < nranks; i++) {
+			int n = ranks[i], k = nodes < n ? nodes : n;
+			struct result *row = &res[(si * nranks + i) * npaths];
 			for (int p = 0; p < npaths; p++) {
-				struct result *r = &res[i * npaths + p];
-				int conns, repl = 0;
-				/* each run its own ports: nothing lingers from the last one */
-				int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
-				int rootless = strcmp(r->path, "rootless") == 0;
-				double ms = nccl_root ? nccl_root_once(n, rootless,
-				                                       port + (run_id % 2) * n,
-				                                       timeout, &conns)
-				            : restart ? restart_once(self, n, k, rootless, base,
-				                                     run_id, timeout, kill_root,
-				                                     kills < n ? kills : n, seed,
-				                                     inprocess && rootless, &conns,
-				                                     &repl)
-				                      : run_once(self, scenario, n, k, rootless,
-				                                 base, run_id, timeout, &conns);
-				run_id++;
-				if (ms < 0) {
-					failed = 1;
-					continue;
+				row[p].scenario = s->name;
+				row[p].path = path_names[p];
+				row[p].ranks = n;
+				row[p].nodes = k;
+				row[p].repeat = repeat;
+			}
+			for (int rep = 0; rep < repeat; rep++) {
+				for (int p = 0; p < npaths; p++) {
+					struct result *r = &row[p];
+					int conns, repl = 0;
+					/* each run its own ports: nothing lingers from the last */
+					int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
+					int rootless = strcmp(r->path, "rootless") == 0;
+					double ms =
+					        s->nccl_root
+					                ? nccl_root_once(n, rootless,
+					                                 port + (run_id % 2) * n,
+					                                 timeout, &conns)
+					        : s->restart
+					                ? restart_once(s->self, n, k, rootless, base,
+					                               run_id, timeout, s->kill_root,
+					                               kills < n ? kills : n, seed,
+					                               inprocess && rootless, &conns,
+					                               &repl)
+					                : run_once(s->self, s->name, n, k, rootless, base,
+					                           run_id, timeout, &conns);
+					run_id++;
+					if (ms < 0) {
+						failed = 1;
+						continue;
+					}
+					r->ms[r->ok++] = ms;
+					if (conns > r->max_conns)
+						r->max_conns = conns;
+					if (repl > r->repl_conns)
+						r->repl_conns = repl;
 				}
-				r->ms[r->ok++] = ms;
-				if (conns > r->max_conns)
-					r->max_conns = conns;
-				if (repl > r->repl_conns)
-					r->repl_conns = repl;
 			}
 		}
 	}
 
+	/* the floor's unit, measured now that the ranks are gone */
+	double rtt = plot || json ? measure_rtt_ms() : -1;
+	char detail[64];
+	snprintf(detail, sizeof(detail), "kill %d; rootless %s, standard full", kills,
+	         inprocess ? "in-process" : "full");
+	struct plot_row *rows = calloc((size_t)nres, sizeof(*rows));
+	int nrows = 0;
 	printf("%-9s %-9s %6s %6s %7s %10s %10s %10s %10s %10s\n", "scenario", "path", "ranks",
 	       "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns", "conn_bound");
 	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (json && !jf)
 		fprintf(stderr, "hpct-bench: cannot write %s: %s\n", json, strerror(errno));
 	if (jf)
-		fprintf(jf, "{\"results\":[");
-	for (int i = 0; i < nranks * npaths; i++) {
+		fprintf(jf, "{\"rtt_ms\":%.4f,\"results\":[", rtt);
+	for (int i = 0; i < nres; i++) {
 		struct result *r = &res[i];
+		int nccl_root = strcmp(r->scenario, "nccl-root") == 0;
+		int recov = strcmp(r->scenario, "restart") == 0 || strcmp(r->scenario, "kill-root") == 0;
 		if (r->ok == 0) {
-			printf("%-9s %-9s %6d %6d %7d %10s\n", scenario, r->path, r->ranks,
+			printf("%-9s %-9s %6d %6d %7d %10s\n", r->scenario, r->path, r->ranks,
 			       r->nodes, 0, "failed");
 			continue;
 		}
@@ -694,16 +802,23 @@ int main(int argc, char **argv)
 		if (strcmp(r->path, "rootless") == 0)
 			snprintf(bound, sizeof(bound), "%d",
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
-		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s\n", scenario, r->path,
-		       r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1], r->max_conns,
-		       bound);
+		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s\n", r->scenario,
+		       r->path, r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1],
+		       r->max_conns, bound);
 		if (jf)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
 			        "\"max_conns\":%d}",
-			        i ? "," : "", scenario, r->path, r->ranks, r->nodes, med, r->ms[0],
-			        r->ms[r->ok - 1], r->ok, r->max_conns);
+			        nrows ? "," : "", r->scenario, r->path, r->ranks, r->nodes, med,
+			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns);
+		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
+			                           .path = r->path,
+			                           .detail = recov ? detail : NULL,
+			                           .ranks = r->ranks,
+			                           .median_ms = med,
+			                           .min_ms = r->ms[0],
+			                           .max_ms = r->ms[r->ok - 1] };
 		r->ms[0] = med; /* kept for the ratio line */
 	}
 	if (jf) {
@@ -711,20 +826,35 @@ int main(int argc, char **argv)
 		fclose(jf);
 	}
 	if (npaths == 2)
-		for (int i = 0; i < nranks; i++)
-			if (res[i * 2].ok && res[i * 2 + 1].ok)
-				printf("N=%d: standard/rootless median ratio %.2f\n",
-				       res[i * 2].ranks, res[i * 2 + 1].ms[0] / res[i * 2].ms[0]);
-	if (restart && inprocess) {
-		printf("inprocess: rootless survivors kept their processes and links; the standard "
-		       "path has no in-process recovery and restarts every rank\n");
-		for (int i = 0; i < nranks * npaths; i++)
-			if (res[i].ok && strcmp(res[i].path, "rootless") == 0)
-				printf("N=%d: new connections, at most per survivor %d, per "
-				       "replacement "
-				       "%d\n",
-				       res[i].ranks, res[i].max_conns, res[i].repl_conns);
+		for (int i = 0; i < nres; i += 2)
+			if (res[i].ok && res[i + 1].ok)
+				printf("%s N=%d: standard/rootless median ratio %.2f\n",
+				       res[i].scenario, res[i].ranks, res[i + 1].ms[0] / res[i].ms[0]);
+	for (int si = 0; si < nscens; si++) {
+		if (!scens[si].restart || !inprocess)
+			continue;
+		printf("%s inprocess: rootless survivors kept their processes and links; the "
+		       "standard path has no in-process recovery and restarts every rank\n",
+		       scens[si].name);
+		for (int i = 0; i < nres; i++)
+			if (res[i].ok && res[i].scenario == scens[si].name &&
+			    strcmp(res[i].path, "rootless") == 0)
+				printf("%s N=%d: new connections, at most per survivor %d, per "
+				       "replacement %d\n",
+				       scens[si].name, res[i].ranks, res[i].max_conns,
+				       res[i].repl_conns);
 	}
+	if (rtt > 0)
+		printf("loopback TCP round trip between two processes: %.1f us (median of 200)\n",
+		       rtt * 1000);
+	if (plot) {
+		if (bench_plot(plot, rows, nrows, rtt) == 0)
+			printf("plot written to %s\n", plot);
+		else
+			failed = 1;
+	}
+	free(rows);
 	free(res);
+	free(list);
 	return failed ? 1 : 0;
 }

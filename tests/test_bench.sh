@@ -1,0 +1,56 @@
+#!/bin/sh
+# hpct-bench as a user runs it: one run of several scenarios prints one
+# table, writes the same rows as JSON (with the measured round trip) and a
+# PNG drawn by gnuplot; bad arguments, and a missing gnuplot, are named.
+# Usage: test_bench.sh HPCT_BENCH
+set -eu
+bench=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+"$bench" --scenario cold,restart,kill-root --recovery inprocess --ranks 2,4 --repeat 1 \
+	--port 21000 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||
+	fail "the run failed: $(cat "$dir/err")"
+for s in cold restart kill-root; do
+	for p in rootless standard; do
+		for n in 2 4; do
+			grep -Eq "^$s +$p +$n +" "$dir/out" || fail "no table row for $s $p N=$n"
+			grep -q "\"scenario\":\"$s\",\"path\":\"$p\",\"ranks\":$n," "$dir/r.json" ||
+				fail "no JSON row for $s $p N=$n"
+		done
+	done
+done
+grep -Eq '^\{"rtt_ms":0\.[0-9]+,' "$dir/r.json" || fail "no round trip in the JSON: $(head -c 80 "$dir/r.json")"
+grep -q "^plot written to $dir/r.png\$" "$dir/out" || fail "the plot was not announced"
+sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
+[ "$sig" = 89504e470d0a1a0a ] || fail "$dir/r.png is not a PNG (starts $sig)"
+[ "$(wc -c <"$dir/r.png")" -gt 10000 ] || fail "$dir/r.png is too small to hold the plot"
+
+# an unknown scenario in the list is named, nothing runs
+if "$bench" --scenario cold,bogus --ranks 2 >"$dir/out2" 2>"$dir/err2"; then
+	fail "an unknown scenario was accepted"
+fi
+grep -q "scenario bogus: want cold, gloo, nccl-root, restart or kill-root" "$dir/err2" ||
+	fail "the unknown scenario was not named: $(cat "$dir/err2")"
+[ ! -s "$dir/out2" ] || fail "something ran before the bad scenario was refused"
+
+# a plot file that is not a PNG name
+if "$bench" --scenario cold --ranks 2 --plot "$dir/x.jpg" 2>"$dir/err3"; then
+	fail "--plot x.jpg was accepted"
+fi
+grep -q "plot $dir/x.jpg: want a file name ending in .png" "$dir/err3" ||
+	fail "--plot x.jpg not named: $(cat "$dir/err3")"
+
+# without gnuplot the table still comes, then the package to install, exit 1
+rc=0
+PATH=/nonexistent "$bench" --scenario cold --ranks 2 --repeat 1 --port 21000 \
+	--plot "$dir/y.png" >"$dir/out4" 2>"$dir/err4" || rc=$?
+[ $rc -eq 1 ] || fail "a run without gnuplot exited $rc, want 1"
+grep -Eq "^cold +rootless +2 +" "$dir/out4" || fail "no table without gnuplot"
+grep -q "apt-get install gnuplot-nox" "$dir/err4" || fail "missing gnuplot not said: $(cat "$dir/err4")"
+[ ! -e "$dir/y.png" ] || fail "a plot appeared without gnuplot"
+echo "ok"

@@ -1,0 +1,213 @@
+/* hpct-bench --plot: the run's table as a PNG, drawn by gnuplot from data
+ * and a script written to a private temporary directory. */
+#include "bench_plot.h"
+
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int is_recovery(const char *scenario)
+{
+	return strcmp(scenario, "restart") == 0 || strcmp(scenario, "kill-root") == 0;
+}
+
+/* Writes the time-versus-N series, one gnuplot data block per (scenario,
+ * path) in order of first appearance; returns the number of blocks. */
+static int write_series(FILE *f, const struct plot_row *rows, int n, int *minr, int *maxr,
+                        char titles[][64], int max_titles)
+{
+	int blocks = 0;
+	for (int i = 0; i < n; i++) {
+		if (is_recovery(rows[i].scenario))
+			continue;
+		int seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = !is_recovery(rows[j].scenario) &&
+			       strcmp(rows[j].scenario, rows[i].scenario) == 0 &&
+			       strcmp(rows[j].path, rows[i].path) == 0;
+		if (seen || blocks == max_titles)
+			continue;
+		snprintf(titles[blocks], 64, "%s, %s", rows[i].scenario, rows[i].path);
+		if (blocks)
+			fprintf(f, "\n\n");
+		for (int j = i; j < n; j++) {
+			if (strcmp(rows[j].scenario, rows[i].scenario) != 0 ||
+			    strcmp(rows[j].path, rows[i].path) != 0)
+				continue;
+			fprintf(f, "%d %.3f %.3f %.3f\n", rows[j].ranks, rows[j].median_ms,
+			        rows[j].min_ms, rows[j].max_ms);
+			if (*minr == 0 || rows[j].ranks < *minr)
+				*minr = rows[j].ranks;
+			if (rows[j].ranks > *maxr)
+				*maxr = rows[j].ranks;
+		}
+		blocks++;
+	}
+	return blocks;
+}
+
+/* One line per (scenario, detail, N): the rootless and standard medians,
+ * "?" where a path did not run; returns the number of lines. */
+static int write_bars(FILE *f, const struct plot_row *rows, int n)
+{
+	int lines = 0;
+	for (int i = 0; i < n; i++) {
+		if (!is_recovery(rows[i].scenario))
+			continue;
+		int seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = strcmp(rows[j].scenario, rows[i].scenario) == 0 &&
+			       rows[j].ranks == rows[i].ranks;
+		if (seen)
+			continue;
+		double v[2] = { -1, -1 };
+		for (int j = i; j < n; j++)
+			if (strcmp(rows[j].scenario, rows[i].scenario) == 0 &&
+			    rows[j].ranks == rows[i].ranks)
+				v[strcmp(rows[j].path, "rootless") == 0 ? 0 : 1] = rows[j].median_ms;
+		fprintf(f, "\"%s, N=%d\"", rows[i].scenario, rows[i].ranks);
+		for (int k = 0; k < 2; k++)
+			if (v[k] < 0)
+				fprintf(f, " ?");
+			else
+				fprintf(f, " %.3f", v[k]);
+		fprintf(f, "\n");
+		lines++;
+	}
+	return lines;
+}
+
+static int run_gnuplot(const char *script)
+{
+	pid_t pid;
+	char *argv[] = { "gnuplot", (char *)script, NULL };
+	int rc = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+	if (rc != 0) {
+		if (rc == ENOENT)
+			fprintf(stderr, "hpct-bench: --plot needs gnuplot, which is not installed "
+			                "(Debian: apt-get install gnuplot-nox)\n");
+		else
+			fprintf(stderr, "hpct-bench: --plot: cannot run gnuplot: %s\n",
+			        strerror(rc));
+		return -1;
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "hpct-bench: --plot: gnuplot failed (status %d)\n", st);
+		return -1;
+	}
+	return 0;
+}
+
+int bench_plot(const char *file, const struct plot_row *rows, int nrows, double rtt_ms)
+{
+	char dir[] = "/tmp/hpct-plot-XXXXXX";
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "hpct-bench: --plot: cannot make a temporary directory: %s\n",
+		        strerror(errno));
+		return -1;
+	}
+	char scale[64], bars[64], script[64];
+	snprintf(scale, sizeof(scale), "%s/scale.dat", dir);
+	snprintf(bars, sizeof(bars), "%s/recovery.dat", dir);
+	snprintf(script, sizeof(script), "%s/plot.gp", dir);
+	FILE *fs = fopen(scale, "w"), *fb = fopen(bars, "w"), *fg = fopen(script, "w");
+	int rc = -1, minr = 0, maxr = 0, nseries = 0, nbars = 0;
+	char titles[16][64];
+	if (!fs || !fb || !fg) {
+		fprintf(stderr, "hpct-bench: --plot: cannot write in %s: %s\n", dir,
+		        strerror(errno));
+		goto out;
+	}
+	nseries = write_series(fs, rows, nrows, &minr, &maxr, titles, 16);
+	nbars = write_bars(fb, rows, nrows);
+	fclose(fs);
+	fclose(fb);
+	fs = fb = NULL;
+	if (nseries + nbars == 0) {
+		fprintf(stderr, "hpct-bench: --plot: no result to draw\n");
+		goto out;
+	}
+	/* The output name goes into a gnuplot string: no quote may end it. */
+	if (strchr(file, '"') || strchr(file, '\\') || strchr(file, '\n')) {
+		fprintf(stderr, "hpct-bench: --plot %s: quotes and backslashes are not allowed\n",
+		        file);
+		goto out;
+	}
+	int panels = (nseries > 0) + (nbars > 0);
+	fprintf(fg, "set terminal pngcairo size %d,540 font 'sans,10'\n", panels * 640);
+	fprintf(fg, "set output \"%s\"\n", file);
+	fprintf(fg, "set datafile missing '?'\nset grid\nset samples 2000\n");
+	if (panels == 2)
+		fprintf(fg, "set multiplot layout 1,2\n");
+	if (nseries) {
+		fprintf(fg, "set title 'Bootstrap time versus ranks (median, bars min-max)'\n"
+		            "set logscale xy\nset xlabel 'ranks (N)'\nset ylabel 'ms'\n"
+		            "set key top left\n");
+		fprintf(fg, "set xrange [%g:%g]\n", minr / 1.3, maxr * 1.3);
+		fprintf(fg, "set xtics (");
+		for (int r = 1, first = 1; r <= maxr * 2; r *= 2)
+			if (r >= minr / 2) {
+				fprintf(fg, "%s%d", first ? "" : ",", r);
+				first = 0;
+			}
+		fprintf(fg, ")\n");
+		fprintf(fg, "plot ");
+		for (int s = 0; s < nseries; s++)
+			fprintf(fg, "%s'%s' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s'",
+			        s ? ", " : "", scale, s, titles[s]);
+		if (rtt_ms > 0)
+			fprintf(fg,
+			        ", ceil(log(x)/log(2)-1e-9) * %.6f with lines dt 2 lw 2 lc rgb "
+			        "'black' title 'floor: ceil(log2 N) x %.0f us round trip'",
+			        rtt_ms, rtt_ms * 1000);
+		fprintf(fg, "\n");
+	}
+	if (nbars) {
+		const char *detail = "";
+		for (int i = 0; i < nrows && !detail[0]; i++)
+			if (is_recovery(rows[i].scenario) && rows[i].detail)
+				detail = rows[i].detail;
+		fprintf(fg, "unset logscale\nunset xrange\nset xtics auto\nset yrange [0:*]\n"
+		            "set title \"Recovery: from the kill until every rank is done "
+		            "(median)\\n%s\"\n",
+		            detail);
+		fprintf(fg,
+		            "set xlabel ''\nset ylabel 'ms'\nset key top left\n"
+		            "set style data histograms\nset style histogram clustered gap 1\n"
+		            "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
+		            "set xtics scale 0\n");
+		fprintf(fg,
+		        "plot '%s' using 2:xtic(1) title 'rootless', '' using 3 title 'standard', "
+		        "'' using ($0-1.0/6):2:(sprintf('%%.1f',$2)) with labels offset 0,0.7 "
+		        "notitle, '' using ($0+1.0/6):3:(sprintf('%%.1f',$3)) with labels "
+		        "offset 0,0.7 notitle\n",
+		        bars);
+	}
+	if (panels == 2)
+		fprintf(fg, "unset multiplot\n");
+	fclose(fg);
+	fg = NULL;
+	rc = run_gnuplot(script);
+out:
+	if (fs)
+		fclose(fs);
+	if (fb)
+		fclose(fb);
+	if (fg)
+		fclose(fg);
+	unlink(scale);
+	unlink(bars);
+	unlink(script);
+	rmdir(dir);
+	return rc;
+}

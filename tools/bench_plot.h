@@ -1,0 +1,22 @@
+/* hpct-bench --plot: draws what a run measured with gnuplot (Debian's
+ * gnuplot-nox), so the figures and the picture come from the same run. */
+#ifndef HPCT_BENCH_PLOT_H
+#define HPCT_BENCH_PLOT_H
+
+/* One line of hpct-bench's table. */
+struct plot_row {
+	const char *scenario; /* cold, gloo, nccl-root: time versus N; restart, kill-root: bars */
+	const char *path;     /* rootless or standard */
+	const char *detail;   /* restart/kill-root: "kill 1, inprocess"; else NULL */
+	int ranks;
+	double median_ms, min_ms, max_ms;
+};
+
+/* Writes `file` (PNG): on the left, median time versus N (log-log, min-max
+ * as error bars) for each scenario and path that ran at several sizes or is
+ * not a recovery, with the floor ceil(log2 N) x rtt_ms drawn in (left out
+ * when rtt_ms <= 0); on the right, the recovery scenarios as bars.  0, or -1
+ * with a message on stderr (gnuplot missing: the package to install). */
+int bench_plot(const char *file, const struct plot_row *rows, int nrows, double rtt_ms);
+
+#endif
