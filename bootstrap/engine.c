@@ -40,9 +40,67 @@ void eng_list_del(struct econn *c)
 	c->list = NULL;
 }
 
-void eng_schedule_retry(struct hpct_engine *e, int r, int err)
+static unsigned slot_of(int r, unsigned cap)
 {
-	struct peer *p = &e->peers[r];
+	return ((uint32_t)r * 2654435761u) & (cap - 1);
+}
+
+struct peer *eng_peer_find(const struct hpct_engine *e, int r)
+{
+	if (!e->pcap)
+		return NULL;
+	for (unsigned i = slot_of(r, e->pcap);; i = (i + 1) & (e->pcap - 1)) {
+		struct peer *p = e->ptab[i];
+		if (!p || p->rank == r)
+			return p;
+	}
+}
+
+static void table_put(struct peer **tab, unsigned cap, struct peer *p)
+{
+	unsigned i = slot_of(p->rank, cap);
+	while (tab[i])
+		i = (i + 1) & (cap - 1);
+	tab[i] = p;
+}
+
+struct peer *eng_peer(struct hpct_engine *e, int r)
+{
+	struct peer *p = eng_peer_find(e, r);
+	if (p)
+		return p;
+	if ((e->pcount + 1) * 2 > e->pcap) { /* at most half full */
+		unsigned cap = e->pcap ? e->pcap * 2 : 16;
+		struct peer **tab = calloc(cap, sizeof(*tab));
+		if (!tab)
+			return NULL;
+		for (unsigned i = 0; i < e->pcap; i++)
+			if (e->ptab[i])
+				table_put(tab, cap, e->ptab[i]);
+		free(e->ptab);
+		e->ptab = tab;
+		e->pcap = cap;
+	}
+	if (!(p = calloc(1, sizeof(*p))))
+		return NULL;
+	p->rank = r;
+	table_put(e->ptab, e->pcap, p);
+	e->pcount++;
+	return p;
+}
+
+static void backoff_push(struct hpct_engine *e, struct peer *p)
+{
+	if (p->in_backoff)
+		return;
+	p->in_backoff = 1;
+	p->bnext = e->backoff;
+	e->backoff = p;
+	e->nbackoff++;
+}
+
+void eng_schedule_retry(struct hpct_engine *e, struct peer *p, int err)
+{
 	p->last_err = err;
 	p->retries++;
 	e->stats.connect_retries++;
@@ -51,17 +109,16 @@ void eng_schedule_retry(struct hpct_engine *e, int r, int err)
 		p->backoff = BACKOFF_CAP;
 	p->retry_at = hpct__now() + p->backoff * jitter(e);
 	p->state = OUT_BACKOFF;
-	e->backoff[e->nbackoff++] = r;
+	backoff_push(e, p);
 }
 
-static const char *peer_addr_text(struct hpct_engine *e, int r)
+static const char *peer_addr_text(struct hpct_engine *e, struct peer *p)
 {
-	struct peer *p = &e->peers[r];
 	if (!p->addr[0]) {
 		struct sockaddr_storage ss;
 		socklen_t sl;
-		if (e->cfg.peer_addr(e->cfg.peer_addr_arg, r, &ss, &sl, p->addr, sizeof(p->addr)) <
-		    0)
+		if (e->cfg.peer_addr(e->cfg.peer_addr_arg, p->rank, &ss, &sl, p->addr,
+		                     sizeof(p->addr)) < 0)
 			snprintf(p->addr, sizeof(p->addr), "(unresolved)");
 	}
 	return p->addr;
@@ -75,13 +132,7 @@ int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *l
 		return HPCT_ENOMEM;
 	e->cfg = *cfg;
 	e->msgs_tail = &e->msgs;
-	e->peers = calloc((size_t)cfg->size, sizeof(*e->peers));
-	e->backoff = calloc((size_t)cfg->size, sizeof(*e->backoff));
-	e->backoff_tmp = calloc((size_t)cfg->size, sizeof(*e->backoff_tmp));
-	int rc = HPCT_ENOMEM;
-	if (!e->peers || !e->backoff || !e->backoff_tmp)
-		goto fail_alloc;
-	rc = cfg->ops->create(&e->tctx);
+	int rc = cfg->ops->create(&e->tctx);
 	if (rc < 0)
 		goto fail_alloc;
 	rc = cfg->ops->listen(e->tctx, listen, listen_len);
@@ -94,9 +145,6 @@ int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *l
 fail_listen:
 	cfg->ops->destroy(e->tctx);
 fail_alloc:
-	free(e->backoff_tmp);
-	free(e->backoff);
-	free(e->peers);
 	free(e);
 	return rc;
 }
@@ -124,10 +172,11 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 	       hpct__now() < deadline)
 		hpct__eng_progress(e, 10);
 	e->cfg.ops->destroy(e->tctx);
-	for (int r = 0; r < e->cfg.size; r++) {
-		free(e->peers[r].out);
-		free(e->peers[r].in);
-		eng_drop_queue(e, &e->peers[r]);
+	ENG_FOR_EACH_PEER(e, p) {
+		free(p->out);
+		free(p->in);
+		eng_drop_queue(e, p);
+		free(p);
 	}
 	while (e->accepted) {
 		struct econn *c = e->accepted;
@@ -144,9 +193,7 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 		e->aborts = a->next;
 		free(a);
 	}
-	free(e->backoff_tmp);
-	free(e->backoff);
-	free(e->peers);
+	free(e->ptab);
 	free(e);
 }
 
@@ -166,9 +213,9 @@ void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, 
 	e->cfg.ops->send(t, buf, sizeof(buf));
 }
 
-static void start_connect(struct hpct_engine *e, int r)
+static void start_connect(struct hpct_engine *e, struct peer *p)
 {
-	struct peer *p = &e->peers[r];
+	int r = p->rank;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int rc = e->cfg.peer_addr(e->cfg.peer_addr_arg, r, &ss, &sl, p->addr, sizeof(p->addr));
@@ -191,7 +238,7 @@ static void start_connect(struct hpct_engine *e, int r)
 	rc = e->cfg.ops->connect(e->tctx, (struct sockaddr *)&ss, sl, c, &c->t);
 	if (rc < 0) {
 		free(c);
-		eng_schedule_retry(e, r, rc);
+		eng_schedule_retry(e, p, rc);
 		return;
 	}
 	/* until it has answered as the peer we meant, it gets no room */
@@ -218,8 +265,7 @@ static void flush_queue(struct hpct_engine *e, struct peer *p, struct econn *via
  * the HELLO, and the lower one sends nothing over the higher one's meanwhile. */
 struct econn *eng_usable_in(const struct hpct_engine *e, const struct peer *p)
 {
-	int r = (int)(p - e->peers);
-	if (p->in && p->out && r > e->cfg.rank)
+	if (p->in && p->out && p->rank > e->cfg.rank)
 		return NULL;
 	return p->in;
 }
@@ -242,10 +288,12 @@ void eng_maybe_flush(struct hpct_engine *e, struct peer *p)
 int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group, uint32_t seq,
                    uint16_t round, const void *payload, size_t len)
 {
-	struct peer *p = &e->peers[dst];
 	int err = hpct__eng_peer_error(e, dst);
 	if (err)
 		return err;
+	struct peer *p = eng_peer(e, dst);
+	if (!p)
+		return HPCT_ENOMEM;
 	struct qmsg *q = malloc(sizeof(*q) + HPCT_MSG_HDR_LEN + len);
 	if (!q)
 		return HPCT_ENOMEM;
@@ -272,7 +320,7 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 	if (p->state == OUT_IDLE || p->state == OUT_CLOSED) {
 		p->group = group;
 		p->pulling = 0;
-		start_connect(e, dst);
+		start_connect(e, p);
 	} else if (p->state == OUT_CONNECTING || p->state == OUT_HELLO) {
 		p->pulling = 0; /* it carries data now: retry if refused */
 	}
@@ -330,7 +378,7 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 			eng_on_closed(e, c, HPCT_EREFUSED);
 			return;
 		}
-		e->peers[c->peer].epoch_told = ep; /* ahead of us: we follow soon */
+		eng_peer_find(e, c->peer)->epoch_told = ep; /* ahead of us: we follow soon */
 		return;
 	}
 	if (h.type == HPCT_MSG_ABORT) {
@@ -372,7 +420,7 @@ void eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 		return;
 	}
 	int r = c->peer;
-	struct peer *p = &e->peers[r];
+	struct peer *p = eng_peer_find(e, r);
 	if (e->cfg.ops->pending(c->t) > 0)
 		p->lost++; /* bytes we had promised it */
 	if (err)
@@ -388,7 +436,7 @@ void eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 		if (p->state == OUT_HELLO && !p->ever_up && !p->in) {
 			/* Closed before admitting us: it may be restarting; retry. */
 			free(c);
-			eng_schedule_retry(e, r, err ? err : -ECONNRESET);
+			eng_schedule_retry(e, p, err ? err : -ECONNRESET);
 			return;
 		}
 		if (p->state != OUT_REFUSED)
@@ -420,14 +468,16 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		e->cfg.ops->set_max_msg(c->t, HPCT_HELLO_LEN);
 		eng_list_add(&e->accepted, c);
 		break;
-	case HPCT_TEV_CONNECTED:
-		eng_send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, e->peers[c->peer].group, 0);
-		e->peers[c->peer].state = OUT_HELLO;
+	case HPCT_TEV_CONNECTED: {
+		struct peer *p = eng_peer_find(e, c->peer);
+		eng_send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, p->group, 0);
+		p->state = OUT_HELLO;
 		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
 		eng_list_add(&e->awaiting, c);
 		break;
+	}
 	case HPCT_TEV_CONNECT_FAILED: {
-		struct peer *p = &e->peers[c->peer];
+		struct peer *p = eng_peer_find(e, c->peer);
 		p->out = NULL;
 		if (p->in || (p->pulling && !p->qhead)) {
 			/* it is not up yet (a pull), or it reached us meanwhile */
@@ -436,7 +486,7 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 			p->last_err = ev->err;
 			eng_maybe_flush(e, p);
 		} else {
-			eng_schedule_retry(e, c->peer, ev->err);
+			eng_schedule_retry(e, p, ev->err);
 		}
 		free(c);
 		break;
@@ -444,8 +494,8 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 	case HPCT_TEV_MESSAGE:
 		if (c->peer < 0)
 			eng_on_hello(e, c, ev->data, ev->len);
-		else if (c->outgoing && e->peers[c->peer].state == OUT_HELLO &&
-		         e->peers[c->peer].out == c)
+		else if (c->outgoing && eng_peer_find(e, c->peer)->state == OUT_HELLO &&
+		         eng_peer_find(e, c->peer)->out == c)
 			eng_on_ack(e, c, ev->data, ev->len);
 		else
 			on_message(e, c, ev->data, ev->len);
@@ -460,13 +510,14 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 static int run_retries(struct hpct_engine *e)
 {
 	double now = hpct__now(), next = -1;
-	int n = e->nbackoff;
-	int *due = e->backoff_tmp;
-	int ndue = 0;
+	struct peer *list = e->backoff, *due = NULL;
+	e->backoff = NULL;
 	e->nbackoff = 0;
-	for (int i = 0; i < n; i++) {
-		int r = e->backoff[i];
-		struct peer *p = &e->peers[r];
+	while (list) {
+		struct peer *p = list;
+		list = p->bnext;
+		p->bnext = NULL;
+		p->in_backoff = 0;
 		if (p->state != OUT_BACKOFF)
 			continue;
 		if (p->in) { /* it reached us meanwhile */
@@ -479,19 +530,23 @@ static int run_retries(struct hpct_engine *e)
 			eng_drop_queue(e, p);
 			continue;
 		}
-		if (p->retry_at <= now)
-			due[ndue++] = r;
-		else
-			e->backoff[e->nbackoff++] = r;
+		if (p->retry_at <= now) {
+			p->bnext = due;
+			due = p;
+		} else {
+			backoff_push(e, p);
+		}
 	}
 	/* start_connect may put a peer back on the list at once. */
-	for (int i = 0; i < ndue; i++)
-		start_connect(e, due[i]);
-	for (int i = 0; i < e->nbackoff; i++) {
-		struct peer *p = &e->peers[e->backoff[i]];
+	while (due) {
+		struct peer *p = due;
+		due = p->bnext;
+		p->bnext = NULL;
+		start_connect(e, p);
+	}
+	for (struct peer *p = e->backoff; p; p = p->bnext)
 		if (next < 0 || p->retry_at < next)
 			next = p->retry_at;
-	}
 	if (next < 0)
 		return -1;
 	int ms = (int)((next - now) * 1000) + 1;
@@ -515,7 +570,9 @@ int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
 
 int hpct__eng_peer_error(struct hpct_engine *e, int r)
 {
-	struct peer *p = &e->peers[r];
+	struct peer *p = eng_peer_find(e, r);
+	if (!p)
+		return 0;
 	if (p->state == OUT_REFUSED)
 		return p->last_err ? p->last_err : HPCT_EREFUSED;
 	if (p->ever_up && !p->in && p->state != OUT_READY && p->state != OUT_HELLO &&
@@ -526,12 +583,15 @@ int hpct__eng_peer_error(struct hpct_engine *e, int r)
 
 int hpct__eng_peer_connected(struct hpct_engine *e, int r)
 {
-	return e->peers[r].state == OUT_READY || e->peers[r].in != NULL;
+	struct peer *p = eng_peer_find(e, r);
+	return p && (p->state == OUT_READY || p->in != NULL);
 }
 
 int hpct__eng_flushed(struct hpct_engine *e, int r)
 {
-	struct peer *p = &e->peers[r];
+	struct peer *p = eng_peer_find(e, r);
+	if (!p)
+		return 1;
 	if (p->qhead)
 		return 0;
 	if (p->out && e->cfg.ops->pending(p->out->t) > 0)
@@ -541,26 +601,33 @@ int hpct__eng_flushed(struct hpct_engine *e, int r)
 
 uint64_t hpct__eng_lost(struct hpct_engine *e, int r)
 {
-	return e->peers[r].lost;
+	struct peer *p = eng_peer_find(e, r);
+	return p ? p->lost : 0;
 }
 
 int hpct__eng_pull(struct hpct_engine *e, int r, uint64_t group)
 {
-	struct peer *p = &e->peers[r];
+	struct peer *p = eng_peer(e, r);
+	if (!p)
+		return 1; /* out of memory: the sender's retries remain */
 	if (p->in || p->state != OUT_IDLE || p->ever_up)
 		return 1;
 	if (e->accepted)
 		return 0; /* a conn still in its handshake may be that very peer */
 	p->pulling = 1;
 	p->group = group;
-	start_connect(e, r);
+	start_connect(e, p);
 	return 1;
 }
 
 void hpct__eng_describe_peer(struct hpct_engine *e, int r, char *buf, size_t len)
 {
-	struct peer *p = &e->peers[r];
-	const char *addr = peer_addr_text(e, r);
+	struct peer *p = eng_peer(e, r);
+	if (!p) {
+		snprintf(buf, len, "rank %d (no memory to say more)", r);
+		return;
+	}
+	const char *addr = peer_addr_text(e, p);
 	if (p->why[0] && p->state == OUT_REFUSED) {
 		snprintf(buf, len, "rank %d at %s %s", r, addr, p->why);
 		return;
@@ -597,18 +664,16 @@ void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const stru
 {
 	unsigned char payload[12 + sizeof(a->text)];
 	size_t n = hpct__abort_encode(a, payload);
-	for (int r = 0; r < e->cfg.size; r++) {
-		struct peer *p = &e->peers[r];
+	ENG_FOR_EACH_PEER(e, p) {
 		if (ready_conn(e, p))
-			hpct__eng_send(e, r, HPCT_MSG_ABORT, group, 0, 0, payload, n);
+			hpct__eng_send(e, p->rank, HPCT_MSG_ABORT, group, 0, 0, payload, n);
 	}
 }
 
 /* Drops messages of a group still queued for a connection. */
 static void drop_queued_sends(struct hpct_engine *e, uint64_t group)
 {
-	for (int r = 0; r < e->cfg.size; r++) {
-		struct peer *p = &e->peers[r];
+	ENG_FOR_EACH_PEER(e, p) {
 		struct qmsg **qq = &p->qhead, *last = NULL;
 		while (*qq) {
 			struct qmsg *q = *qq;
@@ -678,22 +743,21 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 	for (int i = 0; i < n; i++)
 		gone[replaced[i]] = 1;
 	/* the replaced ranks' old processes: forget them entirely */
-	for (int r = 0; r < e->cfg.size; r++) {
-		struct peer *p = &e->peers[r];
+	ENG_FOR_EACH_PEER(e, p) {
 		p->addr[0] = 0; /* ports rotate with the epoch */
-		if (!gone[r])
+		if (!gone[p->rank])
 			continue;
 		drop_conn(e, p->out);
 		drop_conn(e, p->in);
 		eng_drop_queue(e, p);
-		memset(p, 0, sizeof(*p));
+		*p = (struct peer){ .rank = p->rank, .bnext = p->bnext, .in_backoff = p->in_backoff };
 	}
 	/* half-open handshakes belong to the old epoch */
 	while (e->accepted)
 		drop_conn(e, e->accepted);
 	while (e->awaiting) {
 		struct econn *c = e->awaiting;
-		struct peer *p = &e->peers[c->peer];
+		struct peer *p = eng_peer_find(e, c->peer);
 		if (p->out == c) {
 			p->out = NULL;
 			p->state = OUT_IDLE;
@@ -716,6 +780,12 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 		e->aborts = a->next;
 		free(a);
 	}
+	while (e->backoff) { /* retries were for the old epoch */
+		struct peer *p = e->backoff;
+		e->backoff = p->bnext;
+		p->bnext = NULL;
+		p->in_backoff = 0;
+	}
 	e->nbackoff = 0;
 	e->cfg.epoch = epoch;
 	/* survivors keep their links: each hears which epoch we are at now */
@@ -724,9 +794,8 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 	hpct__msg_hdr_encode(&h, msg);
 	for (int i = 0; i < 8; i++)
 		msg[HPCT_MSG_HDR_LEN + i] = (unsigned char)(epoch >> (56 - 8 * i));
-	for (int r = 0; r < e->cfg.size; r++) {
-		struct peer *p = &e->peers[r];
-		if (gone[r])
+	ENG_FOR_EACH_PEER(e, p) {
+		if (gone[p->rank])
 			continue;
 		if (p->state == OUT_BACKOFF || p->state == OUT_REFUSED || p->state == OUT_CLOSED) {
 			p->state = p->out ? p->state : OUT_IDLE; /* may connect anew */
@@ -746,7 +815,7 @@ void hpct__eng_stats(const struct hpct_engine *e, struct hpct_world_stats *s)
 {
 	*s = e->stats;
 	s->peers = 0;
-	for (int r = 0; r < e->cfg.size; r++)
-		if (e->peers[r].in || e->peers[r].state == OUT_READY)
+	ENG_FOR_EACH_PEER(e, p)
+		if (p->in || p->state == OUT_READY)
 			s->peers++;
 }

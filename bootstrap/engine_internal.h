@@ -31,7 +31,11 @@ struct qmsg {
 	unsigned char data[];
 };
 
+/* A peer the engine has had to do with: made on first use, so a rank's
+ * memory grows with the peers it talks to (O(log N) for the collectives),
+ * not with the world's size. */
 struct peer {
+	int rank;
 	struct econn *out, *in;
 	enum out_state state;
 	int ever_up;
@@ -45,6 +49,8 @@ struct peer {
 	char why[160];
 	char addr[HPCT_ADDRSTRLEN];
 	uint64_t epoch_told; /* the epoch it last said it is at over a kept link */
+	struct peer *bnext;  /* next on the engine's backoff list */
+	int in_backoff;      /* on that list (at most once) */
 };
 
 struct abort_rec {
@@ -56,9 +62,9 @@ struct abort_rec {
 struct hpct_engine {
 	struct hpct_engine_cfg cfg;
 	void *tctx;
-	struct peer *peers;
-	int *backoff; /* peers waiting to retry, each at most once */
-	int *backoff_tmp;
+	struct peer **ptab; /* open addressing by rank, no deletions; NULL slots */
+	unsigned pcap, pcount;
+	struct peer *backoff; /* peers waiting to retry, each at most once */
 	int nbackoff;
 	long nqueued; /* messages waiting in peer queues for a connection */
 	uint64_t rng;
@@ -77,7 +83,16 @@ struct hpct_engine {
 void eng_list_add(struct econn **list, struct econn *c);
 void eng_list_del(struct econn *c);
 
-void eng_schedule_retry(struct hpct_engine *e, int r, int err);
+/* The entry of rank r, made on first use; NULL only when out of memory. */
+struct peer *eng_peer(struct hpct_engine *e, int r);
+/* The entry of rank r if the engine has one, else NULL. */
+struct peer *eng_peer_find(const struct hpct_engine *e, int r);
+/* Every peer entry; the body must not make new ones. */
+#define ENG_FOR_EACH_PEER(e, p)                                     \
+	for (unsigned eng_i_ = 0; eng_i_ < (e)->pcap; eng_i_++)     \
+		for (struct peer *p = (e)->ptab[eng_i_]; p; p = NULL)
+
+void eng_schedule_retry(struct hpct_engine *e, struct peer *p, int err);
 /* Drops a peer's queued messages, counting them lost. */
 void eng_drop_queue(struct hpct_engine *e, struct peer *p);
 void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,

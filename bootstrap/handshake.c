@@ -43,6 +43,7 @@ void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size
 		return;
 	}
 	uint32_t reason = HPCT_REFUSE_NONE;
+	const struct peer *known = h.src < (uint32_t)e->cfg.size ? eng_peer_find(e, (int)h.src) : NULL;
 	if (h.job != e->cfg.job)
 		reason = HPCT_REFUSE_JOB;
 	else if (h.epoch != e->cfg.epoch)
@@ -53,15 +54,19 @@ void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size
 		reason = HPCT_REFUSE_RANK;
 	else if (h.src >= (uint32_t)e->cfg.size || h.src == (uint32_t)e->cfg.rank)
 		reason = HPCT_REFUSE_SRC;
-	else if (e->peers[h.src].in)
+	else if (known && known->in)
 		reason = HPCT_REFUSE_DUP;
 	if (reason) {
 		refuse(e, c, &h, reason);
 		drop_accepted(e, c);
 		return;
 	}
+	struct peer *p = eng_peer(e, (int)h.src);
+	if (!p) { /* no room to know it: as if it had not come */
+		drop_accepted(e, c);
+		return;
+	}
 	eng_list_del(c);
-	struct peer *p = &e->peers[h.src];
 	c->peer = (int)h.src;
 	p->in = c;
 	p->ever_up = 1;
@@ -87,7 +92,7 @@ void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size
  * is refused for good (unless ours was a pull, which carried nothing). */
 static void out_rejected(struct hpct_engine *e, struct econn *c)
 {
-	struct peer *p = &e->peers[c->peer];
+	struct peer *p = eng_peer_find(e, c->peer);
 	HPCT_INFO(HPCT_SUB_NET, "rank %d: rank %d at %s %s", e->cfg.rank, c->peer, p->addr, p->why);
 	eng_list_del(c);
 	p->out = NULL;
@@ -107,7 +112,7 @@ static void out_rejected(struct hpct_engine *e, struct econn *c)
 /* The answer to our HELLO. */
 void eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
-	struct peer *p = &e->peers[c->peer];
+	struct peer *p = eng_peer_find(e, c->peer);
 	struct hpct_hello h;
 	int rc = hpct__hello_decode(data, len, &h);
 	if (rc < 0 || h.type == HPCT_HELLO) {
@@ -154,11 +159,11 @@ void eng_expire_handshakes(struct hpct_engine *e)
 			continue;
 		/* something accepted and never answered: a stopped process, or
 		 * not hpct; try again until the caller's deadline */
-		struct peer *p = &e->peers[c->peer];
+		struct peer *p = eng_peer_find(e, c->peer);
 		eng_list_del(c);
 		p->out = NULL;
 		e->cfg.ops->close(c->t);
 		free(c);
-		eng_schedule_retry(e, (int)(p - e->peers), HPCT_ETIMEDOUT);
+		eng_schedule_retry(e, p, HPCT_ETIMEDOUT);
 	}
 }
