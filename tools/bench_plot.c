@@ -154,9 +154,13 @@ int bench_plot(const char *file, const struct plot_row *rows, int nrows, double 
 		            "set logscale xy\nset xlabel 'ranks (N)'\nset ylabel 'ms (log scale)'\n"
 		            "set key top left\n");
 		fprintf(fg, "set xrange [%g:%g]\n", minr / 1.3, maxr * 1.3);
+		/* powers of 2, spaced so that about 8 labels fit */
+		int step = 2;
+		while ((double)maxr / minr > 1.0 * step * step * step * step * step * step * step)
+			step *= 2;
 		fprintf(fg, "set xtics (");
-		for (int r = 1, first = 1; r <= maxr * 2; r *= 2)
-			if (r >= minr / 2) {
+		for (int r = 1, first = 1; r <= maxr * 2; r *= step)
+			if (r >= minr / step) {
 				fprintf(fg, "%s%d", first ? "" : ",", r);
 				first = 0;
 			}

@@ -17,6 +17,7 @@ struct record {
 	double done; /* CLOCK_MONOTONIC when the scenario's work finished */
 	int conns;   /* hpct connections opened + accepted by the rank */
 	int rc;
+	long msgs; /* hpct messages the rank sent (hpct_world_stats.msgs_sent) */
 };
 
 static inline double mono(void)
@@ -39,10 +40,18 @@ static inline int conns_of(hpct_world *w)
 	return (int)(st.conns_opened + st.conns_accepted);
 }
 
-/* Reports this rank's finish time and a connection count; 0 or 3. */
-static inline int report(int rc, int conns)
+static inline long msgs_of(hpct_world *w)
 {
-	struct record rec = { .done = mono(), .rc = rc, .conns = conns };
+	struct hpct_world_stats st;
+	if (!w || hpct_world_get_stats(w, &st) != 0)
+		return 0;
+	return (long)st.msgs_sent;
+}
+
+/* Reports this rank's finish time, a connection and a message count; 0 or 3. */
+static inline int report(int rc, int conns, long msgs)
+{
+	struct record rec = { .done = mono(), .rc = rc, .conns = conns, .msgs = msgs };
 	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
 		return 3;
 	return 0;
@@ -60,7 +69,7 @@ static inline void wait_release(void)
 /* Reports with a given connection count, then waits for the release. */
 static inline int settle_conns(int rc, int conns)
 {
-	if (report(rc, conns) != 0)
+	if (report(rc, conns, 0) != 0)
 		return 3;
 	wait_release();
 	return rc;
@@ -70,7 +79,7 @@ static inline int settle_conns(int rc, int conns)
  * report.  w may be NULL (joining failed). */
 static inline int settle(hpct_world *w, int rc)
 {
-	if (report(rc, conns_of(w)) != 0)
+	if (report(rc, conns_of(w), msgs_of(w)) != 0)
 		return 3;
 	wait_release();
 	return rc;

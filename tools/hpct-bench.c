@@ -59,6 +59,7 @@ struct result {
 	double ms[64];
 	int max_conns;
 	int repl_conns; /* restart --recovery inprocess: the replacements' */
+	long msgs;      /* hpct messages sent by all ranks in the last run (cold, gloo) */
 };
 
 static int ceil_log2(int n)
@@ -104,7 +105,7 @@ struct agent_msg {
 static int recover_rank(hpct_world *w)
 {
 	int rc = world_exercise(w);
-	if (report(rc, conns_of(w)) != 0 || rc)
+	if (report(rc, conns_of(w), msgs_of(w)) != 0 || rc)
 		return settle(w, rc);
 	struct agent_msg m;
 	ssize_t k;
@@ -156,6 +157,7 @@ struct batch {
 	int n, rep, rel; /* rep: read end of the reports; rel: write end of the release */
 	pid_t *pids;
 	int got, bad, max_conns;
+	long msgs;   /* messages the ranks reported sending */
 	double last; /* latest finish time reported */
 };
 
@@ -248,6 +250,7 @@ static void collect(struct batch *b)
 			b->bad++;
 		if (rec.done > b->last)
 			b->last = rec.done;
+		b->msgs += rec.msgs;
 		if (rec.conns > b->max_conns)
 			b->max_conns = rec.conns;
 	}
@@ -282,7 +285,7 @@ static void report_failure(const char *what, int rootless, const struct batch *b
 
 /* One run: N ranks on K loopback nodes; returns ms or -1. */
 static double run_once(const char *self, const char *scenario, int n, int nodes, int rootless,
-                       int port, int run_id, double timeout, int *max_conns)
+                       int port, int run_id, double timeout, int *max_conns, long *msgs)
 {
 	struct batch b;
 	double t0 = mono();
@@ -290,6 +293,7 @@ static double run_once(const char *self, const char *scenario, int n, int nodes,
 		return -1;
 	collect(&b);
 	*max_conns = b.max_conns;
+	*msgs = b.msgs;
 	double last = b.last;
 	if (finish(&b, 0) < 0) {
 		report_failure(scenario, rootless, &b, n);
@@ -554,7 +558,8 @@ static void usage(FILE *f)
 	           "                  [--repeat R] [--nodes K] [--json FILE] [--plot FILE.png]\n"
 	           "                  [--timeout S] [--port P] [--kill K] [--recovery full|inprocess]\n"
 	           "                  [--seed S]\n"
-	           "scenarios: cold, gloo, nccl-root, restart, kill-root\n");
+	           "scenarios: cold, gloo, nccl-root, restart, kill-root; and sim on its own\n"
+	           "(hpct-bench --scenario sim --help)\n");
 }
 
 #define MAX_SCENARIOS 8
@@ -577,7 +582,7 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0) {
 		fprintf(stderr,
 		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart or "
-		        "kill-root\n",
+		        "kill-root (sim runs on its own)\n",
 		        name);
 		return -1;
 	}
@@ -602,6 +607,32 @@ int main(int argc, char **argv)
 	if (argc == 3 && strcmp(argv[1], "--as-rank") == 0) {
 		const struct scenario *sc = find_scenario(argv[2]);
 		return sc && sc->rank ? bench_rank_main(sc->rank) : 2;
+	}
+	/* --scenario sim is a program of its own (it links libhpct's engine
+	 * from the internal archive): hand it the rest of the arguments */
+	for (int i = 1; i < argc; i++) {
+		int two = strcmp(argv[i], "--scenario") == 0 && i + 1 < argc;
+		if ((two && strcmp(argv[i + 1], "sim") == 0) ||
+		    strcmp(argv[i], "--scenario=sim") == 0) {
+			char prog[4096];
+			ssize_t pl = readlink("/proc/self/exe", prog, sizeof(prog) - 1);
+			if (pl <= 0)
+				return 1;
+			prog[pl] = 0;
+			char *slash = strrchr(prog, '/');
+			snprintf(slash + 1, sizeof(prog) - (size_t)(slash + 1 - prog),
+			         "hpct-bench-sim");
+			char **args = calloc((size_t)argc + 1, sizeof(char *));
+			int n = 0;
+			args[n++] = prog;
+			for (int j = 1; j < argc; j++)
+				if (j != i && !(two && j == i + 1))
+					args[n++] = argv[j];
+			execv(prog, args);
+			fprintf(stderr, "hpct-bench: --scenario sim: cannot run %s: %s\n", prog,
+			        strerror(errno));
+			return 2;
+		}
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
 	const char *recovery = "full", *plot = NULL;
@@ -741,6 +772,7 @@ int main(int argc, char **argv)
 				for (int p = 0; p < npaths; p++) {
 					struct result *r = &row[p];
 					int conns, repl = 0;
+					long msgs = 0;
 					/* each run its own ports: nothing lingers from the last */
 					int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
 					int rootless = strcmp(r->path, "rootless") == 0;
@@ -756,13 +788,14 @@ int main(int argc, char **argv)
 					                               inprocess && rootless, &conns,
 					                               &repl)
 					                : run_once(s->self, s->name, n, k, rootless, base,
-					                           run_id, timeout, &conns);
+					                           run_id, timeout, &conns, &msgs);
 					run_id++;
 					if (ms < 0) {
 						failed = 1;
 						continue;
 					}
 					r->ms[r->ok++] = ms;
+					r->msgs = msgs;
 					if (conns > r->max_conns)
 						r->max_conns = conns;
 					if (repl > r->repl_conns)
@@ -809,9 +842,9 @@ int main(int argc, char **argv)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
-			        "\"max_conns\":%d}",
+			        "\"max_conns\":%d,\"total_msgs\":%ld}",
 			        nrows ? "," : "", r->scenario, r->path, r->ranks, r->nodes, med,
-			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns);
+			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs);
 		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
 			                           .path = r->path,
 			                           .detail = recov ? detail : NULL,
