@@ -997,7 +997,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: hpct-bench --scenario sim --ranks N[,N..] [--seed S] [--cores P]\n"
 	           "                  [--work join|cold] [--spread MS] [--json FILE] [--no-check]\n"
-	           "                  [--model-from FILE.json] [--plot FILE.png]\n"
+	           "                  [--model-from FILE.json] [--plot FILE.png] [--latency US]\n"
 	           "(this is hpct-bench-sim; hpct-bench --scenario sim starts it)\n");
 }
 
@@ -1009,7 +1009,9 @@ int main(int argc, char **argv)
 	unsigned seed = 1;
 	double spread = 1e-3;
 	const char *json = NULL, *from = NULL, *plot = NULL;
+	double latency = -1; /* a network's one-way latency for the projections, s */
 	static const struct option opts[] = { { "model-from", required_argument, NULL, 'm' },
+		                              { "latency", required_argument, NULL, 'L' },
 		                              { "plot", required_argument, NULL, 'G' }, { "ranks", required_argument, NULL, 'n' },
 		                              { "seed", required_argument, NULL, 'S' },
 		                              { "cores", required_argument, NULL, 'c' },
@@ -1020,8 +1022,16 @@ int main(int argc, char **argv)
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "n:S:c:w:s:j:xm:G:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "n:S:c:w:s:j:xm:G:L:h", opts, NULL)) != -1) {
 		switch (c) {
+		case 'L':
+			latency = atof(optarg) * 1e-6;
+			if (latency <= 0) {
+				fprintf(stderr, "hpct-bench: --latency %s: want microseconds > 0\n",
+				        optarg);
+				return 2;
+			}
+			break;
 		case 'm':
 			from = optarg;
 			break;
@@ -1117,6 +1127,8 @@ int main(int argc, char **argv)
 	       M.c_wake * 1e6, M.c_conn * 1e6, M.c_fork * 1e6, M.c_start * 1e3);
 	struct model launch = M;
 	M.c_start = M.c_fork = 0; /* projections: ranks start within --spread */
+	if (latency > 0)
+		M.lat = latency;
 	hpct__clock = sim_clock;
 
 	FILE *jf = json ? fopen(json, "w") : NULL;
@@ -1130,9 +1142,10 @@ int main(int argc, char **argv)
 		        M.lat * 1e6, M.bw / 1e6, M.c_send * 1e6, M.c_recv * 1e6, M.c_wake * 1e6,
 		        M.c_conn * 1e6, launch.c_fork * 1e6, launch.c_start * 1e3,
 		        cold ? "cold" : "join", cores, seed);
-	printf("\nsim: %s, %s, ranks starting within %.1f ms (seed %u)\n",
+	printf("\nsim: %s, %s, ranks starting within %.1f ms (seed %u), one-way latency %.1f us%s\n",
 	       cold ? "cold (world allgather of 64 bytes + barrier)" : "join (world barrier)",
-	       cores ? "ranks sharing the cores given" : "one core per rank", spread * 1000, seed);
+	       cores ? "ranks sharing the cores given" : "one core per rank", spread * 1000, seed,
+	       M.lat * 1e6, latency > 0 ? " (--latency)" : "");
 	printf("%-9s %8s %13s %13s %13s %10s\n", "path", "ranks", "projected_ms", "busiest_msgs",
 	       "busiest_conns", "sim_s");
 	int bad = 0, rows = 0;
