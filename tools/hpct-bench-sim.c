@@ -12,8 +12,8 @@
  * against real runs.
  *
  * The standard path (a store on rank 0 that serialises every rank's
- * connection and requests, and sends each rank the others' items: N^2
- * bytes) and NCCL's root (N connections in, N reports, N connections out to
+ * connection and requests, and sends each rank the others' addresses: N^2
+ * bytes, since nothing is derived) and NCCL's root (N connections in, N reports, N connections out to
  * send each rank its ring neighbour) are modelled with the same parameters
  * as one process that does all of it in turn.
  *
@@ -636,13 +636,15 @@ static struct sim_result simulate(int n, unsigned seed, int cores, int cold, dou
 
 /* ------------------------------------------------- the modelled roots */
 
-/* The standard path: rank 0's store serves everyone in turn.  cold: each
- * rank connects and says hello, sets its item, fetches the N-1 others
- * ((N-1) x 64 bytes back), adds to the barrier count and waits for the
- * release; join: connect, hello, add, wait.  The store answers the fetches
- * and releases once the last rank has arrived.  With P shared cores the
- * ranks' own work competes with it (a bound: all CPU spread over P). */
-static struct sim_result std_model(int n, int cold, double spread, int cores, unsigned seed)
+/* The standard path: rank 0's store serves everyone in turn.  Each rank
+ * connects and says hello, sets its address (64 bytes), fetches the N-1
+ * others' ((N-1) x 64 bytes back: what a rank that derives nothing must
+ * learn, N^2 bytes through the store in all), adds to the barrier count and
+ * waits for the release.  This is also the cold scenario's allgather +
+ * barrier.  The store answers the fetches and releases once the last rank
+ * has arrived.  With P shared cores the ranks' own work competes with it (a
+ * bound: all CPU spread over P). */
+static struct sim_result std_model(int n, double spread, int cores, unsigned seed)
 {
 	struct sim_result res = { .n = n };
 	double t = 0, item = 64;
@@ -662,20 +664,21 @@ static struct sim_result std_model(int n, int cold, double spread, int cores, un
 		if (first < 0 || a < first)
 			first = a;
 		a += M.c_conn + M.lat; /* its connect reaches the store */
-		t = (t > a ? t : a) + M.c_conn + (cold ? 3 : 2) * req;
+		/* accept; hello, set and the barrier's add answered at once */
+		t = (t > a ? t : a) + M.c_conn + 3 * req;
 	}
-	/* the answers that waited for the last rank */
-	if (cold)
-		t += n * (req + (n - 1) * item / M.bw);
-	t += n * M.c_send + M.lat + M.c_wake + M.c_recv;
+	/* what waited for the last rank: the fetches and the releases */
+	t += n * (req + (n - 1) * item / M.bw) + n * req;
+	t += M.lat + M.c_wake + M.c_recv;
 	if (cores > 0) {
-		double cpu = n * (M.c_start + 2 * M.c_conn + (cold ? 5 : 3) * (2 * req + M.c_wake)) +
-		             (cold ? n * (n - 1) * item / M.bw : 0);
+		/* the ranks' own work shares the cores with the store */
+		double cpu = n * (M.c_start + 2 * M.c_conn + 5 * (2 * req + M.c_wake)) +
+		             n * (n - 1) * item / M.bw;
 		if (cpu / cores > t)
 			t = cpu / cores;
 	}
 	res.ms = (t - (first < 0 ? 0 : first)) * 1000;
-	res.busy_msgs = (long)n * (cold ? 5 : 3) * 2;
+	res.busy_msgs = 10L * n; /* 5 requests and 5 answers per rank */
 	res.busy_conns = n;
 	return res;
 }
@@ -1146,6 +1149,9 @@ int main(int argc, char **argv)
 	       cold ? "cold (world allgather of 64 bytes + barrier)" : "join (world barrier)",
 	       cores ? "ranks sharing the cores given" : "one core per rank", spread * 1000, seed,
 	       M.lat * 1e6, latency > 0 ? " (--latency)" : "");
+	printf("rootless: simulated; standard: modelled, one store serving N connections and every "
+	       "rank's\naddress to every rank (N^2 x 64 bytes); nccl-root: modelled, NCCL's root, N "
+	       "connections in, N out\n");
 	printf("%-9s %8s %13s %13s %13s %10s\n", "path", "ranks", "projected_ms", "busiest_msgs",
 	       "busiest_conns", "sim_s");
 	int bad = 0, rows = 0;
@@ -1155,7 +1161,7 @@ int main(int argc, char **argv)
 		hpct__clock = sim_clock;
 		struct sim_result r = simulate(ns[i], seed, cores, cold, spread);
 		double took = wall() - w0;
-		struct sim_result s = std_model(ns[i], cold, spread, cores, seed);
+		struct sim_result s = std_model(ns[i], spread, cores, seed);
 		struct sim_result q = nccl_model(ns[i], spread, seed);
 		if (r.failed) {
 			fprintf(stderr, "hpct-bench-sim: %d of %d simulated ranks did not finish\n",
@@ -1203,7 +1209,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 2; i++) {
 			hpct__clock = sim_clock;
 			struct sim_result r = simulate(cn[i], seed, 2, 1, 0);
-			struct sim_result s = std_model(cn[i], 1, 0, 2, seed);
+			struct sim_result s = std_model(cn[i], 0, 2, seed);
 			double model[2] = { r.ms, s.ms };
 			for (int p = 0; p < 2; p++) {
 				double err = real[i][p] > 0 ? (model[p] - real[i][p]) / real[i][p] * 100
