@@ -24,6 +24,10 @@ for s in cold restart kill-root; do
 		done
 	done
 done
+for s in restart kill-root; do
+	grep -Eq "^$s N=4: new connections, at most per survivor [0-9]+, per replacement [0-9]+; run by run \(survivor/replacement\): [0-9]+/[0-9]+\$" "$dir/out" ||
+		fail "no new-connection line for $s N=4: $(grep "^$s N=4" "$dir/out")"
+done
 grep -Eq '^\{"rtt_ms":0\.[0-9]+,' "$dir/r.json" || fail "no round trip in the JSON: $(head -c 80 "$dir/r.json")"
 grep -q "^plot written to $dir/r.png\$" "$dir/out" || fail "the plot was not announced"
 sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')

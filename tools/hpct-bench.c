@@ -59,6 +59,7 @@ struct result {
 	double ms[64];
 	int max_conns;
 	int repl_conns; /* restart --recovery inprocess: the replacements' */
+	int run_conns[64], run_repl[64]; /* the same, run by run */
 	long msgs;      /* hpct messages sent by all ranks in the last run (cold, gloo) */
 };
 
@@ -796,6 +797,8 @@ int main(int argc, char **argv)
 					}
 					r->ms[r->ok++] = ms;
 					r->msgs = msgs;
+					r->run_conns[r->ok - 1] = conns;
+					r->run_repl[r->ok - 1] = repl;
 					if (conns > r->max_conns)
 						r->max_conns = conns;
 					if (repl > r->repl_conns)
@@ -871,11 +874,15 @@ int main(int argc, char **argv)
 		       scens[si].name);
 		for (int i = 0; i < nres; i++)
 			if (res[i].ok && res[i].scenario == scens[si].name &&
-			    strcmp(res[i].path, "rootless") == 0)
+			    strcmp(res[i].path, "rootless") == 0) {
 				printf("%s N=%d: new connections, at most per survivor %d, per "
-				       "replacement %d\n",
+				       "replacement %d; run by run (survivor/replacement):",
 				       scens[si].name, res[i].ranks, res[i].max_conns,
 				       res[i].repl_conns);
+				for (int k = 0; k < res[i].ok; k++)
+					printf(" %d/%d", res[i].run_conns[k], res[i].run_repl[k]);
+				printf("\n");
+			}
 	}
 	if (rtt > 0)
 		printf("loopback TCP round trip between two processes: %.1f us (median of 200)\n",
