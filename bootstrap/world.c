@@ -104,6 +104,11 @@ static int start_rootless(struct hpct_world *w)
 		        "previous incarnation still running or another job using the same range",
 		        t->rank, w->listen_text, t->job_name, (unsigned long long)t->epoch,
 		        t->port_base, t->port_range);
+	const char *why = rc < 0 && ops->why ? ops->why() : NULL;
+	if (rc < 0 && why && *why)
+		return hpct__fail(rc == -ENODEV ? HPCT_EBADENV : rc, HPCT_SUB_INIT,
+		                  "rank %d: cannot listen on %s (HPCT_TRANSPORT=%s): %s", t->rank,
+		                  w->listen_text, tname, why);
 	if (rc < 0)
 		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: cannot listen on %s: %s", t->rank,
 		                  w->listen_text, hpct_strerror(rc));

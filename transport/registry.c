@@ -4,6 +4,9 @@
 
 static const struct hpct_transport_ops *const transports[] = {
 	&hpct_transport_tcp,
+#ifdef HPCT_HAVE_OFI
+	&hpct_transport_ofi,
+#endif
 };
 
 const struct hpct_transport_ops *hpct_transport_find(const char *name)
@@ -16,5 +19,9 @@ const struct hpct_transport_ops *hpct_transport_find(const char *name)
 
 const char *hpct_transport_names(void)
 {
+#ifdef HPCT_HAVE_OFI
+	return "tcp, ofi";
+#else
 	return "tcp";
+#endif
 }

@@ -79,6 +79,10 @@ struct hpct_transport_ops {
 	void (*close)(struct hpct_tconn *conn);
 	/* The remote address of a conn as text. */
 	void (*peer_name)(struct hpct_tconn *conn, char *buf, size_t len);
+	/* What the last failing call of this thread meant, in words naming the
+	 * culprit (provider, address), or ""; NULL when the transport's codes
+	 * say it all. */
+	const char *(*why)(void);
 };
 
 /* Transports by name ("tcp"); NULL when unknown. */
@@ -87,5 +91,8 @@ const struct hpct_transport_ops *hpct_transport_find(const char *name);
 const char *hpct_transport_names(void);
 
 extern const struct hpct_transport_ops hpct_transport_tcp;
+#ifdef HPCT_HAVE_OFI
+extern const struct hpct_transport_ops hpct_transport_ofi;
+#endif
 
 #endif
