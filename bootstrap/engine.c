@@ -568,6 +568,13 @@ int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
 	return rc;
 }
 
+int hpct__eng_self_name(struct hpct_engine *e, void *buf, size_t *len)
+{
+	if (!e->cfg.ops->self_name)
+		return -ENOTSUP;
+	return e->cfg.ops->self_name(e->tctx, buf, len);
+}
+
 int hpct__eng_peer_error(struct hpct_engine *e, int r)
 {
 	struct peer *p = eng_peer_find(e, r);

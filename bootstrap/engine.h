@@ -55,6 +55,10 @@ int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *l
  * seconds); then closes everything and frees the engine.  Accepts NULL. */
 void hpct__eng_destroy(struct hpct_engine *eng, double deadline, int flush_queued);
 
+/* This engine's endpoint name, for peers that cannot derive it (the
+ * transport's self_name); -ENOTSUP when its addresses are derivable. */
+int hpct__eng_self_name(struct hpct_engine *eng, void *buf, size_t *len);
+
 /* Sends header + payload to world rank dst, connecting first if need be
  * (the message waits in a queue meanwhile).  HPCT_EPEERDEAD / HPCT_EREFUSED
  * when the peer is known to be gone or refused us (not logged: the caller

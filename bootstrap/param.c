@@ -44,7 +44,13 @@ static const struct hpct_param params[] = {
 	{ "HPCT_SOCKET_IFNAME", HPCT_PT_STR, NULL,
 	  "interfaces to use, NCCL syntax: prefixes, ^ excludes, = exact (checked against the node "
 	  "address)" },
-	{ "HPCT_TRANSPORT", HPCT_PT_STR, "tcp", "transport of the rootless engine" },
+	{ "HPCT_TRANSPORT", HPCT_PT_STR, "tcp", "transport of the rootless engine: tcp or ofi" },
+	{ "HPCT_OFI_PROVIDER", HPCT_PT_STR, "tcp;ofi_rxm",
+	  "ofi: libfabric provider (one addressed by IP and port: tcp;ofi_rxm, net, sockets, "
+	  "udp;ofi_rxd)" },
+	{ "HPCT_OFI_EXCHANGE", HPCT_PT_BOOL, "0",
+	  "ofi: 1 exchanges endpoint names over TCP first (what providers with device-assigned "
+	  "addresses need), instead of deriving them" },
 	{ "HPCT_ALGO", HPCT_PT_STR, "tree",
 	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) or "
 	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },

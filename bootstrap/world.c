@@ -57,6 +57,84 @@ static int peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t
 	return 0;
 }
 
+/* HPCT_OFI_EXCHANGE: item of the name allgather: 2-byte length, the name */
+#define NAME_ITEM (2 + HPCT_RAW_ADDR_MAX)
+
+/* Peers' fabric addresses once exchanged: their endpoint names. */
+static int exchanged_peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *len,
+                               char *text, size_t textlen)
+{
+	struct hpct_world *w = arg;
+	const unsigned char *item = w->names + (size_t)rank * NAME_ITEM;
+	struct hpct_raw_addr *ra = (struct hpct_raw_addr *)ss;
+	memset(ss, 0, sizeof(*ss));
+	ra->family = AF_UNSPEC;
+	ra->len = (uint16_t)(item[0] << 8 | item[1]);
+	if (ra->len == 0 || ra->len > HPCT_RAW_ADDR_MAX)
+		return HPCT_EPROTO;
+	memcpy(ra->bytes, item + 2, ra->len);
+	*len = sizeof(*ss);
+	/* an IP provider's name is a sockaddr: say where it is */
+	sa_family_t fam;
+	memcpy(&fam, ra->bytes, sizeof(fam));
+	if (fam == AF_INET || fam == AF_INET6) {
+		struct sockaddr_storage in = { 0 };
+		memcpy(&in, ra->bytes, ra->len < sizeof(in) ? ra->len : sizeof(in));
+		hpct__addr_str((struct sockaddr *)&in, text, textlen);
+	} else {
+		snprintf(text, textlen, "an endpoint name of %u bytes", ra->len);
+	}
+	return 0;
+}
+
+/* The fabric endpoint where the provider puts it (port 0 here: the same
+ * as a device-assigned address), reached through exchanged names. */
+static int start_fabric(struct hpct_world *w, const struct hpct_transport_ops *ops,
+                        const struct hpct_engine_cfg *tcp_cfg, struct sockaddr_storage ss,
+                        socklen_t sl)
+{
+	struct hpct_engine_cfg cfg = *tcp_cfg;
+	cfg.ops = ops;
+	cfg.peer_addr = exchanged_peer_addr;
+	if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+	else
+		((struct sockaddr_in *)&ss)->sin_port = 0;
+	int rc = hpct__eng_create(&cfg, (struct sockaddr *)&ss, sl, &w->fabric_eng);
+	if (rc < 0) {
+		const char *why = ops->why ? ops->why() : "";
+		return hpct__fail(rc == -ENODEV ? HPCT_EBADENV : rc, HPCT_SUB_INIT,
+		                  "rank %d: cannot open the fabric endpoint (HPCT_TRANSPORT=ofi, "
+		                  "HPCT_OFI_EXCHANGE=1): %s",
+		                  w->topo.rank, why && *why ? why : hpct_strerror(rc));
+	}
+	return 0;
+}
+
+/* Every rank's fabric endpoint name to every rank, over the TCP engine,
+ * which then closes: the fabric engine carries everything after. */
+static int exchange_names(struct hpct_world *w)
+{
+	unsigned char mine[NAME_ITEM] = { 0 };
+	size_t len = HPCT_RAW_ADDR_MAX;
+	int rc = hpct__eng_self_name(w->fabric_eng, mine + 2, &len);
+	if (rc < 0)
+		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: the fabric endpoint has no name: %s",
+		                  w->topo.rank, hpct_strerror(rc));
+	mine[0] = (unsigned char)(len >> 8);
+	mine[1] = (unsigned char)len;
+	if (!(w->names = malloc((size_t)w->topo.size * NAME_ITEM)))
+		return HPCT_ENOMEM;
+	if ((rc = hpct__coll_allgather(&w->group, mine, NAME_ITEM, w->names)) != 0)
+		return rc; /* named by the allgather */
+	hpct__eng_destroy(w->eng, hpct__now() + w->topo.timeout_s, 1);
+	w->eng = w->fabric_eng;
+	w->fabric_eng = NULL;
+	HPCT_INFO(HPCT_SUB_INIT, "rank %d: fabric endpoint names exchanged; traffic moves to ofi",
+	          w->topo.rank);
+	return 0;
+}
+
 static int start_rootless(struct hpct_world *w)
 {
 	struct hpct_topo *t = &w->topo;
@@ -76,6 +154,16 @@ static int start_rootless(struct hpct_world *w)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
 		                  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)",
 		                  tname, hpct_transport_names());
+	int exchange = 0, set;
+	if (ops->self_name) {
+		int rc = hpct__env_bool(hpct__env_process(), "HPCT_OFI_EXCHANGE", &exchange, &set);
+		if (rc < 0)
+			return rc;
+	}
+	/* exchanging names: TCP first, at the derived address */
+	const struct hpct_transport_ops *fabric = ops;
+	if (exchange)
+		ops = &hpct_transport_tcp;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int rc = peer_addr(w, t->rank, &ss, &sl, w->listen_text, sizeof(w->listen_text));
@@ -113,9 +201,12 @@ static int start_rootless(struct hpct_world *w)
 		return hpct__fail(rc, HPCT_SUB_INIT, "rank %d: cannot listen on %s: %s", t->rank,
 		                  w->listen_text, hpct_strerror(rc));
 	HPCT_INFO(HPCT_SUB_INIT,
-	          "rootless: rank %d of %d listening on %s (node %d %s, job '%s', epoch %llu)",
-	          t->rank, t->size, w->listen_text, t->node, t->hosts[t->node], t->job_name,
+	          "rootless: rank %d of %d listening on %s over %s (node %d %s, job '%s', epoch "
+	          "%llu)",
+	          t->rank, t->size, w->listen_text, tname, t->node, t->hosts[t->node], t->job_name,
 	          (unsigned long long)t->epoch);
+	if (exchange)
+		return start_fabric(w, fabric, &cfg, ss, sl);
 	return 0;
 }
 
@@ -185,6 +276,10 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 	w->group.id = hpct__derive_world_group(t->job, t->epoch, t->size);
 	w->group.rank = t->rank;
 	w->group.size = t->size;
+	if (w->fabric_eng && (rc = exchange_names(w)) < 0) {
+		hpct_world_destroy(w);
+		return rc;
+	}
 	*world_out = w;
 	return 0;
 }
@@ -289,6 +384,8 @@ HPCT_API void hpct_world_destroy(struct hpct_world *w)
 	hpct__std_client_close(w->client);
 	hpct__std_server_stop(w->server, deadline);
 	free(w->nodes);
+	hpct__eng_destroy(w->fabric_eng, 0, 0);
+	free(w->names);
 	hpct__topo_free(&w->topo);
 	free(w);
 }

@@ -48,6 +48,10 @@ struct hpct_world {
 	struct hpct_group **children; /* groups created and not destroyed */
 	int nchildren, capchildren;
 	int any_failed;
+	/* HPCT_OFI_EXCHANGE: the fabric engine, until the names are exchanged
+	 * over eng (TCP), then it becomes eng; every rank's endpoint name */
+	struct hpct_engine *fabric_eng;
+	unsigned char *names;
 };
 
 static inline int hpct__group_world_rank(const struct hpct_group *g, int grank)

@@ -129,14 +129,15 @@ struct ofi_ctx {
 	struct fid_av *av;
 	struct fid_cq *cq;
 	struct fid_ep *ep;
-	struct sockaddr_storage self;
-	socklen_t self_len;
+	unsigned char name[HPCT_RAW_ADDR_MAX]; /* fi_getname: what a SYN carries */
+	size_t name_len;
 	struct ofi_conn **conns; /* by id - 1; NULL once forgotten */
 	uint32_t nconns;
 	size_t backlog; /* bytes queued on every conn, not yet taken by fi_send */
 	unsigned char *rxbuf;
 	struct {
-		struct sockaddr_storage sa;
+		unsigned char name[HPCT_RAW_ADDR_MAX];
+		size_t len;
 		fi_addr_t addr;
 	} *avs;
 	size_t navs, capavs;
@@ -174,6 +175,21 @@ static void sa_text(const struct sockaddr_storage *ss, char *buf, size_t len)
 {
 	char ip[INET6_ADDRSTRLEN] = "?";
 	unsigned port;
+	if (ss->ss_family == AF_UNSPEC) { /* a name: an IP provider's is a sockaddr */
+		const struct hpct_raw_addr *ra = (const struct hpct_raw_addr *)ss;
+		struct sockaddr_storage in = { 0 };
+		sa_family_t fam = AF_UNSPEC;
+		if (ra->len >= sizeof(fam))
+			memcpy(&fam, ra->bytes, sizeof(fam));
+		if ((fam == AF_INET && ra->len >= sizeof(struct sockaddr_in)) ||
+		    (fam == AF_INET6 && ra->len >= sizeof(struct sockaddr_in6))) {
+			memcpy(&in, ra->bytes, ra->len < sizeof(in) ? ra->len : sizeof(in));
+			sa_text(&in, buf, len);
+		} else {
+			snprintf(buf, len, "an endpoint name of %u bytes", ra->len);
+		}
+		return;
+	}
 	if (ss->ss_family == AF_INET6) {
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
 		port = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
@@ -185,11 +201,26 @@ static void sa_text(const struct sockaddr_storage *ss, char *buf, size_t len)
 	}
 }
 
-/* The fabric address of a peer's endpoint, inserted once. */
-static int av_of(struct ofi_ctx *x, const struct sockaddr_storage *sa, fi_addr_t *out)
+/* A peer's endpoint name: the bytes of a raw address, or of a sockaddr
+ * (what IP providers' names are). */
+static size_t name_of(const struct sockaddr_storage *ss, const unsigned char **bytes)
 {
+	if (ss->ss_family == AF_UNSPEC) {
+		const struct hpct_raw_addr *ra = (const struct hpct_raw_addr *)ss;
+		*bytes = ra->bytes;
+		return ra->len <= HPCT_RAW_ADDR_MAX ? ra->len : 0;
+	}
+	*bytes = (const unsigned char *)ss;
+	return sa_len(ss);
+}
+
+/* The fabric address of a peer's endpoint, inserted once. */
+static int av_of(struct ofi_ctx *x, const unsigned char *name, size_t len, fi_addr_t *out)
+{
+	if (len == 0 || len > HPCT_RAW_ADDR_MAX)
+		return -EINVAL;
 	for (size_t i = 0; i < x->navs; i++)
-		if (memcmp(&x->avs[i].sa, sa, sa_len(sa)) == 0) {
+		if (x->avs[i].len == len && memcmp(x->avs[i].name, name, len) == 0) {
 			*out = x->avs[i].addr;
 			return 0;
 		}
@@ -202,10 +233,10 @@ static int av_of(struct ofi_ctx *x, const struct sockaddr_storage *sa, fi_addr_t
 		x->capavs = cap;
 	}
 	fi_addr_t a;
-	if (fi_av_insert(x->av, sa, 1, &a, 0, NULL) != 1)
+	if (fi_av_insert(x->av, name, 1, &a, 0, NULL) != 1)
 		return -EHOSTUNREACH;
-	memset(&x->avs[x->navs].sa, 0, sizeof(x->avs[x->navs].sa));
-	memcpy(&x->avs[x->navs].sa, sa, sa_len(sa));
+	memcpy(x->avs[x->navs].name, name, len);
+	x->avs[x->navs].len = len;
 	x->avs[x->navs++].addr = a;
 	*out = a;
 	return 0;
@@ -319,7 +350,7 @@ static void emit(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_type ty
 		                  .len = len };
 	if (type == HPCT_TEV_ACCEPTED) {
 		ev.peer = (const struct sockaddr *)&c->peer;
-		ev.peer_len = sa_len(&c->peer);
+		ev.peer_len = sizeof(c->peer);
 	}
 	x->nev++;
 	x->cb(x->cbarg, &ev);
@@ -469,8 +500,12 @@ static int ofi_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 		         x->info->fabric_attr->prov_name, step, text, ferr(rc));
 		return rc == -FI_EADDRINUSE ? -EADDRINUSE : -EIO;
 	}
-	x->self = ss;
-	x->self_len = len;
+	x->name_len = sizeof(x->name);
+	if ((rc = fi_getname(&x->ep->fid, x->name, &x->name_len)) != 0) {
+		snprintf(why, sizeof(why), "provider %s: fi_getname: %s",
+		         x->info->fabric_attr->prov_name, ferr(rc));
+		return -EIO;
+	}
 	x->rxbuf = malloc((size_t)NRX * FRAG);
 	if (!x->rxbuf)
 		return -ENOMEM;
@@ -496,9 +531,11 @@ static int ofi_connect(void *arg, const struct sockaddr *addr, socklen_t len, vo
 		return -ENOMEM;
 	c->peer = ss;
 	c->base.user = user;
-	int rc = av_of(x, &ss, &c->addr);
+	const unsigned char *name;
+	size_t nlen = name_of(&ss, &name);
+	int rc = av_of(x, name, nlen, &c->addr);
 	if (rc == 0)
-		rc = enqueue(c, W_SYN, 0, 0, &x->self, sa_len(&x->self));
+		rc = enqueue(c, W_SYN, 0, 0, x->name, x->name_len);
 	if (rc < 0) {
 		conn_free(c);
 		return rc;
@@ -559,6 +596,18 @@ static void ofi_close(struct hpct_tconn *conn)
 	conn_free(c);
 }
 
+static int ofi_name(void *arg, void *buf, size_t *len)
+{
+	struct ofi_ctx *x = arg;
+	if (!x->ep)
+		return -ENOTCONN;
+	if (*len < x->name_len)
+		return -ENOSPC;
+	memcpy(buf, x->name, x->name_len);
+	*len = x->name_len;
+	return 0;
+}
+
 static void ofi_peer_name(struct hpct_tconn *conn, char *buf, size_t len)
 {
 	sa_text(&((struct ofi_conn *)conn)->peer, buf, len);
@@ -574,17 +623,18 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 	uint32_t dst = get32(m + 4), src = get32(m + 8), total = get32(m + 12);
 	const unsigned char *p = m + HDR;
 	size_t plen = len - HDR;
-	if (type == W_SYN) {
-		struct sockaddr_storage ss = { 0 };
-		if (plen < sizeof(struct sockaddr_in) || plen > sizeof(ss))
+	if (type == W_SYN) { /* its payload: the sender's endpoint name */
+		if (plen == 0 || plen > HPCT_RAW_ADDR_MAX)
 			return;
-		memcpy(&ss, p, plen);
 		struct ofi_conn *s = conn_new(x, O_OPEN);
 		if (!s)
 			return;
-		s->peer = ss;
+		struct hpct_raw_addr *ra = (struct hpct_raw_addr *)&s->peer;
+		ra->family = AF_UNSPEC;
+		ra->len = (uint16_t)plen;
+		memcpy(ra->bytes, p, plen);
 		s->peer_id = src;
-		if (av_of(x, &ss, &s->addr) < 0 || enqueue(s, W_SYNACK, 0, 0, NULL, 0) < 0) {
+		if (av_of(x, p, plen, &s->addr) < 0 || enqueue(s, W_SYNACK, 0, 0, NULL, 0) < 0) {
 			conn_free(s);
 			return;
 		}
@@ -796,4 +846,5 @@ const struct hpct_transport_ops hpct_transport_ofi = {
 	.close = ofi_close,
 	.peer_name = ofi_peer_name,
 	.why = ofi_why,
+	.self_name = ofi_name,
 };

@@ -17,6 +17,16 @@
  * -EMSGSIZE on send and close the connection (HPCT_EPROTO) on receive. */
 #define HPCT_TRANSPORT_MAX_MSG (256u << 20)
 
+/* An address that is not an IP and port: a provider's endpoint name (EFA,
+ * verbs), passed where a struct sockaddr is expected, in a sockaddr_storage
+ * whose family is AF_UNSPEC. */
+#define HPCT_RAW_ADDR_MAX 96
+struct hpct_raw_addr {
+	sa_family_t family; /* AF_UNSPEC */
+	uint16_t len;
+	unsigned char bytes[HPCT_RAW_ADDR_MAX];
+};
+
 /* Every transport's connection begins with this; `user` belongs to the
  * caller. */
 struct hpct_tconn {
@@ -83,6 +93,10 @@ struct hpct_transport_ops {
 	 * culprit (provider, address), or ""; NULL when the transport's codes
 	 * say it all. */
 	const char *(*why)(void);
+	/* This endpoint's own name as peers must be given it (an address to
+	 * exchange when it cannot be derived); NULL when addresses are IP and
+	 * port only.  0 or -errno (-ENOSPC when *len is too small). */
+	int (*self_name)(void *ctx, void *buf, size_t *len);
 };
 
 /* Transports by name ("tcp"); NULL when unknown. */

@@ -1,0 +1,202 @@
+/* What only the libfabric transport has (run with HPCT_TRANSPORT=ofi and
+ * IPATH_NO_BACKTRACE=1 from meson; the collectives and faults suites run
+ * over it too): an unknown provider is named; libfabric is loaded only when
+ * ofi is chosen; endpoint names exchanged over TCP first
+ * (HPCT_OFI_EXCHANGE=1, what EFA and verbs need) with every result checked
+ * and all traffic after on the fabric; a rank's memory stays small. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "hpct/hpct.h"
+
+TestSuite(ofi, .timeout = 120);
+
+struct cfg {
+	int n, nodes, port;
+	const char *transport, *provider, *exchange;
+};
+
+static void env_cb(int r, void *arg)
+{
+	struct cfg *c = arg;
+	ht_setenv_world(r, c->n, c->nodes, c->port, 1, 20);
+	setenv("HPCT_TRANSPORT", c->transport, 1);
+	if (c->provider)
+		setenv("HPCT_OFI_PROVIDER", c->provider, 1);
+	else
+		unsetenv("HPCT_OFI_PROVIDER");
+	if (c->exchange)
+		setenv("HPCT_OFI_EXCHANGE", c->exchange, 1);
+	else
+		unsetenv("HPCT_OFI_EXCHANGE");
+}
+
+/* 1 when this process has libfabric mapped. */
+static int fabric_loaded(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int found = 0;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, "libfabric") != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* Resident memory of this process, kB. */
+static long rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static int bad_provider_main(int r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	hpct_world *w = NULL;
+	int rc = hpct_world_create(&w);
+	if (rc != HPCT_EBADENV) {
+		fprintf(stderr, "got %s: %s\n", hpct_errname(rc), hpct_last_error());
+		hpct_world_destroy(w);
+		return 10;
+	}
+	if (!strstr(hpct_last_error(), "HPCT_OFI_PROVIDER=nonesuch")) {
+		fprintf(stderr, "not named: %s\n", hpct_last_error());
+		return 11;
+	}
+	return 0;
+}
+
+Test(ofi, unknown_provider_is_named)
+{
+	struct cfg c = { .n = 1, .nodes = 1, .port = hpct_test_ports(0), .transport = "ofi",
+		         .provider = "nonesuch" };
+	int code;
+	ht_spawn(1, env_cb, bad_provider_main, &c, 60, NULL, &code);
+	cr_expect_eq(code, 0, "exited %d", code);
+}
+
+/* A 1-rank world: libfabric mapped exactly when the transport is ofi. */
+static int loaded_main(int r, void *arg)
+{
+	(void)r;
+	struct cfg *c = arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0) {
+		fprintf(stderr, "%s\n", hpct_last_error());
+		return 2;
+	}
+	int want = strcmp(c->transport, "ofi") == 0, got = fabric_loaded();
+	hpct_world_destroy(w);
+	if (got != want) {
+		fprintf(stderr, "HPCT_TRANSPORT=%s: libfabric %s\n", c->transport,
+		        got ? "loaded" : "not loaded");
+		return 20;
+	}
+	return 0;
+}
+
+Test(ofi, libfabric_loaded_only_for_ofi)
+{
+	const char *which[2] = { "tcp", "ofi" };
+	for (int i = 0; i < 2; i++) {
+		struct cfg c = { .n = 1, .nodes = 1, .port = hpct_test_ports(1), .transport = which[i] };
+		int code;
+		ht_spawn(1, env_cb, loaded_main, &c, 60, NULL, &code);
+		cr_expect_eq(code, 0, "HPCT_TRANSPORT=%s: exited %d", which[i], code);
+	}
+}
+
+/* 1 when nothing listens at this rank's derived address (a TCP bind
+ * there succeeds, TIME_WAIT allowed). */
+static int derived_port_free(hpct_world *w, int r)
+{
+	char addr[HPCT_ADDRSTRLEN];
+	if (hpct_world_peer_addr(w, r, addr) != 0)
+		return 0;
+	char *colon = strrchr(addr, ':');
+	*colon = 0;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	inet_pton(AF_INET, addr, &a.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	/* connections it accepted may linger in TIME_WAIT; a listener may not */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Names exchanged over TCP during hpct_world_create, whose engine then
+ * closes: the fabric engine starts with nothing sent, and carries what
+ * follows.  Results checked; a rank stays within a few MB of fabric. */
+static int exchange_main(int r, void *arg)
+{
+	struct cfg *c = arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0) {
+		fprintf(stderr, "rank %d: %s\n", r, hpct_last_error());
+		return 2;
+	}
+	/* the TCP engine at the derived address is gone; the fabric endpoint
+	 * is where the provider put it */
+	if (!derived_port_free(w, r)) {
+		fprintf(stderr, "rank %d: something still listens at its derived address\n", r);
+		return 35;
+	}
+	struct hpct_world_stats st;
+	hpct_world_get_stats(w, &st);
+	if (st.msgs_sent != 0 || st.conns_opened + st.conns_accepted != 0) {
+		fprintf(stderr, "rank %d: the fabric engine had traffic before any collective\n", r);
+		return 30;
+	}
+	hpct_group *g = hpct_world_group(w);
+	int item = 1000 + r, all[64];
+	int rc = hpct_allgather(g, &item, sizeof(item), all);
+	for (int i = 0; i < c->n && rc == 0; i++)
+		if (all[i] != 1000 + i)
+			rc = 31;
+	if (rc == 0)
+		rc = hpct_barrier(g);
+	hpct_world_get_stats(w, &st);
+	long kb = rss_kb();
+	int loaded = fabric_loaded();
+	hpct_world_destroy(w);
+	if (rc) {
+		fprintf(stderr, "rank %d: %d %s\n", r, rc, hpct_last_error());
+		return 32;
+	}
+	if (st.msgs_sent == 0 || !loaded)
+		return 33; /* the collectives did not go over the fabric */
+	if (kb > 64 * 1024) {
+		fprintf(stderr, "rank %d: %ld kB resident\n", r, kb);
+		return 34;
+	}
+	return 0;
+}
+
+Test(ofi, names_exchanged_first_n8)
+{
+	struct cfg c = { .n = 8, .nodes = 2, .port = hpct_test_ports(2), .transport = "ofi",
+		         .exchange = "1" };
+	int codes[8];
+	int bad = ht_spawn(8, env_cb, exchange_main, &c, 90, NULL, codes);
+	cr_expect_eq(bad, 0, "%s", ht_describe(codes, 8));
+}
