@@ -135,6 +135,13 @@ static int exchange_names(struct hpct_world *w)
 	return 0;
 }
 
+HPCT_PRIVATE int hpct__transport_prepare(void)
+{
+	const char *tname = hpct__env_str(hpct__env_process(), "HPCT_TRANSPORT");
+	const struct hpct_transport_ops *ops = hpct_transport_find(tname ? tname : "tcp");
+	return ops && ops->prepare ? ops->prepare() : 0;
+}
+
 static int start_rootless(struct hpct_world *w)
 {
 	struct hpct_topo *t = &w->topo;

@@ -36,6 +36,11 @@ HPCT_PRIVATE void hpct__world_tell_failure(hpct_world *world, uint64_t group, co
 HPCT_PRIVATE int hpct__world_learn_failure(hpct_world *world, uint64_t group, double wait_s,
                                            char *buf, size_t len);
 
+/* What the transport HPCT_TRANSPORT names costs once per process, paid now
+ * (hpct-bench --gate: the time a rank takes to load libfabric is not the
+ * bootstrap's).  0 or -errno; unknown transports are named at join. */
+HPCT_PRIVATE int hpct__transport_prepare(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,18 @@ sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
 [ "$sig" = 89504e470d0a1a0a ] || fail "$dir/r.png is not a PNG (starts $sig)"
 [ "$(wc -c <"$dir/r.png")" -gt 10000 ] || fail "$dir/r.png is too small to hold the plot"
 
+# --gate and --transport: the rows name the transport, with resident memory
+"$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 21000 \
+	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"
+for n in 2 4; do
+	grep -Eq "^cold +tcp +$n +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+\.[0-9]\$" "$dir/gate.out" ||
+		fail "no gated tcp row for N=$n: $(cat "$dir/gate.out")"
+done
+if "$bench" --scenario cold --transport udp --ranks 2 >/dev/null 2>"$dir/err5"; then
+	fail "--transport udp was accepted"
+fi
+grep -q "transport udp: want tcp and/or ofi" "$dir/err5" || fail "not named: $(cat "$dir/err5")"
+
 # an unknown scenario in the list is named, nothing runs
 if "$bench" --scenario cold,bogus --ranks 2 >"$dir/out2" 2>"$dir/err2"; then
 	fail "an unknown scenario was accepted"

@@ -7,6 +7,7 @@
 #define HPCT_BENCH_RANK_H
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@ struct record {
 	int conns;   /* hpct connections opened + accepted by the rank */
 	int rc;
 	long msgs; /* hpct messages the rank sent (hpct_world_stats.msgs_sent) */
+	long rss_kb; /* the rank's resident memory when it reported */
 };
 
 static inline double mono(void)
@@ -48,10 +50,26 @@ static inline long msgs_of(hpct_world *w)
 	return (long)st.msgs_sent;
 }
 
-/* Reports this rank's finish time, a connection and a message count; 0 or 3. */
+static inline long rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* Reports this rank's finish time, a connection and a message count, and
+ * its resident memory; 0 or 3. */
 static inline int report(int rc, int conns, long msgs)
 {
-	struct record rec = { .done = mono(), .rc = rc, .conns = conns, .msgs = msgs };
+	double done = mono();
+	struct record rec = { .done = done, .rc = rc, .conns = conns, .msgs = msgs,
+		              .rss_kb = rss_kb() };
 	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
 		return 3;
 	return 0;
@@ -85,9 +103,28 @@ static inline int settle(hpct_world *w, int rc)
 	return rc;
 }
 
+int hpct__transport_prepare(void); /* libhpct, private */
+
+/* --gate: pays the transport's one-time cost, says so, and waits until the
+ * launcher lets every rank go at once (EOF on the gate pipe). */
+static inline void pass_gate(void)
+{
+	const char *ready = getenv("HPCT_BENCH_READY_FD"), *gate = getenv("HPCT_BENCH_GATE_FD");
+	if (!ready || !gate)
+		return;
+	hpct__transport_prepare();
+	char c = 'r';
+	if (write(atoi(ready), &c, 1) != 1)
+		return;
+	close(atoi(ready));
+	while (read(atoi(gate), &c, 1) < 0 && errno == EINTR)
+		;
+}
+
 /* Joins the world and runs one scenario's rank function. */
 static inline int bench_rank_main(int (*rank)(hpct_world *w))
 {
+	pass_gate();
 	hpct_world *w = NULL;
 	int rc = hpct_world_create(&w);
 	if (rc == 0)

@@ -52,6 +52,13 @@
 
 #define MAX_LIST 16
 
+/* The rootless engine's transport for the ranks launched next (HPCT_TRANSPORT),
+ * or NULL for the default. */
+static const char *bench_transport;
+/* --gate: ranks start their timed work together, once every one of them has
+ * started and paid its transport's one-time cost (loading libfabric) */
+static int bench_gate;
+
 struct result {
 	const char *scenario;
 	const char *path;
@@ -61,6 +68,7 @@ struct result {
 	int repl_conns; /* restart --recovery inprocess: the replacements' */
 	int run_conns[64], run_repl[64]; /* the same, run by run */
 	long msgs;      /* hpct messages sent by all ranks in the last run (cold, gloo) */
+	long max_rss;   /* largest resident memory of a rank, kB */
 };
 
 static int ceil_log2(int n)
@@ -158,7 +166,9 @@ struct batch {
 	int n, rep, rel; /* rep: read end of the reports; rel: write end of the release */
 	pid_t *pids;
 	int got, bad, max_conns;
+	int ready, gate; /* --gate: read end of "started", write end of "go"; else -1 */
 	long msgs;   /* messages the ranks reported sending */
+	long max_rss; /* the largest resident memory a rank reported, kB */
 	double last; /* latest finish time reported */
 };
 
@@ -180,7 +190,10 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
                         const int *only, int nonly)
 {
 	memset(b, 0, sizeof(*b));
-	int pfd[2], rel[2];
+	b->ready = b->gate = -1;
+	int pfd[2], rel[2], rdy[2] = { -1, -1 }, go[2] = { -1, -1 };
+	if (bench_gate && (pipe(rdy) < 0 || pipe2(go, O_CLOEXEC) < 0 || fcntl(go[0], F_SETFD, 0) < 0))
+		return -1;
 	if (pipe(pfd) < 0)
 		return -1;
 	/* only the read end of the release pipe reaches the ranks */
@@ -204,9 +217,22 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 	setenv("HPCT_JOB_ID", buf, 1);
 	setenv_int("HPCT_EPOCH", epoch);
 	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
+	if (bench_transport) {
+		setenv("HPCT_TRANSPORT", bench_transport, 1);
+		setenv("IPATH_NO_BACKTRACE", "1", 0); /* libfabric's libinfinipath */
+	} else {
+		unsetenv("HPCT_TRANSPORT");
+	}
 	setenv_int("HPCT_TIMEOUT", (long)timeout);
 	setenv_int("HPCT_BENCH_FD", pfd[1]);
 	setenv_int("HPCT_BENCH_RELEASE_FD", rel[0]);
+	if (bench_gate) {
+		setenv_int("HPCT_BENCH_READY_FD", rdy[1]);
+		setenv_int("HPCT_BENCH_GATE_FD", go[0]);
+	} else {
+		unsetenv("HPCT_BENCH_READY_FD");
+		unsetenv("HPCT_BENCH_GATE_FD");
+	}
 	unsetenv("LOCAL_WORLD_SIZE");
 
 	b->pids = calloc((size_t)nonly, sizeof(*b->pids));
@@ -232,6 +258,12 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 	}
 	close(pfd[1]);
 	close(rel[0]);
+	if (bench_gate) {
+		close(rdy[1]);
+		close(go[0]);
+		b->ready = rdy[0];
+		b->gate = go[1];
+	}
 	b->n = launched;
 	b->rep = pfd[0];
 	b->rel = rel[1];
@@ -252,6 +284,8 @@ static void collect(struct batch *b)
 		if (rec.done > b->last)
 			b->last = rec.done;
 		b->msgs += rec.msgs;
+		if (rec.rss_kb > b->max_rss)
+			b->max_rss = rec.rss_kb;
 		if (rec.conns > b->max_conns)
 			b->max_conns = rec.conns;
 	}
@@ -286,15 +320,25 @@ static void report_failure(const char *what, int rootless, const struct batch *b
 
 /* One run: N ranks on K loopback nodes; returns ms or -1. */
 static double run_once(const char *self, const char *scenario, int n, int nodes, int rootless,
-                       int port, int run_id, double timeout, int *max_conns, long *msgs)
+                       int port, int run_id, double timeout, int *max_conns, long *msgs,
+                       long *max_rss)
 {
 	struct batch b;
 	double t0 = mono();
 	if (launch(&b, self, scenario, n, nodes, rootless, port, run_id, 0, timeout) < 0)
 		return -1;
+	if (b.gate >= 0) { /* every rank started and ready: all go at once */
+		char c;
+		for (int k = 0; k < b.n && read(b.ready, &c, 1) == 1; k++)
+			;
+		close(b.ready);
+		t0 = mono();
+		close(b.gate);
+	}
 	collect(&b);
 	*max_conns = b.max_conns;
 	*msgs = b.msgs;
+	*max_rss = b.max_rss;
 	double last = b.last;
 	if (finish(&b, 0) < 0) {
 		report_failure(scenario, rootless, &b, n);
@@ -558,7 +602,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: hpct-bench --scenario S[,S..] --ranks N[,N..] [--path rootless,standard]\n"
 	           "                  [--repeat R] [--nodes K] [--json FILE] [--plot FILE.png]\n"
 	           "                  [--timeout S] [--port P] [--kill K] [--recovery full|inprocess]\n"
-	           "                  [--seed S]\n"
+	           "                  [--seed S] [--transport tcp,ofi] [--gate]\n"
 	           "scenarios: cold, gloo, nccl-root, restart, kill-root; and sim on its own\n"
 	           "(hpct-bench --scenario sim --help)\n");
 }
@@ -636,7 +680,7 @@ int main(int argc, char **argv)
 		}
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
-	const char *recovery = "full", *plot = NULL;
+	const char *recovery = "full", *plot = NULL, *transports = NULL;
 	int kills = 1;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
@@ -648,6 +692,8 @@ int main(int argc, char **argv)
 		                              { "nodes", required_argument, NULL, 'k' },
 		                              { "json", required_argument, NULL, 'j' },
 		                              { "plot", required_argument, NULL, 'G' },
+		                              { "transport", required_argument, NULL, 'T' },
+		                              { "gate", no_argument, NULL, 'g' },
 		                              { "timeout", required_argument, NULL, 't' },
 		                              { "port", required_argument, NULL, 'P' },
 		                              { "kill", required_argument, NULL, 'K' },
@@ -656,8 +702,14 @@ int main(int argc, char **argv)
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:t:P:K:R:S:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:h", opts, NULL)) != -1) {
 		switch (c) {
+		case 'g':
+			bench_gate = 1;
+			break;
+		case 'T':
+			transports = optarg;
+			break;
 		case 's':
 			scenario_arg = optarg;
 			break;
@@ -742,12 +794,27 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	const char *path_names[2];
+	/* a path, or with --transport the rootless path over each transport */
+	const char *path_names[2], *path_transport[2] = { NULL, NULL };
 	int npaths = 0;
-	if (strstr(paths, "rootless"))
-		path_names[npaths++] = "rootless";
-	if (strstr(paths, "standard"))
-		path_names[npaths++] = "standard";
+	if (transports) {
+		char *tl = strdup(transports), *tsave = NULL;
+		for (char *t = strtok_r(tl, ",", &tsave); t; t = strtok_r(NULL, ",", &tsave)) {
+			if ((strcmp(t, "tcp") != 0 && strcmp(t, "ofi") != 0) || npaths == 2) {
+				fprintf(stderr, "hpct-bench: --transport %s: want tcp and/or ofi\n",
+				        transports);
+				return 2;
+			}
+			path_transport[npaths] = strcmp(t, "tcp") == 0 ? "tcp" : "ofi";
+			path_names[npaths] = path_transport[npaths];
+			npaths++;
+		}
+	} else {
+		if (strstr(paths, "rootless"))
+			path_names[npaths++] = "rootless";
+		if (strstr(paths, "standard"))
+			path_names[npaths++] = "standard";
+	}
 	if (npaths == 0) {
 		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard\n", paths);
 		return 2;
@@ -773,10 +840,11 @@ int main(int argc, char **argv)
 				for (int p = 0; p < npaths; p++) {
 					struct result *r = &row[p];
 					int conns, repl = 0;
-					long msgs = 0;
+					long msgs = 0, rss = 0;
+					bench_transport = path_transport[p];
 					/* each run its own ports: nothing lingers from the last */
 					int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
-					int rootless = strcmp(r->path, "rootless") == 0;
+					int rootless = strcmp(r->path, "standard") != 0;
 					double ms =
 					        s->nccl_root
 					                ? nccl_root_once(n, rootless,
@@ -789,7 +857,7 @@ int main(int argc, char **argv)
 					                               inprocess && rootless, &conns,
 					                               &repl)
 					                : run_once(s->self, s->name, n, k, rootless, base,
-					                           run_id, timeout, &conns, &msgs);
+					                           run_id, timeout, &conns, &msgs, &rss);
 					run_id++;
 					if (ms < 0) {
 						failed = 1;
@@ -797,6 +865,8 @@ int main(int argc, char **argv)
 					}
 					r->ms[r->ok++] = ms;
 					r->msgs = msgs;
+					if (rss > r->max_rss)
+						r->max_rss = rss;
 					r->run_conns[r->ok - 1] = conns;
 					r->run_repl[r->ok - 1] = repl;
 					if (conns > r->max_conns)
@@ -815,8 +885,9 @@ int main(int argc, char **argv)
 	         inprocess ? "in-process" : "full");
 	struct plot_row *rows = calloc((size_t)nres, sizeof(*rows));
 	int nrows = 0;
-	printf("%-9s %-9s %6s %6s %7s %10s %10s %10s %10s %10s\n", "scenario", "path", "ranks",
-	       "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns", "conn_bound");
+	printf("%-9s %-9s %6s %6s %7s %10s %10s %10s %10s %10s %11s\n", "scenario", "path", "ranks",
+	       "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns", "conn_bound",
+	       "max_rss_mb");
 	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (json && !jf)
 		fprintf(stderr, "hpct-bench: cannot write %s: %s\n", json, strerror(errno));
@@ -835,19 +906,22 @@ int main(int argc, char **argv)
 		double med = r->ok % 2 ? r->ms[r->ok / 2]
 		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
 		char bound[16] = "-";
-		if (strcmp(r->path, "rootless") == 0)
+		if (strcmp(r->path, "standard") != 0)
 			snprintf(bound, sizeof(bound), "%d",
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
-		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s\n", r->scenario,
+		char rss[16] = "-";
+		if (r->max_rss > 0)
+			snprintf(rss, sizeof(rss), "%.1f", r->max_rss / 1024.0);
+		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s %11s\n", r->scenario,
 		       r->path, r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1],
-		       r->max_conns, bound);
+		       r->max_conns, bound, rss);
 		if (jf)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
-			        "\"max_conns\":%d,\"total_msgs\":%ld}",
+			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld}",
 			        nrows ? "," : "", r->scenario, r->path, r->ranks, r->nodes, med,
-			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs);
+			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs, r->max_rss);
 		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
 			                           .path = r->path,
 			                           .detail = recov ? detail : NULL,
@@ -864,8 +938,9 @@ int main(int argc, char **argv)
 	if (npaths == 2)
 		for (int i = 0; i < nres; i += 2)
 			if (res[i].ok && res[i + 1].ok)
-				printf("%s N=%d: standard/rootless median ratio %.2f\n",
-				       res[i].scenario, res[i].ranks, res[i + 1].ms[0] / res[i].ms[0]);
+				printf("%s N=%d: %s/%s median ratio %.2f\n", res[i].scenario,
+				       res[i].ranks, res[i + 1].path, res[i].path,
+				       res[i + 1].ms[0] / res[i].ms[0]);
 	for (int si = 0; si < nscens; si++) {
 		if (!scens[si].restart || !inprocess)
 			continue;
@@ -874,7 +949,7 @@ int main(int argc, char **argv)
 		       scens[si].name);
 		for (int i = 0; i < nres; i++)
 			if (res[i].ok && res[i].scenario == scens[si].name &&
-			    strcmp(res[i].path, "rootless") == 0) {
+			    strcmp(res[i].path, "standard") != 0) {
 				printf("%s N=%d: new connections, at most per survivor %d, per "
 				       "replacement %d; run by run (survivor/replacement):",
 				       scens[si].name, res[i].ranks, res[i].max_conns,

@@ -70,6 +70,13 @@ static int load(void)
 	if (lib.tried)
 		return lib.ok ? 0 : -ENOENT;
 	lib.tried = 1;
+	/* read once, at libfabric's first fi_getinfo: rxm's defaults take
+	 * ~90 MB per endpoint, a bootstrap needs a few (a user's values stay) */
+	setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
+	setenv("FI_OFI_RXM_RX_SIZE", "64", 0);
+	setenv("FI_OFI_RXM_TX_SIZE", "64", 0);
+	setenv("FI_TCP_RX_SIZE", "64", 0);
+	setenv("FI_TCP_TX_SIZE", "64", 0);
 	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		snprintf(why, sizeof(why),
@@ -383,6 +390,29 @@ static void fail_conn(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_ty
 
 /* ------------------------------------------------------------ ops */
 
+/* libfabric initialises every provider it was built with on its first
+ * fi_getinfo (Debian's: ~0.1 s of CPU, reading /proc/kallsyms for verbs),
+ * and loading it runs libinfinipath's timer calibration (~0.2 s asleep). */
+static int ofi_prepare(void)
+{
+	why[0] = 0;
+	int rc = load();
+	if (rc < 0)
+		return rc;
+	struct fi_info *hints = lib.dupinfo(NULL), *info = NULL;
+	if (!hints)
+		return -ENOMEM;
+	hints->caps = FI_MSG;
+	hints->ep_attr->type = FI_EP_RDM;
+	const char *prov = getenv("HPCT_OFI_PROVIDER");
+	hints->fabric_attr->prov_name = strdup(prov && *prov ? prov : "tcp;ofi_rxm");
+	rc = lib.getinfo(FI_VERSION(1, 5), NULL, NULL, 0, hints, &info);
+	lib.freeinfo(hints);
+	if (info)
+		lib.freeinfo(info);
+	return 0; /* an unknown provider is named when the endpoint is made */
+}
+
 static int ofi_create(void **ctx_out)
 {
 	why[0] = 0;
@@ -449,12 +479,6 @@ static int ofi_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 	const char *prov = getenv("HPCT_OFI_PROVIDER");
 	if (!prov || !*prov)
 		prov = "tcp;ofi_rxm";
-	/* rxm's defaults take ~90 MB per endpoint; a bootstrap needs a few */
-	setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
-	setenv("FI_OFI_RXM_RX_SIZE", "64", 0);
-	setenv("FI_OFI_RXM_TX_SIZE", "64", 0);
-	setenv("FI_TCP_RX_SIZE", "64", 0);
-	setenv("FI_TCP_TX_SIZE", "64", 0);
 	if (ss.ss_family == AF_INET6)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
 	else
@@ -847,4 +871,5 @@ const struct hpct_transport_ops hpct_transport_ofi = {
 	.peer_name = ofi_peer_name,
 	.why = ofi_why,
 	.self_name = ofi_name,
+	.prepare = ofi_prepare,
 };

@@ -97,6 +97,10 @@ struct hpct_transport_ops {
 	 * exchange when it cannot be derived); NULL when addresses are IP and
 	 * port only.  0 or -errno (-ENOSPC when *len is too small). */
 	int (*self_name)(void *ctx, void *buf, size_t *len);
+	/* Pays what the transport costs once per process (loading a library,
+	 * initialising its providers) ahead of the first create; NULL when
+	 * there is nothing to pay.  0 or -errno. */
+	int (*prepare)(void);
 };
 
 /* Transports by name ("tcp"); NULL when unknown. */
