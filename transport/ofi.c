@@ -75,6 +75,8 @@ static int load(void)
 	setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
 	setenv("FI_OFI_RXM_RX_SIZE", "64", 0);
 	setenv("FI_OFI_RXM_TX_SIZE", "64", 0);
+	setenv("FI_OFI_RXM_MSG_TX_SIZE", "16", 0); /* per peer connection */
+	setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
 	setenv("FI_TCP_RX_SIZE", "64", 0);
 	setenv("FI_TCP_TX_SIZE", "64", 0);
 	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
