@@ -200,3 +200,48 @@ Test(ofi, names_exchanged_first_n8)
 	int bad = ht_spawn(8, env_cb, exchange_main, &c, 90, NULL, codes);
 	cr_expect_eq(bad, 0, "%s", ht_describe(codes, 8));
 }
+
+/* Messages of many fragments (a 20000-byte item per rank gathered by all,
+ * a 1 MB broadcast): pieces of large and small fabric messages overtake
+ * each other in the provider and must still be put together in order. */
+static int large_main(int r, void *arg)
+{
+	struct cfg *c = arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0) {
+		fprintf(stderr, "rank %d: %s\n", r, hpct_last_error());
+		return 2;
+	}
+	hpct_group *g = hpct_world_group(w);
+	enum { ITEM = 20000, BIG = 1 << 20 };
+	unsigned char *item = malloc(ITEM), *all = malloc((size_t)ITEM * c->n), *big = malloc(BIG);
+	for (int i = 0; i < ITEM; i++)
+		item[i] = (unsigned char)(r * 31 + i * 7);
+	int rc = hpct_allgather(g, item, ITEM, all);
+	for (int k = 0; k < c->n && rc == 0; k++)
+		for (int i = 0; i < ITEM && rc == 0; i++)
+			if (all[(size_t)k * ITEM + i] != (unsigned char)(k * 31 + i * 7))
+				rc = 40;
+	for (int i = 0; i < BIG; i++)
+		big[i] = r == 1 ? (unsigned char)(i * 13 + i / 4096) : 0;
+	if (rc == 0)
+		rc = hpct_broadcast(g, big, BIG, 1);
+	for (int i = 0; i < BIG && rc == 0; i++)
+		if (big[i] != (unsigned char)(i * 13 + i / 4096))
+			rc = 41;
+	if (rc)
+		fprintf(stderr, "rank %d: %d %s\n", r, rc, rc < 0 ? hpct_last_error() : "bad bytes");
+	free(item);
+	free(all);
+	free(big);
+	hpct_world_destroy(w);
+	return rc ? 42 : 0;
+}
+
+Test(ofi, large_messages_in_pieces_n4)
+{
+	struct cfg c = { .n = 4, .nodes = 2, .port = hpct_test_ports(3), .transport = "ofi" };
+	int codes[4];
+	int bad = ht_spawn(4, env_cb, large_main, &c, 90, NULL, codes);
+	cr_expect_eq(bad, 0, "%s", ht_describe(codes, 4));
+}

@@ -7,14 +7,18 @@
  * cost.  HPCT_OFI_PROVIDER picks the provider (default "tcp;ofi_rxm"; any
  * provider addressed by IP and port: net, sockets, "udp;ofi_rxd").
  *
- * Connections are emulated with a 16-byte header on every fabric message:
- * SYN (carries the sender's address, so the peer can answer), SYNACK, DATA
- * (messages longer than a fragment are cut and put together again in
- * order), FIN and PING.  A peer not up yet makes fi_send say -FI_EAGAIN;
+ * Connections are emulated with a 24-byte header on every fabric message:
+ * SYN (carries the sender's endpoint name, so the peer can answer), SYNACK,
+ * DATA, FIN and PING.  A DATA fragment says which message of its conn it
+ * belongs to and where in it: providers do not keep order between a large
+ * message (rxm's rendezvous) and a small one sent after it, so fragments
+ * are put together wherever they land and messages handed on in the order
+ * they were sent; a FIN says how many came before it.  A peer not up yet makes fi_send say -FI_EAGAIN;
  * such sends are retried from progress(), and a SYN refused that way for
  * SYN_REFUSED_AFTER is a refused connection (the engine backs off).  A peer
- * that died is found by the sends to it failing for DEAD_AFTER; a waiting
- * side pings a silent peer to learn it.  Completions are waited for on the
+ * that died is found by the sends to it failing for DEAD_AFTER with none of
+ * them completing and nothing heard from it; a waiting side pings a silent
+ * peer to learn it.  Completions are waited for on the
  * completion queue's wait object: no busy polling. */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -35,9 +39,11 @@
 #include "hpct/hpct.h"
 #include "transport.h"
 
-#define FRAG              (16 * 1024) /* largest fabric message, header included */
+#define FRAG              768 /* largest fabric message, header included: under rxm's
+                                 * eager limit (FI_OFI_RXM_BUFFER_SIZE 1024 less its header),
+                                 * so nothing waits on a rendezvous */
 #define NRX               32          /* receives kept posted */
-#define HDR               16
+#define HDR               24
 #define SYN_REFUSED_AFTER 0.05 /* s of -FI_EAGAIN on a SYN: nobody listens there */
 #define DEAD_AFTER        0.5  /* s of failing sends to an open peer: it is gone */
 #define PING_AFTER        0.1  /* s of silence from a peer we wait on: ask */
@@ -127,8 +133,16 @@ struct ofi_conn {
 	struct op *held;          /* messages sent before the peer answered */
 	double failing_since;     /* fi_send of the head refused since, or 0 */
 	double last_heard, last_ping;
-	unsigned char *rx; /* a message being put together */
-	size_t rx_len, rx_got;
+	uint32_t tx_seq;    /* messages sent on it */
+	uint32_t rx_next;   /* the next message to hand on (from 1) */
+	uint32_t fin_after; /* a FIN came after this many messages; 0: none */
+	struct part *parts; /* messages being put together */
+};
+
+struct part {
+	struct part *next;
+	uint32_t seq, total, got;
+	unsigned char data[];
 };
 
 struct ofi_ctx {
@@ -272,6 +286,7 @@ static struct ofi_conn *conn_new(struct ofi_ctx *x, enum ostate st)
 	c->id = x->nconns;
 	c->state = st;
 	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
+	c->rx_next = 1;
 	c->last_heard = now_s();
 	return c;
 }
@@ -295,14 +310,18 @@ static void drop_queue(struct ofi_conn *c)
 static void conn_free(struct ofi_conn *c)
 {
 	drop_queue(c);
-	free(c->rx);
+	for (struct part *q = c->parts, *n; q; q = n) {
+		n = q->next;
+		free(q);
+	}
 	c->ctx->conns[c->id - 1] = NULL;
 	free(c);
 }
 
-/* One fabric message of a conn: header, then payload bytes. */
-static struct op *make_op(struct ofi_conn *c, int type, int first, uint32_t total,
-                          const void *data, size_t len)
+/* One fabric message of a conn: header (type, ids, the message's number,
+ * its length and this piece's offset), then payload bytes. */
+static struct op *make_op(struct ofi_conn *c, int type, uint32_t seq, uint32_t total,
+                          uint32_t off, const void *data, size_t len)
 {
 	struct op *o = malloc(sizeof(*o) + HDR + len);
 	if (!o)
@@ -311,21 +330,22 @@ static struct op *make_op(struct ofi_conn *c, int type, int first, uint32_t tota
 	o->conn = c->id;
 	o->len = HDR + len;
 	o->buf[0] = (unsigned char)type;
-	o->buf[1] = (unsigned char)first;
-	o->buf[2] = o->buf[3] = 0;
+	o->buf[1] = o->buf[2] = o->buf[3] = 0;
 	put32(o->buf + 4, c->peer_id);
 	put32(o->buf + 8, c->id);
-	put32(o->buf + 12, total);
+	put32(o->buf + 12, seq);
+	put32(o->buf + 16, total);
+	put32(o->buf + 20, off);
 	if (len)
 		memcpy(o->buf + HDR, data, len);
 	return o;
 }
 
 /* Queues one fabric message on a conn. */
-static int enqueue(struct ofi_conn *c, int type, int first, uint32_t total, const void *data,
-                   size_t len)
+static int enqueue(struct ofi_conn *c, int type, uint32_t seq, uint32_t total, uint32_t off,
+                   const void *data, size_t len)
 {
-	struct op *o = make_op(c, type, first, total, data, len);
+	struct op *o = make_op(c, type, seq, total, off, data, len);
 	if (!o)
 		return -ENOMEM;
 	if (c->qtail)
@@ -342,9 +362,10 @@ static int enqueue(struct ofi_conn *c, int type, int first, uint32_t total, cons
 static int enqueue_msg(struct ofi_conn *c, const unsigned char *data, size_t len)
 {
 	size_t off = 0;
+	uint32_t seq = ++c->tx_seq;
 	do {
 		size_t k = len - off < FRAG - HDR ? len - off : FRAG - HDR;
-		int rc = enqueue(c, W_DATA, off == 0, (uint32_t)len, data + off, k);
+		int rc = enqueue(c, W_DATA, seq, (uint32_t)len, (uint32_t)off, data + off, k);
 		if (rc < 0)
 			return rc;
 		off += k;
@@ -371,7 +392,7 @@ static void send_fin(struct ofi_conn *c)
 {
 	if (c->state != O_OPEN || !c->peer_id)
 		return;
-	struct op *fin = make_op(c, W_FIN, 0, 0, NULL, 0);
+	struct op *fin = make_op(c, W_FIN, c->tx_seq, 0, 0, NULL, 0);
 	if (!fin)
 		return;
 	fin->conn = 0;
@@ -561,7 +582,7 @@ static int ofi_connect(void *arg, const struct sockaddr *addr, socklen_t len, vo
 	size_t nlen = name_of(&ss, &name);
 	int rc = av_of(x, name, nlen, &c->addr);
 	if (rc == 0)
-		rc = enqueue(c, W_SYN, 0, 0, x->name, x->name_len);
+		rc = enqueue(c, W_SYN, 0, 0, 0, x->name, x->name_len);
 	if (rc < 0) {
 		conn_free(c);
 		return rc;
@@ -641,12 +662,62 @@ static void ofi_peer_name(struct hpct_tconn *conn, char *buf, size_t len)
 
 /* ------------------------------------------------------------ progress */
 
+/* A DATA piece into its message; 0 when it does not fit what the message
+ * said it is (the peer is broken). */
+static int take_piece(struct ofi_conn *c, uint32_t seq, uint32_t total, uint32_t off,
+                      const unsigned char *p, size_t plen)
+{
+	if (seq < c->rx_next || (size_t)off + plen > total)
+		return 0;
+	struct part *q = c->parts;
+	while (q && q->seq != seq)
+		q = q->next;
+	if (!q) {
+		if (!(q = malloc(sizeof(*q) + (total ? total : 1))))
+			return 0;
+		q->seq = seq;
+		q->total = total;
+		q->got = 0;
+		q->next = c->parts;
+		c->parts = q;
+	}
+	if (q->total != total || q->got + plen > total)
+		return 0;
+	memcpy(q->data + off, p, plen);
+	q->got += (uint32_t)plen;
+	return 1;
+}
+
+/* Hands on the messages that are whole, in the order they were sent, then
+ * a FIN that came after the last of them. */
+static void hand_on(struct ofi_ctx *x, struct ofi_conn *c)
+{
+	for (;;) {
+		struct part **pp = &c->parts;
+		while (*pp && (*pp)->seq != c->rx_next)
+			pp = &(*pp)->next;
+		struct part *q = *pp;
+		if (!q || q->got != q->total)
+			break;
+		*pp = q->next;
+		c->rx_next++;
+		uint32_t id = c->id;
+		emit(x, c, HPCT_TEV_MESSAGE, 0, q->data, q->total);
+		free(q);
+		if (conn_by_id(x, id) != c || c->state == O_CLOSED)
+			return; /* the engine closed it meanwhile */
+	}
+	if (c->fin_after && c->rx_next >= c->fin_after)
+		fail_conn(x, c, HPCT_TEV_CLOSED, 0);
+}
+
 static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 {
 	if (len < HDR)
 		return;
-	int type = m[0], first = m[1];
-	uint32_t dst = get32(m + 4), src = get32(m + 8), total = get32(m + 12);
+	int type = m[0];
+	uint32_t dst = get32(m + 4), src = get32(m + 8), seq = get32(m + 12),
+	         total = get32(m + 16), off = get32(m + 20);
 	const unsigned char *p = m + HDR;
 	size_t plen = len - HDR;
 	if (type == W_SYN) { /* its payload: the sender's endpoint name */
@@ -660,7 +731,7 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 		ra->len = (uint16_t)plen;
 		memcpy(ra->bytes, p, plen);
 		s->peer_id = src;
-		if (av_of(x, p, plen, &s->addr) < 0 || enqueue(s, W_SYNACK, 0, 0, NULL, 0) < 0) {
+		if (av_of(x, p, plen, &s->addr) < 0 || enqueue(s, W_SYNACK, 0, 0, 0, NULL, 0) < 0) {
 			conn_free(s);
 			return;
 		}
@@ -688,36 +759,20 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 		emit(x, c, HPCT_TEV_CONNECTED, 0, NULL, 0);
 		break;
 	case W_DATA:
-		if (first) {
-			if (total > c->max_msg) { /* closed for its size, as over TCP */
-				send_fin(c);
-				fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
-				return;
-			}
-			free(c->rx);
-			c->rx = malloc(total ? total : 1);
-			c->rx_len = total;
-			c->rx_got = 0;
-			if (!c->rx) {
-				fail_conn(x, c, HPCT_TEV_CLOSED, -ENOMEM);
-				return;
-			}
-		}
-		if (!c->rx || c->rx_got + plen > c->rx_len) {
+		if (total > c->max_msg) { /* closed for its size, as over TCP */
+			send_fin(c);
 			fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
 			return;
 		}
-		memcpy(c->rx + c->rx_got, p, plen);
-		c->rx_got += plen;
-		if (c->rx_got == c->rx_len) {
-			unsigned char *msg = c->rx;
-			c->rx = NULL;
-			emit(x, c, HPCT_TEV_MESSAGE, 0, msg, c->rx_len);
-			free(msg);
+		if (!take_piece(c, seq, total, off, p, plen)) {
+			fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
+			return;
 		}
+		hand_on(x, c);
 		break;
 	case W_FIN:
-		fail_conn(x, c, HPCT_TEV_CLOSED, 0);
+		c->fin_after = seq + 1; /* +1: 0 means none */
+		hand_on(x, c);
 		break;
 	case W_PING:
 		break;
@@ -760,7 +815,11 @@ static void push_sends(struct ofi_ctx *x, double now)
 			if (!c->failing_since)
 				c->failing_since = now;
 			int syn = c->state == O_CONNECTING;
-			if (now - c->failing_since > (syn ? SYN_REFUSED_AFTER : DEAD_AFTER))
+			/* a peer we still hear from is alive: the provider is only out
+			 * of room (its queues also carry rendezvous traffic) */
+			double quiet = now - (c->last_heard > c->failing_since ? c->last_heard
+			                                                        : c->failing_since);
+			if (syn ? now - c->failing_since > SYN_REFUSED_AFTER : quiet > DEAD_AFTER)
 				fail_conn(x, c, syn ? HPCT_TEV_CONNECT_FAILED : HPCT_TEV_CLOSED,
 				          syn ? -ECONNREFUSED : -ECONNRESET);
 		} else if (rc != 0) {
@@ -779,9 +838,19 @@ static void ping_silent(struct ofi_ctx *x, double now)
 			continue;
 		if (now - c->last_heard > PING_AFTER && now - c->last_ping > PING_AFTER) {
 			c->last_ping = now;
-			enqueue(c, W_PING, 0, 0, NULL, 0);
+			enqueue(c, W_PING, 0, 0, 0, NULL, 0);
 		}
 	}
+}
+
+/* A send completed: the peer takes what we send, so a provider that says
+ * -FI_EAGAIN meanwhile is only out of room, not talking to the dead. */
+static void send_done(struct ofi_ctx *x, struct op *o)
+{
+	struct ofi_conn *c = conn_by_id(x, o->conn);
+	if (c)
+		c->failing_since = 0;
+	free(o);
 }
 
 static void drain_cq(struct ofi_ctx *x)
@@ -814,7 +883,7 @@ static void drain_cq(struct ofi_ctx *x)
 				on_message(x, x->rxbuf + (size_t)slot * FRAG, e[i].len);
 				post_recv(x, slot);
 			} else {
-				free(e[i].op_context); /* a send done */
+				send_done(x, e[i].op_context);
 			}
 		}
 	}
@@ -848,7 +917,7 @@ static int ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbar
 				on_message(x, x->rxbuf + (size_t)slot * FRAG, e.len);
 				post_recv(x, slot);
 			} else {
-				free(e.op_context);
+				send_done(x, e.op_context);
 			}
 		}
 		drain_cq(x);
