@@ -568,6 +568,12 @@ int hpct__eng_progress(struct hpct_engine *e, int timeout_ms)
 	return rc;
 }
 
+const char *hpct__eng_why(const struct hpct_engine *e)
+{
+	const char *why = e->cfg.ops->why ? e->cfg.ops->why() : NULL;
+	return why ? why : "";
+}
+
 int hpct__eng_self_name(struct hpct_engine *e, void *buf, size_t *len)
 {
 	if (!e->cfg.ops->self_name)

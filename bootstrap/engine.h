@@ -55,6 +55,9 @@ int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *l
  * seconds); then closes everything and frees the engine.  Accepts NULL. */
 void hpct__eng_destroy(struct hpct_engine *eng, double deadline, int flush_queued);
 
+/* What the transport said of its last failure in this thread, or "". */
+const char *hpct__eng_why(const struct hpct_engine *eng);
+
 /* This engine's endpoint name, for peers that cannot derive it (the
  * transport's self_name); -ENOTSUP when its addresses are derivable. */
 int hpct__eng_self_name(struct hpct_engine *eng, void *buf, size_t *len);

@@ -346,9 +346,11 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 		                       sl);
 	if (rc < 0) {
 		t->epoch = old;
+		const char *why = hpct__eng_why(w->eng);
 		return hpct__fail(rc, HPCT_SUB_INIT,
 		                  "rank %d: recovery to epoch %llu: cannot listen at %s: %s",
-		                  t->rank, (unsigned long long)epoch, text, hpct_strerror(rc));
+		                  t->rank, (unsigned long long)epoch, text,
+		                  *why ? why : hpct_strerror(rc));
 	}
 	snprintf(w->listen_text, sizeof(w->listen_text), "%s", text);
 	/* the old epoch's groups are done with; the world group starts anew */

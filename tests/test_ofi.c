@@ -245,3 +245,31 @@ Test(ofi, large_messages_in_pieces_n4)
 	int bad = ht_spawn(4, env_cb, large_main, &c, 90, NULL, codes);
 	cr_expect_eq(bad, 0, "%s", ht_describe(codes, 4));
 }
+
+/* In-process recovery moves the listener, which an ofi endpoint cannot:
+ * refused, saying what to use, and the world is left as it was. */
+static int recover_main(int r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0)
+		return 2;
+	int rc = hpct_world_recover(w, 1, NULL, 0);
+	int ok = rc != 0 && strstr(hpct_last_error(), "HPCT_TRANSPORT=tcp");
+	if (!ok)
+		fprintf(stderr, "recover over ofi: %d %s\n", rc, hpct_last_error());
+	int item = 5, all[1];
+	if (ok && hpct_allgather(hpct_world_group(w), &item, sizeof(item), all) != 0)
+		ok = 0; /* still usable at its epoch */
+	hpct_world_destroy(w);
+	return ok ? 0 : 50;
+}
+
+Test(ofi, recovery_needs_tcp)
+{
+	struct cfg c = { .n = 1, .nodes = 1, .port = hpct_test_ports(4), .transport = "ofi" };
+	int code;
+	ht_spawn(1, env_cb, recover_main, &c, 60, NULL, &code);
+	cr_expect_eq(code, 0, "exited %d", code);
+}
