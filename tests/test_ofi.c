@@ -86,7 +86,10 @@ static int bad_provider_main(int r, void *arg)
 
 Test(ofi, unknown_provider_is_named)
 {
-	struct cfg c = { .n = 1, .nodes = 1, .port = hpct_test_ports(0), .transport = "ofi",
+	struct cfg c = { .n = 1,
+		         .nodes = 1,
+		         .port = hpct_test_ports(0),
+		         .transport = "ofi",
 		         .provider = "nonesuch" };
 	int code;
 	ht_spawn(1, env_cb, bad_provider_main, &c, 60, NULL, &code);
@@ -117,7 +120,9 @@ Test(ofi, libfabric_loaded_only_for_ofi)
 {
 	const char *which[2] = { "tcp", "ofi" };
 	for (int i = 0; i < 2; i++) {
-		struct cfg c = { .n = 1, .nodes = 1, .port = hpct_test_ports(1), .transport = which[i] };
+		struct cfg c = {
+			.n = 1, .nodes = 1, .port = hpct_test_ports(1), .transport = which[i]
+		};
 		int code;
 		ht_spawn(1, env_cb, loaded_main, &c, 60, NULL, &code);
 		cr_expect_eq(code, 0, "HPCT_TRANSPORT=%s: exited %d", which[i], code);
@@ -133,7 +138,8 @@ static int derived_port_free(hpct_world *w, int r)
 		return 0;
 	char *colon = strrchr(addr, ':');
 	*colon = 0;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	struct sockaddr_in a = { .sin_family = AF_INET,
+		                 .sin_port = htons((uint16_t)atoi(colon + 1)) };
 	inet_pton(AF_INET, addr, &a.sin_addr);
 	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	/* connections it accepted may linger in TIME_WAIT; a listener may not */
@@ -164,7 +170,8 @@ static int exchange_main(int r, void *arg)
 	struct hpct_world_stats st;
 	hpct_world_get_stats(w, &st);
 	if (st.msgs_sent != 0 || st.conns_opened + st.conns_accepted != 0) {
-		fprintf(stderr, "rank %d: the fabric engine had traffic before any collective\n", r);
+		fprintf(stderr, "rank %d: the fabric engine had traffic before any collective\n",
+		        r);
 		return 30;
 	}
 	hpct_group *g = hpct_world_group(w);
@@ -194,8 +201,9 @@ static int exchange_main(int r, void *arg)
 
 Test(ofi, names_exchanged_first_n8)
 {
-	struct cfg c = { .n = 8, .nodes = 2, .port = hpct_test_ports(2), .transport = "ofi",
-		         .exchange = "1" };
+	struct cfg c = {
+		.n = 8, .nodes = 2, .port = hpct_test_ports(2), .transport = "ofi", .exchange = "1"
+	};
 	int codes[8];
 	int bad = ht_spawn(8, env_cb, exchange_main, &c, 90, NULL, codes);
 	cr_expect_eq(bad, 0, "%s", ht_describe(codes, 8));
@@ -230,7 +238,8 @@ static int large_main(int r, void *arg)
 		if (big[i] != (unsigned char)(i * 13 + i / 4096))
 			rc = 41;
 	if (rc)
-		fprintf(stderr, "rank %d: %d %s\n", r, rc, rc < 0 ? hpct_last_error() : "bad bytes");
+		fprintf(stderr, "rank %d: %d %s\n", r, rc,
+		        rc < 0 ? hpct_last_error() : "bad bytes");
 	free(item);
 	free(all);
 	free(big);

@@ -70,7 +70,8 @@ static int write_bars(FILE *f, const struct plot_row *rows, int n)
 		for (int j = i; j < n; j++)
 			if (strcmp(rows[j].scenario, rows[i].scenario) == 0 &&
 			    rows[j].ranks == rows[i].ranks)
-				v[strcmp(rows[j].path, "rootless") == 0 ? 0 : 1] = rows[j].median_ms;
+				v[strcmp(rows[j].path, "rootless") == 0 ? 0 : 1] =
+				        rows[j].median_ms;
 		fprintf(f, "\"%s\\nN=%d\"", rows[i].scenario, rows[i].ranks);
 		for (int k = 0; k < 2; k++)
 			if (v[k] < 0)
@@ -167,7 +168,8 @@ int bench_plot(const char *file, const struct plot_row *rows, int nrows, double 
 		fprintf(fg, ")\n");
 		fprintf(fg, "plot ");
 		for (int s = 0; s < nseries; s++)
-			fprintf(fg, "%s'%s' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s'",
+			fprintf(fg,
+			        "%s'%s' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s'",
 			        s ? ", " : "", scale, s, titles[s]);
 		if (rtt_ms > 0)
 			fprintf(fg,
@@ -182,20 +184,21 @@ int bench_plot(const char *file, const struct plot_row *rows, int nrows, double 
 			if (is_recovery(rows[i].scenario) && rows[i].detail)
 				detail = rows[i].detail;
 		/* log: recoveries at 16 and at 1024 ranks differ a hundredfold */
-		fprintf(fg, "unset logscale\nunset xrange\nset xtics auto\nset logscale y\n"
-		            "set bmargin 4\n"
-		            "set title \"Recovery: from the kill until every rank is done "
-		            "(median)\\n%s\"\n",
-		            detail);
 		fprintf(fg,
-		            "set xlabel ''\nset ylabel 'ms (log scale)'\nset key top left\n"
+		        "unset logscale\nunset xrange\nset xtics auto\nset logscale y\n"
+		        "set bmargin 4\n"
+		        "set title \"Recovery: from the kill until every rank is done "
+		        "(median)\\n%s\"\n",
+		        detail);
+		fprintf(fg, "set xlabel ''\nset ylabel 'ms (log scale)'\nset key top left\n"
 		            "set style data histograms\nset style histogram clustered gap 1\n"
 		            "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
 		            "set xtics scale 0\n");
 		fprintf(fg,
 		        "plot '%s' using 2:xtic(1) title 'rootless', '' using 3 title 'standard', "
 		        "'' using ($0-1.0/6):2:(sprintf('%%.1f',$2)) with labels offset 0,0.7 "
-		        "font ',8' notitle, '' using ($0+1.0/6):3:(sprintf('%%.1f',$3)) with labels "
+		        "font ',8' notitle, '' using ($0+1.0/6):3:(sprintf('%%.1f',$3)) with "
+		        "labels "
 		        "offset 0,0.7 font ',8' notitle\n",
 		        bars);
 	}

@@ -13,9 +13,10 @@
  *
  * The standard path (a store on rank 0 that serialises every rank's
  * connection and requests, and sends each rank the others' addresses: N^2
- * bytes, since nothing is derived) and NCCL's root (N connections in, N reports, N connections out to
- * send each rank its ring neighbour) are modelled with the same parameters
- * as one process that does all of it in turn.
+ * bytes, since nothing is derived) and NCCL's root (N connections in, N
+ * reports, N connections out to send each rank its ring neighbour) are
+ * modelled with the same parameters as one process that does all of it in
+ * turn.
  *
  * Started by `hpct-bench --scenario sim`, which passes its arguments on. */
 #include <arpa/inet.h>
@@ -353,7 +354,9 @@ static int s_progress(void *ctx, int timeout_ms, hpct_tevent_cb cb, void *arg)
 		/* nothing reaches a conn closed on this side; the ends the engine
 		 * frees after the callback are never touched again */
 		if (c->open) {
-			struct hpct_tevent ev = { .type = v->type, .conn = &c->base, .err = v->err };
+			struct hpct_tevent ev = { .type = v->type,
+				                  .conn = &c->base,
+				                  .err = v->err };
 			if (v->type == HPCT_TEV_MESSAGE && v->len > c->max_msg) {
 				ev.type = HPCT_TEV_CLOSED;
 				ev.err = HPCT_EPROTO;
@@ -506,12 +509,12 @@ static void start_rank(struct srank *r, double t)
 
 struct sim_result {
 	int n;
-	double ms;         /* from the first start until the last rank is done */
-	long busy_msgs;    /* messages sent + received by the busiest rank */
-	long busy_conns;   /* connections opened + accepted by the busiest rank */
-	long total_msgs;   /* messages sent by all ranks */
-	long total_conns;  /* connections opened by all ranks */
-	int failed;        /* ranks that did not finish, or failed */
+	double ms;        /* from the first start until the last rank is done */
+	long busy_msgs;   /* messages sent + received by the busiest rank */
+	long busy_conns;  /* connections opened + accepted by the busiest rank */
+	long total_msgs;  /* messages sent by all ranks */
+	long total_conns; /* connections opened by all ranks */
+	int failed;       /* ranks that did not finish, or failed */
 };
 
 /* Runs N ranks; start times from the seed (all within `spread` s, or the
@@ -938,8 +941,9 @@ static int model_from(const char *file)
 		snprintf(pat, sizeof(pat), "\"%s\":", keys[i].key);
 		const char *at = strstr(text, pat);
 		if (!at) {
-			fprintf(stderr, "hpct-bench: --model-from %s: no \"%s\" (want the JSON of "
-			                "an earlier --scenario sim run)\n",
+			fprintf(stderr,
+			        "hpct-bench: --model-from %s: no \"%s\" (want the JSON of "
+			        "an earlier --scenario sim run)\n",
 			        file, keys[i].key);
 			return -1;
 		}
@@ -986,7 +990,8 @@ static int real_cold(const char *bench, const int *ns, int k, double real[][2])
 			char pat[96];
 			snprintf(pat, sizeof(pat), "\"path\":\"%s\",\"ranks\":%d,",
 			         p ? "standard" : "rootless", ns[i]);
-			const char *at = strstr(text, pat), *m = at ? strstr(at, "\"median_ms\":") : NULL;
+			const char *at = strstr(text, pat),
+			           *m = at ? strstr(at, "\"median_ms\":") : NULL;
 			real[i][p] = m ? atof(m + 12) : 0;
 		}
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
@@ -1015,7 +1020,8 @@ int main(int argc, char **argv)
 	double latency = -1; /* a network's one-way latency for the projections, s */
 	static const struct option opts[] = { { "model-from", required_argument, NULL, 'm' },
 		                              { "latency", required_argument, NULL, 'L' },
-		                              { "plot", required_argument, NULL, 'G' }, { "ranks", required_argument, NULL, 'n' },
+		                              { "plot", required_argument, NULL, 'G' },
+		                              { "ranks", required_argument, NULL, 'n' },
 		                              { "seed", required_argument, NULL, 'S' },
 		                              { "cores", required_argument, NULL, 'c' },
 		                              { "work", required_argument, NULL, 'w' },
@@ -1069,7 +1075,8 @@ int main(int argc, char **argv)
 			if (strcmp(optarg, "cold") == 0)
 				cold = 1;
 			else if (strcmp(optarg, "join") != 0) {
-				fprintf(stderr, "hpct-bench: --work %s: want join or cold\n", optarg);
+				fprintf(stderr, "hpct-bench: --work %s: want join or cold\n",
+				        optarg);
 				return 2;
 			}
 			break;
@@ -1097,7 +1104,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < k; i++)
 		if (cold && ns[i] > 4096) {
 			fprintf(stderr,
-			        "hpct-bench: --work cold --ranks %d: every rank would hold all N items "
+			        "hpct-bench: --work cold --ranks %d: every rank would hold all N "
+			        "items "
 			        "(N^2 bytes in one process); cold is simulated up to 4096 ranks, "
 			        "join (a world barrier) at any size\n",
 			        ns[i]);
@@ -1145,12 +1153,14 @@ int main(int argc, char **argv)
 		        M.lat * 1e6, M.bw / 1e6, M.c_send * 1e6, M.c_recv * 1e6, M.c_wake * 1e6,
 		        M.c_conn * 1e6, launch.c_fork * 1e6, launch.c_start * 1e3,
 		        cold ? "cold" : "join", cores, seed);
-	printf("\nsim: %s, %s, ranks starting within %.1f ms (seed %u), one-way latency %.1f us%s\n",
+	printf("\nsim: %s, %s, ranks starting within %.1f ms (seed %u), one-way latency %.1f "
+	       "us%s\n",
 	       cold ? "cold (world allgather of 64 bytes + barrier)" : "join (world barrier)",
 	       cores ? "ranks sharing the cores given" : "one core per rank", spread * 1000, seed,
 	       M.lat * 1e6, latency > 0 ? " (--latency)" : "");
 	printf("rootless: simulated; standard: modelled, one store serving N connections and every "
-	       "rank's\naddress to every rank (N^2 x 64 bytes); nccl-root: modelled, NCCL's root, N "
+	       "rank's\naddress to every rank (N^2 x 64 bytes); nccl-root: modelled, NCCL's root, "
+	       "N "
 	       "connections in, N out\n");
 	printf("%-9s %8s %13s %13s %13s %10s\n", "path", "ranks", "projected_ms", "busiest_msgs",
 	       "busiest_conns", "sim_s");
@@ -1212,16 +1222,20 @@ int main(int argc, char **argv)
 			struct sim_result s = std_model(cn[i], 0, 2, seed);
 			double model[2] = { r.ms, s.ms };
 			for (int p = 0; p < 2; p++) {
-				double err = real[i][p] > 0 ? (model[p] - real[i][p]) / real[i][p] * 100
-				                            : 0;
-				printf("  N=%-4d %-9s model %8.1f ms   real %8.1f ms   error %+6.1f%%\n",
-				       cn[i], p ? "standard" : "rootless", model[p], real[i][p], err);
+				double err = real[i][p] > 0
+				                     ? (model[p] - real[i][p]) / real[i][p] * 100
+				                     : 0;
+				printf("  N=%-4d %-9s model %8.1f ms   real %8.1f ms   error "
+				       "%+6.1f%%\n",
+				       cn[i], p ? "standard" : "rootless", model[p], real[i][p],
+				       err);
 				if (jf)
 					fprintf(jf,
 					        "%s{\"ranks\":%d,\"path\":\"%s\",\"model_ms\":%.3f,"
 					        "\"real_ms\":%.3f,\"error_pct\":%.2f}",
-					        i + p ? "," : "", cn[i], p ? "standard" : "rootless",
-					        model[p], real[i][p], err);
+					        i + p ? "," : "", cn[i],
+					        p ? "standard" : "rootless", model[p], real[i][p],
+					        err);
 			}
 		}
 		if (jf)
@@ -1235,7 +1249,8 @@ int main(int argc, char **argv)
 	       "(libuv) ~100 s\n");
 	if (plot) {
 		/* the floor's unit: one round trip of the model */
-		double rtt = 2 * (launch.lat + launch.c_send + launch.c_recv + launch.c_wake) * 1000;
+		double rtt =
+		        2 * (launch.lat + launch.c_send + launch.c_recv + launch.c_wake) * 1000;
 		if (bench_plot(plot, prow, 3 * k, rtt) == 0)
 			printf("plot written to %s\n", plot);
 		else

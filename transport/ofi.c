@@ -13,13 +13,13 @@
  * belongs to and where in it: providers do not keep order between a large
  * message (rxm's rendezvous) and a small one sent after it, so fragments
  * are put together wherever they land and messages handed on in the order
- * they were sent; a FIN says how many came before it.  A peer not up yet makes fi_send say -FI_EAGAIN;
- * such sends are retried from progress(), and a SYN refused that way for
- * SYN_REFUSED_AFTER is a refused connection (the engine backs off).  A peer
- * that died is found by the sends to it failing for DEAD_AFTER with none of
- * them completing and nothing heard from it; a waiting side pings a silent
- * peer to learn it.  Completions are waited for on the
- * completion queue's wait object: no busy polling. */
+ * they were sent; a FIN says how many came before it.  A peer not up yet
+ * makes fi_send say -FI_EAGAIN; such sends are retried from progress(), and
+ * a SYN refused that way for SYN_REFUSED_AFTER is a refused connection (the
+ * engine backs off).  A peer that died is found by the sends to it failing
+ * for DEAD_AFTER with none of them completing and nothing heard from it; a
+ * waiting side pings a silent peer to learn it.  Completions are waited for
+ * on the completion queue's wait object: no busy polling. */
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -39,10 +39,11 @@
 #include "hpct/hpct.h"
 #include "transport.h"
 
-#define FRAG              768 /* largest fabric message, header included: under rxm's
-                                 * eager limit (FI_OFI_RXM_BUFFER_SIZE 1024 less its header),
-                                 * so nothing waits on a rendezvous */
-#define NRX               32          /* receives kept posted */
+/* The largest fabric message, header included: under rxm's eager limit
+ * (FI_OFI_RXM_BUFFER_SIZE 1024 less its own header), so nothing waits on a
+ * rendezvous. */
+#define FRAG              768
+#define NRX               32 /* receives kept posted */
 #define HDR               24
 #define SYN_REFUSED_AFTER 0.05 /* s of -FI_EAGAIN on a SYN: nobody listens there */
 #define DEAD_AFTER        0.5  /* s of failing sends to an open peer: it is gone */
@@ -99,7 +100,8 @@ static int load(void)
 	*(void **)&lib.fabric = dlsym(h, "fi_fabric");
 	*(void **)&lib.strerror = dlsym(h, "fi_strerror");
 	if (!lib.getinfo || !lib.freeinfo || !lib.dupinfo || !lib.fabric || !lib.strerror) {
-		snprintf(why, sizeof(why), "HPCT_TRANSPORT=ofi: libfabric.so.1 lacks fi_getinfo etc.");
+		snprintf(why, sizeof(why),
+		         "HPCT_TRANSPORT=ofi: libfabric.so.1 lacks fi_getinfo etc.");
 		return -ENOENT;
 	}
 	lib.ok = 1;
@@ -162,7 +164,7 @@ struct ofi_ctx {
 		unsigned char name[HPCT_RAW_ADDR_MAX];
 		size_t len;
 		fi_addr_t addr;
-	} *avs;
+	} * avs;
 	size_t navs, capavs;
 	hpct_tevent_cb cb; /* during progress */
 	void *cbarg;
@@ -320,8 +322,8 @@ static void conn_free(struct ofi_conn *c)
 
 /* One fabric message of a conn: header (type, ids, the message's number,
  * its length and this piece's offset), then payload bytes. */
-static struct op *make_op(struct ofi_conn *c, int type, uint32_t seq, uint32_t total,
-                          uint32_t off, const void *data, size_t len)
+static struct op *make_op(struct ofi_conn *c, int type, uint32_t seq, uint32_t total, uint32_t off,
+                          const void *data, size_t len)
 {
 	struct op *o = malloc(sizeof(*o) + HDR + len);
 	if (!o)
@@ -376,8 +378,9 @@ static int enqueue_msg(struct ofi_conn *c, const unsigned char *data, size_t len
 static void emit(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_type type, int err,
                  const void *data, size_t len)
 {
-	struct hpct_tevent ev = { .type = type, .conn = &c->base, .err = err, .data = data,
-		                  .len = len };
+	struct hpct_tevent ev = {
+		.type = type, .conn = &c->base, .err = err, .data = data, .len = len
+	};
 	if (type == HPCT_TEV_ACCEPTED) {
 		ev.peer = (const struct sockaddr *)&c->peer;
 		ev.peer_len = sizeof(c->peer);
@@ -531,7 +534,8 @@ static int ofi_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 		return -ENODEV;
 	}
 	struct fi_av_attr av = { .type = FI_AV_TABLE };
-	struct fi_cq_attr cq = { .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_UNSPEC,
+	struct fi_cq_attr cq = { .format = FI_CQ_FORMAT_MSG,
+		                 .wait_obj = FI_WAIT_UNSPEC,
 		                 .size = 256 };
 	const char *step = "fi_fabric";
 	if ((rc = lib.fabric(x->info->fabric_attr, &x->fabric, NULL)) == 0 &&
@@ -716,8 +720,8 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 	if (len < HDR)
 		return;
 	int type = m[0];
-	uint32_t dst = get32(m + 4), src = get32(m + 8), seq = get32(m + 12),
-	         total = get32(m + 16), off = get32(m + 20);
+	uint32_t dst = get32(m + 4), src = get32(m + 8), seq = get32(m + 12), total = get32(m + 16),
+	         off = get32(m + 20);
 	const unsigned char *p = m + HDR;
 	size_t plen = len - HDR;
 	if (type == W_SYN) { /* its payload: the sender's endpoint name */
@@ -818,7 +822,7 @@ static void push_sends(struct ofi_ctx *x, double now)
 			/* a peer we still hear from is alive: the provider is only out
 			 * of room (its queues also carry rendezvous traffic) */
 			double quiet = now - (c->last_heard > c->failing_since ? c->last_heard
-			                                                        : c->failing_since);
+			                                                       : c->failing_since);
 			if (syn ? now - c->failing_since > SYN_REFUSED_AFTER : quiet > DEAD_AFTER)
 				fail_conn(x, c, syn ? HPCT_TEV_CONNECT_FAILED : HPCT_TEV_CLOSED,
 				          syn ? -ECONNREFUSED : -ECONNRESET);
