@@ -282,3 +282,40 @@ Test(ofi, recovery_needs_tcp)
 	ht_spawn(1, env_cb, recover_main, &c, 60, NULL, &code);
 	cr_expect_eq(code, 0, "exited %d", code);
 }
+
+/* Other providers addressed by IP and port: the same join and results. */
+static int provider_main(int r, void *arg)
+{
+	struct cfg *c = arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0) {
+		fprintf(stderr, "%s rank %d: %s\n", c->provider, r, hpct_last_error());
+		return 2;
+	}
+	int item = 77 * r + 1, all[8];
+	int rc = hpct_allgather(hpct_world_group(w), &item, sizeof(item), all);
+	for (int i = 0; i < c->n && rc == 0; i++)
+		if (all[i] != 77 * i + 1)
+			rc = 60;
+	if (rc == 0)
+		rc = hpct_barrier(hpct_world_group(w));
+	if (rc)
+		fprintf(stderr, "%s rank %d: %d %s\n", c->provider, r, rc, hpct_last_error());
+	hpct_world_destroy(w);
+	return rc ? 61 : 0;
+}
+
+Test(ofi, providers_net_and_sockets_n4)
+{
+	const char *provs[2] = { "net", "sockets" };
+	for (int i = 0; i < 2; i++) {
+		struct cfg c = { .n = 4,
+			         .nodes = 2,
+			         .port = hpct_test_ports(5 + i),
+			         .transport = "ofi",
+			         .provider = provs[i] };
+		int codes[4];
+		int bad = ht_spawn(4, env_cb, provider_main, &c, 90, NULL, codes);
+		cr_expect_eq(bad, 0, "HPCT_OFI_PROVIDER=%s: %s", provs[i], ht_describe(codes, 4));
+	}
+}

@@ -158,7 +158,8 @@ struct ofi_ctx {
 	size_t name_len;
 	struct ofi_conn **conns; /* by id - 1; NULL once forgotten */
 	uint32_t nconns;
-	size_t backlog; /* bytes queued on every conn, not yet taken by fi_send */
+	size_t backlog;  /* bytes queued on every conn, not yet taken by fi_send */
+	size_t inflight; /* bytes taken by fi_send whose completion has not come */
 	unsigned char *rxbuf;
 	struct {
 		unsigned char name[HPCT_RAW_ADDR_MAX];
@@ -399,7 +400,9 @@ static void send_fin(struct ofi_conn *c)
 	if (!fin)
 		return;
 	fin->conn = 0;
-	if (fi_send(c->ctx->ep, fin->buf, fin->len, NULL, c->addr, fin) != 0)
+	if (fi_send(c->ctx->ep, fin->buf, fin->len, NULL, c->addr, fin) == 0)
+		c->ctx->inflight += fin->len;
+	else
 		free(fin); /* then the peer learns it when its sends fail */
 }
 
@@ -632,9 +635,12 @@ static size_t ofi_pending(struct hpct_tconn *conn)
 	return ((struct ofi_conn *)conn)->queued;
 }
 
+/* Queued bytes and those still in flight: a provider that completes
+ * sends in the background (sockets) drops them when the endpoint closes. */
 static size_t ofi_backlog(void *arg)
 {
-	return ((struct ofi_ctx *)arg)->backlog;
+	struct ofi_ctx *x = arg;
+	return x->backlog + x->inflight;
 }
 
 static void ofi_close(struct hpct_tconn *conn)
@@ -790,6 +796,8 @@ static int try_send(struct ofi_ctx *x, struct ofi_conn *c)
 	while (c->qhead) {
 		struct op *o = c->qhead;
 		ssize_t rc = fi_send(x->ep, o->buf, o->len, NULL, c->addr, o);
+		if (rc == -FI_ENOENT)
+			rc = -FI_EAGAIN; /* the sockets provider's word for a peer not up yet */
 		if (rc == -FI_EAGAIN)
 			return (int)rc;
 		c->failing_since = 0;
@@ -798,6 +806,8 @@ static int try_send(struct ofi_ctx *x, struct ofi_conn *c)
 			c->qtail = NULL;
 		c->queued -= o->len;
 		x->backlog -= o->len;
+		if (rc == 0)
+			x->inflight += o->len;
 		if (rc != 0) {
 			free(o);
 			return (int)rc;
@@ -851,6 +861,7 @@ static void ping_silent(struct ofi_ctx *x, double now)
  * -FI_EAGAIN meanwhile is only out of room, not talking to the dead. */
 static void send_done(struct ofi_ctx *x, struct op *o)
 {
+	x->inflight -= o->len;
 	struct ofi_conn *c = conn_by_id(x, o->conn);
 	if (c)
 		c->failing_since = 0;
@@ -873,6 +884,7 @@ static void drain_cq(struct ofi_ctx *x)
 			} else if (er.op_context) {
 				struct op *o = er.op_context;
 				struct ofi_conn *c = conn_by_id(x, o->conn);
+				x->inflight -= o->len;
 				free(o);
 				if (c)
 					fail_conn(x, c, HPCT_TEV_CLOSED, -EIO);
