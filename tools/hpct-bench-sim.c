@@ -1058,6 +1058,7 @@ int main(int argc, char **argv)
 					        "hpct-bench: --ranks %s: want up to %d sizes of "
 					        "2..131072\n",
 					        optarg, MAX_N);
+					free(dup);
 					return 2;
 				}
 				ns[k++] = (int)v;

@@ -784,14 +784,18 @@ int main(int argc, char **argv)
 		if (nscens == MAX_SCENARIOS) {
 			fprintf(stderr, "hpct-bench: --scenario %s: at most %d scenarios\n",
 			        scenario_arg, MAX_SCENARIOS);
+			free(list);
 			return 2;
 		}
-		if (setup_scen(&scens[nscens++], tok, exe) < 0)
+		if (setup_scen(&scens[nscens++], tok, exe) < 0) {
+			free(list);
 			return 2;
+		}
 	}
 	if (nscens == 0 || nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 ||
 	    timeout <= 0 || port < 1024 || port > 60000 || kills < 1) {
 		usage(stderr);
+		free(list);
 		return 2;
 	}
 	/* a path, or with --transport the rootless path over each transport */
@@ -803,12 +807,15 @@ int main(int argc, char **argv)
 			if ((strcmp(t, "tcp") != 0 && strcmp(t, "ofi") != 0) || npaths == 2) {
 				fprintf(stderr, "hpct-bench: --transport %s: want tcp and/or ofi\n",
 				        transports);
+				free(tl);
+				free(list);
 				return 2;
 			}
 			path_transport[npaths] = strcmp(t, "tcp") == 0 ? "tcp" : "ofi";
 			path_names[npaths] = path_transport[npaths];
 			npaths++;
 		}
+		free(tl);
 	} else {
 		if (strstr(paths, "rootless"))
 			path_names[npaths++] = "rootless";
@@ -817,6 +824,7 @@ int main(int argc, char **argv)
 	}
 	if (npaths == 0) {
 		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard\n", paths);
+		free(list);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
