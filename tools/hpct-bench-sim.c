@@ -36,6 +36,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "bench_measure.h"
 #include "bench_plot.h"
 #include "bootstrap/derive.h"
 #include "bootstrap/engine.h"
@@ -713,13 +714,6 @@ static struct sim_result nccl_model(int n, double spread, unsigned seed)
 
 /* ------------------------------------------------------- calibration */
 
-static double wall(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static double cpu_time(void)
 {
 	struct timespec ts;
@@ -727,76 +721,15 @@ static double cpu_time(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static int listener(struct sockaddr_in *a)
-{
-	int l = socket(AF_INET, SOCK_STREAM, 0);
-	socklen_t al = sizeof(*a);
-	memset(a, 0, sizeof(*a));
-	a->sin_family = AF_INET;
-	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (l < 0 || bind(l, (struct sockaddr *)a, sizeof(*a)) < 0 || listen(l, 512) < 0 ||
-	    getsockname(l, (struct sockaddr *)a, &al) < 0) {
-		perror("hpct-bench-sim: calibration listener");
-		exit(1);
-	}
-	return l;
-}
-
 static void tcp_pair(int fd[2])
 {
-	struct sockaddr_in a;
-	int l = listener(&a), one = 1;
-	fd[0] = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(fd[0], (struct sockaddr *)&a, sizeof(a)) < 0) {
-		perror("hpct-bench-sim: calibration connect");
+	if (loopback_pair(fd) < 0) {
+		perror("hpct-bench-sim: calibration over loopback TCP");
 		exit(1);
 	}
-	fd[1] = accept(l, NULL, NULL);
-	close(l);
-	setsockopt(fd[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Median round trip of 1-byte messages between two processes over fds. */
-static double ping_pong(int a, int b, int reps)
-{
-	pid_t pid = fork();
-	char c = 'x';
-	if (pid == 0) {
-		close(a);
-		while (read(b, &c, 1) == 1 && write(b, &c, 1) == 1)
-			;
-		_exit(0);
-	}
-	close(b);
-	double *t = calloc((size_t)reps, sizeof(double));
-	for (int i = -20; i < reps; i++) {
-		double t0 = wall();
-		if (write(a, &c, 1) != 1 || read(a, &c, 1) != 1)
-			break;
-		if (i >= 0)
-			t[i] = wall() - t0;
-	}
-	close(a);
-	waitpid(pid, NULL, 0);
-	double m = median(t, reps);
-	free(t);
-	return m;
-}
-
-static void calibrate(const char *self, const char *rank_prog)
+static void calibrate(const char *rank_prog)
 {
 	int fd[2];
 	unsigned char msg[64] = { 0 };
@@ -824,38 +757,25 @@ static void calibrate(const char *self, const char *rank_prog)
 	int p1[2], p2[2];
 	if (pipe(p1) || pipe(p2))
 		exit(1);
-	pid_t pid = fork();
-	char c = 'x';
-	if (pid == 0) {
-		close(p1[1]); /* else its read never sees the end */
-		close(p2[0]);
-		while (read(p1[0], &c, 1) == 1 && write(p2[1], &c, 1) == 1)
-			;
-		_exit(0);
-	}
-	close(p1[0]);
-	close(p2[1]);
-	double t[400];
-	for (int i = -20; i < 400; i++) {
-		double t0 = wall();
-		if (write(p1[1], &c, 1) != 1 || read(p2[0], &c, 1) != 1)
-			exit(1);
-		if (i >= 0)
-			t[i] = wall() - t0;
-	}
-	close(p1[1]);
-	close(p2[0]);
-	waitpid(pid, NULL, 0);
-	M.c_wake = median(t, 400) / 2;
+	double wake_rtt = echo_round_trip(p1[1], p2[0], p1[0], p2[1], 400);
 	/* latency: what a TCP round trip has beyond those */
 	tcp_pair(fd);
-	double rtt = ping_pong(fd[0], fd[1], 400);
+	double rtt = echo_round_trip(fd[0], fd[0], fd[1], fd[1], 400);
+	if (wake_rtt < 0 || rtt < 0) {
+		fprintf(stderr, "hpct-bench-sim: calibration: a round trip failed\n");
+		exit(1);
+	}
+	M.c_wake = wake_rtt / 2;
 	M.lat = rtt / 2 - M.c_send - M.c_recv - M.c_wake;
 	if (M.lat < 1e-6)
 		M.lat = 1e-6;
 	/* a connection: connect, accept and close both ends, per end */
 	struct sockaddr_in a;
-	int l = listener(&a);
+	int l = loopback_listener(&a);
+	if (l < 0) {
+		perror("hpct-bench-sim: calibration listener");
+		exit(1);
+	}
 	double t0 = cpu_time();
 	int conns = 300;
 	for (int i = 0; i < conns; i++) {
@@ -871,7 +791,7 @@ static void calibrate(const char *self, const char *rank_prog)
 	/* bandwidth: 32 MB in 64 KB writes from another process */
 	tcp_pair(fd);
 	size_t total = 32u << 20, chunk = 64u << 10;
-	pid = fork();
+	pid_t pid = fork();
 	if (pid == 0) {
 		close(fd[1]);
 		char *buf = calloc(1, chunk);
@@ -885,21 +805,21 @@ static void calibrate(const char *self, const char *rank_prog)
 	}
 	close(fd[0]);
 	char *buf = malloc(chunk);
-	t0 = wall();
+	t0 = measure_now();
 	for (size_t got = 0; got < total;) {
 		ssize_t k = read(fd[1], buf, chunk);
 		if (k <= 0)
 			break;
 		got += (size_t)k;
 	}
-	M.bw = (double)total / (wall() - t0);
+	M.bw = (double)total / (measure_now() - t0);
 	free(buf);
 	close(fd[1]);
 	waitpid(pid, NULL, 0);
 	/* process start: a rank program that exits at once, and the fork */
 	double st[20], fk[20];
 	for (int i = 0; i < 20; i++) {
-		t0 = wall();
+		t0 = measure_now();
 		pid = fork();
 		if (pid == 0) {
 			int dn = open("/dev/null", O_WRONLY);
@@ -907,13 +827,12 @@ static void calibrate(const char *self, const char *rank_prog)
 			execl(rank_prog, rank_prog, "--as-rank", "none", (char *)NULL);
 			_exit(127);
 		}
-		fk[i] = wall() - t0;
+		fk[i] = measure_now() - t0;
 		waitpid(pid, NULL, 0);
-		st[i] = wall() - t0;
+		st[i] = measure_now() - t0;
 	}
-	M.c_fork = median(fk, 20);
-	M.c_start = median(st, 20) - M.c_fork;
-	(void)self;
+	M.c_fork = median_of(fk, 20);
+	M.c_start = median_of(st, 20) - M.c_fork;
 }
 
 /* The "model" object of an earlier run's JSON, so that runs can be
@@ -1129,7 +1048,7 @@ int main(int argc, char **argv)
 	if (from && model_from(from) < 0)
 		return 2;
 	if (!from)
-		calibrate(self, bench);
+		calibrate(bench);
 	printf("model, %s%s:\n"
 	       "  one-way latency %.1f us, bandwidth %.0f MB/s, CPU per message sent %.2f us,\n"
 	       "  received %.2f us, per wakeup %.2f us, per connection end %.1f us;\n"
@@ -1168,10 +1087,10 @@ int main(int argc, char **argv)
 	int bad = 0, rows = 0;
 	struct plot_row *prow = calloc((size_t)k * 3, sizeof(*prow));
 	for (int i = 0; i < k; i++) {
-		double w0 = wall();
+		double w0 = measure_now();
 		hpct__clock = sim_clock;
 		struct sim_result r = simulate(ns[i], seed, cores, cold, spread);
-		double took = wall() - w0;
+		double took = measure_now() - w0;
 		struct sim_result s = std_model(ns[i], spread, cores, seed);
 		struct sim_result q = nccl_model(ns[i], spread, seed);
 		if (r.failed) {

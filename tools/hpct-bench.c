@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_measure.h"
 #include "bench_plot.h"
 #include "bench_rank.h"
 #include "bootstrap/nccl_internal.h"
@@ -463,12 +464,6 @@ static double restart_once(const char *self, int n, int nodes, int rootless, int
 	return (last - t0) * 1000;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static int parse_list(const char *s, int *out)
 {
 	int n = 0;
@@ -553,48 +548,11 @@ static double nccl_root_once(int n, int rootless, int port, double timeout, int 
  * could not be measured. */
 static double measure_rtt_ms(void)
 {
-	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0 ||
-	    getsockname(l, (struct sockaddr *)&a, &al) < 0) {
-		if (l >= 0)
-			close(l);
+	int fd[2];
+	if (loopback_pair(fd) < 0)
 		return -1;
-	}
-	pid_t pid = fork();
-	if (pid == 0) { /* the echo side */
-		int c = socket(AF_INET, SOCK_STREAM, 0);
-		char b;
-		if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
-			_exit(1);
-		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		while (read(c, &b, 1) == 1 && write(c, &b, 1) == 1)
-			;
-		_exit(0);
-	}
-	double t[200], ms = -1;
-	int c = pid > 0 ? accept(l, NULL, NULL) : -1;
-	close(l);
-	if (c >= 0) {
-		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		char b = 'x';
-		int i, ok = 1;
-		for (i = -20; i < 200 && ok; i++) {
-			double t0 = mono();
-			ok = write(c, &b, 1) == 1 && read(c, &b, 1) == 1;
-			if (i >= 0)
-				t[i] = (mono() - t0) * 1000;
-		}
-		if (ok) {
-			qsort(t, 200, sizeof(double), cmp_double);
-			ms = (t[99] + t[100]) / 2;
-		}
-		close(c);
-	}
-	if (pid > 0)
-		waitpid(pid, NULL, 0);
-	return ms;
+	double s = echo_round_trip(fd[0], fd[0], fd[1], fd[1], 200);
+	return s < 0 ? -1 : s * 1000;
 }
 
 static void usage(FILE *f)

@@ -1,0 +1,118 @@
+/* Measuring this machine, shared by hpct-bench (the plot's round trip) and
+ * hpct-bench-sim (the model's calibration): medians, a loopback TCP pair,
+ * and the round trip of 1-byte messages to an echoing child process. */
+#ifndef HPCT_BENCH_MEASURE_H
+#define HPCT_BENCH_MEASURE_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline double measure_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Sorts v and returns its median. */
+static inline double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A listener on 127.0.0.1 at a port the kernel picks, its address in *a;
+ * -1 on failure. */
+static inline int loopback_listener(struct sockaddr_in *a)
+{
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	socklen_t al = sizeof(*a);
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (l >= 0 && bind(l, (struct sockaddr *)a, sizeof(*a)) == 0 && listen(l, 512) == 0 &&
+	    getsockname(l, (struct sockaddr *)a, &al) == 0)
+		return l;
+	if (l >= 0)
+		close(l);
+	return -1;
+}
+
+/* Two ends of one loopback TCP connection, Nagle off; 0 or -1. */
+static inline int loopback_pair(int fd[2])
+{
+	struct sockaddr_in a;
+	int l = loopback_listener(&a), one = 1;
+	if (l < 0)
+		return -1;
+	fd[0] = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd[0] < 0 || connect(fd[0], (struct sockaddr *)&a, sizeof(a)) < 0) {
+		if (fd[0] >= 0)
+			close(fd[0]);
+		close(l);
+		return -1;
+	}
+	fd[1] = accept(l, NULL, NULL);
+	close(l);
+	if (fd[1] < 0) {
+		close(fd[0]);
+		return -1;
+	}
+	setsockopt(fd[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+}
+
+/* Median round trip, seconds, of `reps` 1-byte messages (after 20 to warm
+ * up) written to `out` and read back from `in`, echoed by a child process
+ * that reads `peer_in` and writes `peer_out` (a socket: the same fd both
+ * ways).  Every fd given is closed on return; -1 if it could not be
+ * measured. */
+static inline double echo_round_trip(int out, int in, int peer_in, int peer_out, int reps)
+{
+	pid_t pid = fork();
+	char c = 'x';
+	if (pid == 0) {
+		close(out); /* else the echo's read never sees the end */
+		if (in != out)
+			close(in);
+		while (read(peer_in, &c, 1) == 1 && write(peer_out, &c, 1) == 1)
+			;
+		_exit(0);
+	}
+	close(peer_in);
+	if (peer_out != peer_in)
+		close(peer_out);
+	double *t = calloc((size_t)reps, sizeof(double)), m = -1;
+	int ok = pid > 0 && t;
+	for (int i = -20; i < reps && ok; i++) {
+		double t0 = measure_now();
+		ok = write(out, &c, 1) == 1 && read(in, &c, 1) == 1;
+		if (ok && i >= 0)
+			t[i] = measure_now() - t0;
+	}
+	close(out);
+	if (in != out)
+		close(in);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	if (ok)
+		m = median_of(t, reps);
+	free(t);
+	return m;
+}
+
+#endif
