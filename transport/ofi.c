@@ -868,6 +868,18 @@ static void send_done(struct ofi_ctx *x, struct op *o)
 	free(o);
 }
 
+/* A receive (its slot is posted again) or a send, completed. */
+static void on_completion(struct ofi_ctx *x, const struct fi_cq_msg_entry *e)
+{
+	if (e->flags & FI_RECV) {
+		int slot = (int)(intptr_t)e->op_context - 1;
+		on_message(x, x->rxbuf + (size_t)slot * FRAG, e->len);
+		post_recv(x, slot);
+	} else {
+		send_done(x, e->op_context);
+	}
+}
+
 static void drain_cq(struct ofi_ctx *x)
 {
 	struct fi_cq_msg_entry e[16];
@@ -893,15 +905,8 @@ static void drain_cq(struct ofi_ctx *x)
 		}
 		if (n <= 0)
 			return;
-		for (ssize_t i = 0; i < n; i++) {
-			if (e[i].flags & FI_RECV) {
-				int slot = (int)(intptr_t)e[i].op_context - 1;
-				on_message(x, x->rxbuf + (size_t)slot * FRAG, e[i].len);
-				post_recv(x, slot);
-			} else {
-				send_done(x, e[i].op_context);
-			}
-		}
+		for (ssize_t i = 0; i < n; i++)
+			on_completion(x, &e[i]);
 	}
 }
 
@@ -931,15 +936,8 @@ static int ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbar
 			wait = 10;
 		struct fi_cq_msg_entry e;
 		ssize_t n = fi_cq_sread(x->cq, &e, 1, NULL, wait);
-		if (n == 1) {
-			if (e.flags & FI_RECV) {
-				int slot = (int)(intptr_t)e.op_context - 1;
-				on_message(x, x->rxbuf + (size_t)slot * FRAG, e.len);
-				post_recv(x, slot);
-			} else {
-				send_done(x, e.op_context);
-			}
-		}
+		if (n == 1)
+			on_completion(x, &e);
 		drain_cq(x);
 		push_sends(x, now_s());
 	}
