@@ -86,6 +86,10 @@ static int load(void)
 	setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
 	setenv("FI_TCP_RX_SIZE", "64", 0);
 	setenv("FI_TCP_TX_SIZE", "64", 0);
+	/* rxm looks at its connection requests only every 10 ms of CQ reads
+	 * by default; a bootstrap is mostly connection set-up (N=2 gated:
+	 * 16.4 ms at 10 ms, 7.4 ms at 100 us) */
+	setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "100", 0);
 	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		snprintf(why, sizeof(why),
