@@ -17,6 +17,7 @@
 
 #include "hpct/hpct.h"
 #include "log.h"
+#include "sock.h"
 #include "util.h"
 
 #define RBUF      65536
@@ -31,49 +32,6 @@ struct hpct_std_client {
 	unsigned char rbuf[RBUF];
 };
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	p[0] = (unsigned char)(v >> 24);
-	p[1] = (unsigned char)(v >> 16);
-	p[2] = (unsigned char)(v >> 8);
-	p[3] = (unsigned char)v;
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
-/* 1: ready, 0: deadline passed, <0: -errno. */
-static int wait_fd(int fd, short events, double deadline)
-{
-	for (;;) {
-		double left = deadline - hpct__now();
-		if (left <= 0)
-			left = 0;
-		struct pollfd pfd = { .fd = fd, .events = events };
-		int ms = left > 86400 ? 86400 * 1000 : (int)(left * 1000) + (left > 0);
-		int r = poll(&pfd, 1, ms);
-		if (r > 0)
-			return 1;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (r == 0 && hpct__now() >= deadline)
-			return 0;
-	}
-}
-
 /* 0, HPCT_ETIMEDOUT or -errno. */
 static int send_iov(struct hpct_std_client *c, struct iovec *iov, int niov, double deadline)
 {
@@ -85,7 +43,7 @@ static int send_iov(struct hpct_std_client *c, struct iovec *iov, int niov, doub
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				return -errno;
-			int w = wait_fd(c->fd, POLLOUT, deadline);
+			int w = hpct__sock_wait(c->fd, POLLOUT, deadline);
 			if (w <= 0)
 				return w == 0 ? HPCT_ETIMEDOUT : w;
 			continue;
@@ -131,7 +89,7 @@ static int recv_exact(struct hpct_std_client *c, void *buf, size_t len, double d
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				return -errno;
-			int w = wait_fd(c->fd, POLLIN, deadline);
+			int w = hpct__sock_wait(c->fd, POLLIN, deadline);
 			if (w <= 0)
 				return w == 0 ? HPCT_ETIMEDOUT : w;
 			continue;
@@ -203,13 +161,13 @@ static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const cha
 		rc = recv_exact(c, st, 4, deadline);
 	if (rc != 0)
 		return io_fail(c, rc, what, t0);
-	int status = (int)get32(st);
+	int status = (int)hpct__get32(st);
 	if (status == 0)
 		return 0;
 	char msg[1024];
 	unsigned char lb[4];
 	rc = recv_exact(c, lb, 4, deadline);
-	uint32_t len = rc == 0 ? get32(lb) : 0;
+	uint32_t len = rc == 0 ? hpct__get32(lb) : 0;
 	if (rc == 0)
 		rc = recv_exact(c, len < sizeof(msg) ? msg : NULL, len, deadline);
 	if (rc != 0)
@@ -245,70 +203,6 @@ static void describe(char *buf, size_t len, const char *op, const char *const *k
 		snprintf(buf + o, len - (size_t)o, " and %d more keys", n - 3);
 }
 
-static int retryable(int err)
-{
-	switch (err) {
-	case ECONNREFUSED:
-	case ETIMEDOUT:
-	case ECONNRESET:
-	case ECONNABORTED:
-	case EHOSTUNREACH:
-	case ENETUNREACH:
-	case ENETDOWN:
-	case EHOSTDOWN:
-	case EADDRNOTAVAIL:
-	case EAGAIN:
-	case EINTR:
-		return 1;
-	}
-	return 0;
-}
-
-static void sleep_s(double s)
-{
-	if (s <= 0)
-		return;
-	struct timespec ts = { .tv_sec = (time_t)s,
-		               .tv_nsec = (long)((s - (double)(time_t)s) * 1e9) };
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-/* One connect attempt: the connected fd, -errno, or HPCT_ETIMEDOUT when the
- * deadline came first. */
-static int try_connect(const struct sockaddr_storage *ss, socklen_t sl, double deadline)
-{
-	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	int err = 0;
-	if (connect(fd, (const struct sockaddr *)ss, sl) != 0) {
-		err = errno;
-		if (err == EINPROGRESS) {
-			int w = wait_fd(fd, POLLOUT, deadline);
-			socklen_t el = sizeof(err);
-			if (w == 0) {
-				close(fd);
-				return HPCT_ETIMEDOUT;
-			}
-			if (w < 0)
-				err = -w;
-			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
-				err = errno;
-		}
-	}
-	if (err) {
-		close(fd);
-		return -err;
-	}
-	/* Blocking from here; each call below still passes MSG_DONTWAIT and
-	 * waits in poll(), so nothing blocks past a deadline. */
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
-}
-
 int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
                              double deadline, struct hpct_std_client **client_out)
 {
@@ -335,7 +229,7 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 	int attempts = 0, err = 0;
 	for (;;) {
 		attempts++;
-		c->fd = try_connect(&ss, sl, deadline);
+		c->fd = hpct__sock_connect(&ss, sl, deadline);
 		if (c->fd >= 0)
 			break;
 		if (c->fd != HPCT_ETIMEDOUT)
@@ -343,9 +237,9 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 		else if (!err)
 			err = ETIMEDOUT;
 		double now = hpct__now();
-		if (!retryable(err) || now >= deadline || c->fd == HPCT_ETIMEDOUT) {
+		if (!hpct__sock_retryable(err) || now >= deadline || c->fd == HPCT_ETIMEDOUT) {
 			rc = hpct__fail(
-			        retryable(err) ? HPCT_ETIMEDOUT : -err, HPCT_SUB_STD,
+			        hpct__sock_retryable(err) ? HPCT_ETIMEDOUT : -err, HPCT_SUB_STD,
 			        "rank %d: no rendezvous at %s after %.1f s and %d attempts (%s)",
 			        rank, c->addr, now - t0, attempts, strerror(err));
 			goto free_client;
@@ -353,7 +247,7 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 		/* Jitter (+-20%) keeps a thousand ranks from retrying in step. */
 		double jitter = 0.8 + 0.4 * (double)rand_r(&seed) / RAND_MAX;
 		double nap = backoff * jitter;
-		sleep_s(nap < deadline - now ? nap : deadline - now);
+		hpct__sleep(nap < deadline - now ? nap : deadline - now);
 		backoff = backoff * 2 < 0.1 ? backoff * 2 : 0.1;
 	}
 	HPCT_TRACE(HPCT_SUB_STD, "rank %d: connected to the rendezvous at %s after %d attempts",
@@ -361,10 +255,10 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 
 	unsigned char hello[21];
 	hello[0] = HPCT_STD_HELLO;
-	put32(hello + 1, (uint32_t)rank);
-	put32(hello + 5, HPCT_STD_MAGIC);
-	put32(hello + 9, (uint32_t)size);
-	put64(hello + 13, job);
+	hpct__put32(hello + 1, (uint32_t)rank);
+	hpct__put32(hello + 5, HPCT_STD_MAGIC);
+	hpct__put32(hello + 9, (uint32_t)size);
+	hpct__put64(hello + 13, job);
 	struct iovec iov = { .iov_base = hello, .iov_len = sizeof(hello) };
 	rc = rpc(c, &iov, 1, "HELLO", t0, deadline);
 	if (rc)
@@ -386,7 +280,7 @@ void hpct__std_client_close(struct hpct_std_client *c)
 		return;
 	if (!c->broken) {
 		unsigned char bye[5] = { HPCT_STD_BYE, 0, 0, 0, 0 };
-		put32(bye + 1, (uint32_t)c->rank);
+		hpct__put32(bye + 1, (uint32_t)c->rank);
 		struct iovec iov = { .iov_base = bye, .iov_len = sizeof(bye) };
 		send_iov(c, &iov, 1, hpct__now() + 1.0);
 	}
@@ -413,8 +307,8 @@ static int key_rpc(struct hpct_std_client *c, uint8_t op, const char *key, const
 	unsigned char hdr[9];
 	uint32_t klen = (uint32_t)strlen(key);
 	hdr[0] = op;
-	put32(hdr + 1, (uint32_t)c->rank);
-	put32(hdr + 5, klen);
+	hpct__put32(hdr + 1, (uint32_t)c->rank);
+	hpct__put32(hdr + 5, klen);
 	struct iovec iov[4] = {
 		{ hdr, 9 }, { (void *)key, klen }, { (void *)tail, tlen }, { (void *)val, vlen }
 	};
@@ -435,8 +329,8 @@ int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, s
 	char what[KEY_SHOWN + 32];
 	describe(what, sizeof(what), "SET", &key, 1);
 	unsigned char tail[8];
-	put32(tail, (uint32_t)readers);
-	put32(tail + 4, (uint32_t)len);
+	hpct__put32(tail, (uint32_t)readers);
+	hpct__put32(tail + 4, (uint32_t)len);
 	return key_rpc(c, HPCT_STD_SET, key, tail, 8, val, len, what, t0, deadline);
 }
 
@@ -450,7 +344,7 @@ int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int
 	char what[KEY_SHOWN + 32];
 	describe(what, sizeof(what), "ADD", &key, 1);
 	unsigned char tail[8];
-	put64(tail, (uint64_t)delta);
+	hpct__put64(tail, (uint64_t)delta);
 	rc = key_rpc(c, HPCT_STD_ADD, key, tail, 8, NULL, 0, what, t0, deadline);
 	if (rc)
 		return rc;
@@ -458,7 +352,7 @@ int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int
 	if (rc)
 		return io_fail(c, rc, what, t0);
 	if (value_out)
-		*value_out = (int64_t)get64(tail);
+		*value_out = (int64_t)hpct__get64(tail);
 	return 0;
 }
 
@@ -472,7 +366,7 @@ int hpct__std_wait_ge(struct hpct_std_client *c, const char *key, int64_t value,
 	describe(what, sizeof(what), "WAITGE", &key, 1);
 	snprintf(what + strlen(what), sizeof(what) - strlen(what), " >= %lld", (long long)value);
 	unsigned char tail[8];
-	put64(tail, (uint64_t)value);
+	hpct__put64(tail, (uint64_t)value);
 	return key_rpc(c, HPCT_STD_WAITGE, key, tail, 8, NULL, 0, what, t0, deadline);
 }
 
@@ -502,12 +396,12 @@ static int mget(struct hpct_std_client *c, const char *const *keys, int n, void 
 		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD,
 		                  "rank %d: out of memory for an MGET of %d keys", c->rank, n);
 	req[0] = HPCT_STD_MGET;
-	put32(req + 1, (uint32_t)c->rank);
-	put32(req + 5, (uint32_t)n);
+	hpct__put32(req + 1, (uint32_t)c->rank);
+	hpct__put32(req + 5, (uint32_t)n);
 	size_t o = 9;
 	for (int i = 0; i < n; i++) {
 		uint32_t kl = (uint32_t)strlen(keys[i]);
-		put32(req + o, kl);
+		hpct__put32(req + o, kl);
 		memcpy(req + o + 4, keys[i], kl);
 		o += 4 + kl;
 	}
@@ -524,7 +418,7 @@ static int mget(struct hpct_std_client *c, const char *const *keys, int n, void 
 		unsigned char lb[4];
 		if ((rc = recv_exact(c, lb, 4, deadline)))
 			return io_fail(c, rc, what, t0);
-		uint32_t len = get32(lb);
+		uint32_t len = hpct__get32(lb);
 		if (len > HPCT_STD_MAX_VALUE) {
 			set_broken(c);
 			snprintf(c->why, sizeof(c->why), "a %u-byte value in a reply", len);

@@ -1,0 +1,43 @@
+/* Blocking-with-deadline socket helpers shared by the clients that talk to
+ * one server at a time (the standard path's rendezvous, the rootless
+ * store).  Deadlines are CLOCK_MONOTONIC seconds (hpct__now). */
+#ifndef HPCT_SOCK_H
+#define HPCT_SOCK_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* 1: ready, 0: deadline passed, <0: -errno. */
+int hpct__sock_wait(int fd, short events, double deadline);
+/* One connect attempt: the connected fd (blocking, TCP_NODELAY), -errno,
+ * or HPCT_ETIMEDOUT when the deadline came first. */
+int hpct__sock_connect(const struct sockaddr_storage *ss, socklen_t sl, double deadline);
+/* Errors worth another connect attempt (nobody listening yet, ...). */
+int hpct__sock_retryable(int err);
+void hpct__sleep(double s);
+
+static inline void hpct__put32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 24);
+	p[1] = (unsigned char)(v >> 16);
+	p[2] = (unsigned char)(v >> 8);
+	p[3] = (unsigned char)v;
+}
+
+static inline void hpct__put64(unsigned char *p, uint64_t v)
+{
+	hpct__put32(p, (uint32_t)(v >> 32));
+	hpct__put32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t hpct__get32(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t hpct__get64(const unsigned char *p)
+{
+	return (uint64_t)hpct__get32(p) << 32 | hpct__get32(p + 4);
+}
+
+#endif
