@@ -528,12 +528,23 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	int i, rc, n = 0;
 	for (i = 0; vars[i] && !(v = hpct__env_str(env, vars[i])); i++)
 		;
+	/* torchrun on one node names no nodes: every rank is local, and the
+	 * node is MASTER_ADDR */
+	long lws = 0;
+	int lset = 0;
+	const char *ma = hpct__env_str(env, "MASTER_ADDR");
+	if (!v && ma && *ma &&
+	    hpct__env_int(env, "LOCAL_WORLD_SIZE", 1, INT_MAX, 0, &lws, &lset) == 0 && lset &&
+	    lws == t->size) {
+		v = ma;
+		i = 5; /* vars[5] is NULL: the name below */
+	}
 	if (!v) {
 		snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
 		         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST");
 		return 0;
 	}
-	t->nodelist_src = vars[i];
+	t->nodelist_src = vars[i] ? vars[i] : "MASTER_ADDR (one node: LOCAL_WORLD_SIZE=WORLD_SIZE)";
 	char **hosts = NULL;
 	if (i == 0) {
 		if ((rc = read_hostfile(v, src, t, &hosts, &n)))
@@ -545,7 +556,7 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		/* One more than the ranks, so that too many nodes gets its own message. */
 		rc = hpct__hostlist_parse(v, (size_t)t->size + 1, &hosts, &n, err, sizeof(err));
 		if (rc)
-			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s", vars[i],
+			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s", vars[i] ? vars[i] : "MASTER_ADDR",
 			                  shorten(v, sb, sizeof(sb)), err);
 		if (n > t->size) {
 			hpct__strv_free(hosts, n);
