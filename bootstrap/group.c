@@ -6,6 +6,7 @@
 #include "derive.h"
 #include "log.h"
 #include "world.h"
+#include "world_access.h"
 
 int hpct__group_fail(struct hpct_group *g, int err, const char *fmt, ...)
 {
@@ -32,41 +33,25 @@ static int track(struct hpct_world *w, struct hpct_group *g)
 	return 0;
 }
 
-HPCT_API int hpct_group_create(struct hpct_group *parent, const int *members, int n,
-                               struct hpct_group **group_out)
+/* A group of `parent`'s ranks `members` named by (parent, key); only its
+ * members call this.  Arguments checked by the callers. */
+static int make_group(struct hpct_group *parent, uint64_t key, const int *members, int n,
+                      struct hpct_group **group_out)
 {
-	if (!parent || !group_out || (n > 0 && !members))
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "hpct_group_create: NULL argument");
 	struct hpct_world *w = parent->world;
-	if (n < 1 || n > parent->size)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-		                  "rank %d: hpct_group_create: %d members for a parent of size %d",
-		                  w->topo.rank, n, parent->size);
 	int me = -1;
-	for (int i = 0; i < n; i++) {
-		if (members[i] < 0 || members[i] >= parent->size ||
-		    (i > 0 && members[i] <= members[i - 1]))
-			return hpct__fail(
-			        HPCT_EINVAL, HPCT_SUB_COLL,
-			        "rank %d: hpct_group_create: member %d is %d; members must be "
-			        "increasing ranks below the parent's size %d",
-			        w->topo.rank, i, members[i], parent->size);
+	for (int i = 0; i < n; i++)
 		if (members[i] == parent->rank)
 			me = i;
-	}
-	/* Members or not, every rank of the parent counts the call. */
-	uint64_t counter = parent->counter++;
+	*group_out = NULL;
+	if (me < 0)
+		return 0;
 	int *wr = malloc((size_t)n * sizeof(*wr));
 	if (!wr)
 		return HPCT_ENOMEM;
 	for (int i = 0; i < n; i++)
 		wr[i] = hpct__group_world_rank(parent, members[i]);
-	uint64_t id = hpct__derive_group(w->topo.job, w->topo.epoch, parent->id, counter, wr, n);
-	if (me < 0) {
-		free(wr);
-		*group_out = NULL;
-		return 0;
-	}
+	uint64_t id = hpct__derive_group(w->topo.job, w->topo.epoch, parent->id, key, wr, n);
 	struct hpct_group *g = calloc(1, sizeof(*g));
 	if (!g || track(w, g) < 0) {
 		free(g);
@@ -78,12 +63,49 @@ HPCT_API int hpct_group_create(struct hpct_group *parent, const int *members, in
 	g->rank = me;
 	g->size = n;
 	g->members = wr;
-	HPCT_INFO(HPCT_SUB_COLL,
-	          "group %016llx: %d members, rank %d (parent %016llx, counter %llu)",
+	HPCT_INFO(HPCT_SUB_COLL, "group %016llx: %d members, rank %d (parent %016llx, key %llx)",
 	          (unsigned long long)id, n, me, (unsigned long long)parent->id,
-	          (unsigned long long)counter);
+	          (unsigned long long)key);
 	*group_out = g;
 	return 0;
+}
+
+static int check_members(struct hpct_group *parent, const int *members, int n, const char *fn)
+{
+	struct hpct_world *w = parent->world;
+	if (n < 1 || n > parent->size)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
+		                  "rank %d: %s: %d members for a parent of size %d", w->topo.rank, fn,
+		                  n, parent->size);
+	for (int i = 0; i < n; i++)
+		if (members[i] < 0 || members[i] >= parent->size ||
+		    (i > 0 && members[i] <= members[i - 1]))
+			return hpct__fail(
+			        HPCT_EINVAL, HPCT_SUB_COLL,
+			        "rank %d: %s: member %d is %d; members must be increasing ranks below "
+			        "the parent's size %d",
+			        w->topo.rank, fn, i, members[i], parent->size);
+	return 0;
+}
+
+HPCT_API int hpct_group_create(struct hpct_group *parent, const int *members, int n,
+                               struct hpct_group **group_out)
+{
+	if (!parent || !group_out || (n > 0 && !members))
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "hpct_group_create: NULL argument");
+	int rc = check_members(parent, members, n, "hpct_group_create");
+	if (rc)
+		return rc;
+	/* Members or not, every rank of the parent counts the call. */
+	return make_group(parent, parent->counter++, members, n, group_out);
+}
+
+/* Keys live apart from counters: the top bit is set. */
+HPCT_PRIVATE int hpct__group_create_keyed(struct hpct_group *parent, uint64_t key,
+                                          const int *members, int n, struct hpct_group **group_out)
+{
+	int rc = check_members(parent, members, n, "hpct__group_create_keyed");
+	return rc ? rc : make_group(parent, key | (1ull << 63), members, n, group_out);
 }
 
 void hpct__group_free(struct hpct_group *g)

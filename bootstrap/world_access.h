@@ -25,6 +25,14 @@ HPCT_PRIVATE struct hpct_std_client *hpct__world_std_client(hpct_world *world);
  * HPCT_ERESOLVE when it does not resolve. */
 HPCT_PRIVATE int hpct__world_node_host(hpct_world *world, int rank, char *buf, size_t len);
 
+/* A subgroup of `parent` that only its members create, named by `key`
+ * instead of the parent's counter: every member must pass the same key
+ * (for instance a count of the groups made with these members so far),
+ * and no two groups of the parent may share one.  Like hpct_group_create
+ * otherwise. */
+HPCT_PRIVATE int hpct__group_create_keyed(hpct_group *parent, uint64_t key, const int *members,
+                                          int n, hpct_group **group_out);
+
 /* A failure in `group` whose cause this rank knows (a peer died): tell the
  * others, so a rank that only saw a neighbour give up can name the cause.
  * Rootless: an abort over hpct's links, passed on by whoever learns it;

@@ -62,7 +62,9 @@ static void usage(FILE *f)
 	        "                     (default: $HPCT_EPOCH, else 0)\n"
 	        "  --job ID           HPCT_JOB_ID and TORCHELASTIC_RUN_ID\n"
 	        "                     (default: $HPCT_JOB_ID, else hpct-run-<pid>)\n"
-	        "  --rootless         set HPCT_USE_ROOTLESS=1\n"
+	        "  --rootless         set HPCT_USE_ROOTLESS=1 and put libhpct_preload.so first\n"
+	        "                     in LD_PRELOAD (an unmodified PyTorch or NCCL job then\n"
+	        "                     needs no store, no MASTER_PORT and no root)\n"
 	        "  -h, --help         print this help\n"
 	        "\n"
 	        "Exit status: 0 when every rank exits 0; 1 when a rank fails (it is named,\n"
@@ -185,6 +187,39 @@ static void set(const char *name, const char *value)
 	}
 }
 
+/* libhpct_preload.so beside this program (a build tree), else where it
+ * was installed; first in LD_PRELOAD unless already there. */
+static void preload_shim(void)
+{
+	char exe[PATH_MAX], lib[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	lib[0] = 0;
+	if (n > 0) {
+		exe[n] = 0;
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = 0;
+			snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", exe);
+		}
+	}
+	if (!lib[0] || access(lib, R_OK) != 0)
+		snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", HPCT_LIBDIR);
+	if (access(lib, R_OK) != 0) {
+		fprintf(stderr, "hpct-run: --rootless: no libhpct_preload.so beside %s or in %s\n",
+		        exe, HPCT_LIBDIR);
+		exit(2);
+	}
+	const char *old = getenv("LD_PRELOAD");
+	if (old && strstr(old, lib))
+		return;
+	char *v = malloc(strlen(lib) + (old ? strlen(old) : 0) + 2);
+	if (!v)
+		exit(2);
+	sprintf(v, "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "");
+	set("LD_PRELOAD", v);
+	free(v);
+}
+
 static void setf(const char *name, const char *fmt, ...)
 {
 	char buf[256];
@@ -282,8 +317,10 @@ static void set_world_env(const struct opts *o)
 	parse_epoch(o->epoch ? "--epoch" : "HPCT_EPOCH in the environment", epoch);
 	set("HPCT_EPOCH", epoch);
 	set("TORCHELASTIC_RESTART_COUNT", epoch);
-	if (o->rootless)
+	if (o->rootless) {
 		set("HPCT_USE_ROOTLESS", "1");
+		preload_shim();
+	}
 }
 
 static double now(void)

@@ -14,16 +14,30 @@
  *   getenv                    NCCL_COMM_ID for the one call that starts a
  *                             Tier 1 root, on NCCL without an env plugin
  *
+ * The PyTorch half: in a rank process (not the torchrun agent, not a
+ * data-loader worker or other child of a rank) with HPCT_USE_ROOTLESS=1,
+ * when Python loads torch's _C module and that torch is the one
+ * libhpct_torch.so was built for, libhpct_torch.so is loaded first, with
+ * RTLD_GLOBAL, so its c10d::TCPStore wins over libtorch's (see
+ * preload_torch.cc).  Any other torch, or HPCT_USE_ROOTLESS unset/0, and
+ * torch is left as it is, with one notice line.
+ *
+ *   dlopen                    watches for torch/_C*.so, then passes on
+ *   hpct_preload_world        the world this process's ranks share
+ *                             (NCCL and torch halves alike)
+ *
  * ncclCommSplit and ncclCommShrink need no id and are not touched.  The
  * real functions are the next definitions after this library (RTLD_NEXT),
  * else those of the libnccl.so.2 hpct loads. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bootstrap/log.h"
 #include "bootstrap/nccl_internal.h"
@@ -47,9 +61,13 @@ SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid
                                       void *config);
 SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist);
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+SHIM_API void *dlopen(const char *file, int mode);
+SHIM_API hpct_world *hpct_preload_world(void);
+
+static pthread_once_t once = PTHREAD_ONCE_INIT, world_once = PTHREAD_ONCE_INIT;
 static int active;        /* HPCT_USE_ROOTLESS=1 and a world to derive from */
 static hpct_world *world; /* lives as long as the process */
+static int rank_process;  /* this process is a rank itself (see claim_rank) */
 static struct hpct_nccl_lib real;
 static atomic_uint id_counter; /* ids this process handed out */
 static _Thread_local int bypass;
@@ -84,7 +102,7 @@ static void setup(void)
 		return;
 	hpct__nccl_env_prepare(); /* before NCCL reads NCCL_ENV_PLUGIN */
 	hpct__nccl_getenv_route();
-	if (hpct_world_create(&world) != 0) {
+	if (!hpct_preload_world()) {
 		HPCT_WARN(HPCT_SUB_NCCL, "preload: no hpct world (%s): NCCL left as it is",
 		          hpct_last_error());
 		return;
@@ -220,4 +238,149 @@ SHIM_API char *getenv(const char *name)
 	if (shown)
 		return (char *)shown;
 	return real_getenv ? real_getenv(name) : NULL;
+}
+
+/* ------------------------------------------------------------ shared world */
+
+static void make_world(void)
+{
+	if (hpct_world_create(&world) != 0) {
+		HPCT_WARN(HPCT_SUB_INIT, "preload: no hpct world: %s", hpct_last_error());
+		world = NULL;
+	}
+}
+
+SHIM_API hpct_world *hpct_preload_world(void)
+{
+	pthread_once(&world_once, make_world);
+	return world;
+}
+
+/* ------------------------------------------------------------ PyTorch */
+
+#define OWNER_VAR "HPCT_PRELOAD_RANK_PID"
+
+/* A rank is a process a launcher started with a rank of its own; its
+ * children (data-loader workers, subprocesses) inherit LD_PRELOAD and the
+ * launcher's variables, so the rank marks the environment with its pid
+ * before Python copies it, and a process that finds another pid there is
+ * not a rank.  The torchrun agent has no RANK. */
+__attribute__((constructor)) static void claim_rank(void)
+{
+	char *(*get)(const char *);
+	*(void **)&get = dlsym(RTLD_NEXT, "getenv");
+	if (!get)
+		return;
+	const char *owner = get(OWNER_VAR);
+	char me[24];
+	snprintf(me, sizeof(me), "%ld", (long)getpid());
+	if (owner && *owner && strcmp(owner, me) != 0)
+		return; /* a child of a rank */
+	if (!get("RANK") && !get("HPCT_RANK") && !get("SLURM_PROCID") && !get("OMPI_COMM_WORLD_RANK"))
+		return;
+	rank_process = 1;
+	setenv(OWNER_VAR, me, 1);
+}
+
+static int torch_done;
+
+/* Is the torch in `dir` the one libhpct_torch.so was built against: its
+ * version (version.py), and its lib/libtorch_cpu.so the very file the
+ * build found (HPCT_TORCH_CPU)?  When not, why in `why`. */
+static int hpct__torch_matches(const char *dir, char *why, size_t len)
+{
+#ifndef HPCT_TORCH_SONAME
+	(void)dir;
+	snprintf(why, len, "this hpct was built without its PyTorch store (meson -Dtorch=enabled)");
+	return 0;
+#else
+	char path[4200], line[256], ver[64] = "";
+	snprintf(path, sizeof(path), "%s/version.py", dir);
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "__version__ = '%63[^']'", ver) == 1)
+			break;
+	if (f)
+		fclose(f);
+	size_t n = strlen(HPCT_TORCH_VERSION);
+	if (strncmp(ver, HPCT_TORCH_VERSION, n) != 0 || (ver[n] != '.' && ver[n] != 0)) {
+		snprintf(why, len, "torch %s at %s is not the torch hpct was built for (%s)",
+		         *ver ? ver : "of unknown version", dir, HPCT_TORCH_VERSION);
+		return 0;
+	}
+	/* nothing of torch may be loaded before libhpct_torch.so: libtorch_cpu
+	 * binds its symbols at load (BIND_NOW) */
+	snprintf(path, sizeof(path), "%s/lib/libtorch_cpu.so", dir);
+	char *mine = realpath(path, NULL);
+	int ok = mine && strcmp(mine, HPCT_TORCH_CPU) == 0;
+	if (!ok)
+		snprintf(why, len, "torch %s at %s uses %s, not %s (%s) that hpct was built against",
+		         ver, dir, mine ? mine : path, HPCT_TORCH_CPU, HPCT_TORCH_SONAME);
+	free(mine);
+	return ok;
+#endif
+}
+
+/* `file` is torch's _C extension: which torch, and is it ours? */
+static void torch_arrives(const char *file)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s", file);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return;
+	*slash = 0;
+	const char *v = real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : getenv("HPCT_USE_ROOTLESS");
+	if (!v || strcmp(v, "1") != 0) {
+		fprintf(stderr, "hpct: HPCT_USE_ROOTLESS=%s: PyTorch keeps its own TCPStore\n",
+		        v ? v : "(unset)");
+		return;
+	}
+	char why[9000] = "";
+	if (!hpct__torch_matches(dir, why, sizeof(why))) {
+		fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
+		return;
+	}
+	/* beside this library */
+	Dl_info di;
+	char lib[4096];
+	if (!dladdr((void *)torch_arrives, &di) || !di.dli_fname) {
+		fprintf(stderr, "hpct: cannot tell where libhpct_preload.so is: PyTorch keeps its "
+		                "own TCPStore\n");
+		return;
+	}
+	snprintf(lib, sizeof(lib), "%s", di.dli_fname);
+	slash = strrchr(lib, '/');
+	snprintf(slash ? slash + 1 : lib, sizeof(lib) - (size_t)(slash ? slash + 1 - lib : 0),
+	         "libhpct_torch.so");
+	static void *(*real_dlopen)(const char *, int);
+	if (!real_dlopen)
+		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
+	if (!real_dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
+		fprintf(stderr, "hpct: cannot load %s (%s): PyTorch keeps its own TCPStore\n", lib,
+		        dlerror());
+		return;
+	}
+	HPCT_INFO(HPCT_SUB_INIT, "preload: torch at %s: rootless store in place of TCPStore", dir);
+}
+
+static int is_torch_c(const char *file)
+{
+	const char *base = strrchr(file, '/');
+	if (!base)
+		return 0;
+	size_t dl = (size_t)(base - file);
+	return strncmp(base, "/_C.", 4) == 0 && dl >= 6 && strncmp(base - 6, "/torch", 6) == 0;
+}
+
+SHIM_API void *dlopen(const char *file, int mode)
+{
+	static void *(*real_dlopen)(const char *, int);
+	if (!real_dlopen)
+		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
+	if (rank_process && file && !torch_done && is_torch_c(file)) {
+		torch_done = 1;
+		torch_arrives(file);
+	}
+	return real_dlopen ? real_dlopen(file, mode) : NULL;
 }

@@ -18,6 +18,7 @@
 #include <gloo/transport/tcp/address.h>
 
 #include "gloo_internal.hpp"
+#include "gloo_private.hpp"
 
 extern "C" {
 #include "bootstrap/log.h"
@@ -446,6 +447,16 @@ extern "C" HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent,
 	}
 	*context_out = c;
 	return 0;
+}
+
+HPCT_PRIVATE void hpct__gloo_context_parts(hpct_gloo_context *c,
+                                           std::shared_ptr<gloo::transport::Device> &dev,
+                                           std::shared_ptr<gloo::transport::Context> &tctx)
+{
+	// made by hpct_gloo_context_create: an hpct_gloo::Context
+	auto own = std::static_pointer_cast<hpct_gloo::Context>(c->ctx);
+	dev = c->device->dev;
+	tctx = own->transport();
 }
 
 extern "C" HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context)

@@ -59,6 +59,10 @@ class Context : public gloo::Context
 		device_ = std::move(dev);
 		transportContext_ = std::move(tctx);
 	}
+	std::shared_ptr<gloo::transport::Context> transport() const
+	{
+		return transportContext_;
+	}
 };
 
 // Turns an exception from Gloo into an hpct error: the message names the
