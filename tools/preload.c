@@ -67,7 +67,6 @@ SHIM_API hpct_world *hpct_preload_world(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT, world_once = PTHREAD_ONCE_INIT;
 static int active;        /* HPCT_USE_ROOTLESS=1 and a world to derive from */
 static hpct_world *world; /* lives as long as the process */
-static int rank_process;  /* this process is a rank itself (see claim_rank) */
 static struct hpct_nccl_lib real;
 static atomic_uint id_counter; /* ids this process handed out */
 static _Thread_local int bypass;
@@ -260,26 +259,27 @@ SHIM_API hpct_world *hpct_preload_world(void)
 
 #define OWNER_VAR "HPCT_PRELOAD_RANK_PID"
 
-/* A rank is a process a launcher started with a rank of its own; its
- * children (data-loader workers, subprocesses) inherit LD_PRELOAD and the
- * launcher's variables, so the rank marks the environment with its pid
- * before Python copies it, and a process that finds another pid there is
- * not a rank.  The torchrun agent has no RANK. */
-__attribute__((constructor)) static void claim_rank(void)
+/* Is this process a rank?  A launcher gave it a rank (the torchrun agent
+ * has none), and no rank above it claimed it first: a rank marks the
+ * environment with its pid when it loads torch, so its children (data-
+ * loader workers, subprocesses) find another pid there.  Claimed at torch
+ * load, not at start: wrappers between launcher and rank (timeout,
+ * numactl, sh -c) carry LD_PRELOAD too but never load torch. */
+static int claim_rank(void)
 {
 	char *(*get)(const char *);
 	*(void **)&get = dlsym(RTLD_NEXT, "getenv");
 	if (!get)
-		return;
+		return 0;
 	const char *owner = get(OWNER_VAR);
 	char me[24];
 	snprintf(me, sizeof(me), "%ld", (long)getpid());
 	if (owner && *owner && strcmp(owner, me) != 0)
-		return; /* a child of a rank */
+		return 0; /* a child of a rank */
 	if (!get("RANK") && !get("HPCT_RANK") && !get("SLURM_PROCID") && !get("OMPI_COMM_WORLD_RANK"))
-		return;
-	rank_process = 1;
-	setenv(OWNER_VAR, me, 1);
+		return 0;
+	setenv(OWNER_VAR, me, 1); /* the C environment: what exec'd children get */
+	return 1;
 }
 
 static int torch_done;
@@ -378,9 +378,10 @@ SHIM_API void *dlopen(const char *file, int mode)
 	static void *(*real_dlopen)(const char *, int);
 	if (!real_dlopen)
 		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
-	if (rank_process && file && !torch_done && is_torch_c(file)) {
-		torch_done = 1;
-		torch_arrives(file);
+	if (file && !torch_done && is_torch_c(file)) {
+		torch_done = 1; /* forked children inherit this too */
+		if (claim_rank())
+			torch_arrives(file);
 	}
 	return real_dlopen ? real_dlopen(file, mode) : NULL;
 }

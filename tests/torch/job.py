@@ -32,6 +32,10 @@ if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == 
     threading.Thread(target=accept, daemon=True).start()
 kept = []  # subgroups kept referenced across destroy_process_group
 
+# JOB_DIE_RANK=r: rank r dies as init begins
+if os.environ.get("JOB_DIE_RANK") == os.environ.get("RANK"):
+    os._exit(3)
+
 for inc in range(rounds):
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -99,4 +103,19 @@ for inc in range(rounds):
     dist.destroy_process_group()
 
 assert not held, f"connections to MASTER_PORT from {held}"
-print(f"ok {rank}", flush=True)
+
+# JOB_SHOW_SHIM=1: whether hpct's store is in this process, and in a child
+# of it that imports torch too (it must not be)
+if os.environ.get("JOB_SHOW_SHIM") == "1":
+    import subprocess
+
+    def shim_in(maps):
+        return any("libhpct_torch" in line for line in maps)
+
+    print(f"shim {rank} {'yes' if shim_in(open('/proc/self/maps')) else 'no'}", flush=True)
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import torch; print('yes' if any('libhpct_torch' in l for l in open('/proc/self/maps')) else 'no')"],
+        capture_output=True, text=True, check=True)
+    print(f"child-shim {rank} {child.stdout.strip()}", flush=True)
+os.write(1, f"ok {rank}\n".encode())
