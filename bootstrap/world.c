@@ -243,6 +243,21 @@ static int start_standard(struct hpct_world *w)
 	return 0;
 }
 
+HPCT_PRIVATE int hpct__rootless_possible(char *why, size_t len)
+{
+	struct hpct_topo t;
+	memset(&t, 0, sizeof(t));
+	int rc = hpct__topo_read(hpct__env_process(), &t);
+	int ok = rc == 0 && t.want_rootless && t.nnodes > 0;
+	if (!ok)
+		snprintf(why, len, "%s",
+		         rc ? hpct_last_error()
+		            : !t.want_rootless ? "HPCT_USE_ROOTLESS is not 1" : t.why_not_rootless);
+	if (rc == 0)
+		hpct__topo_free(&t);
+	return ok;
+}
+
 HPCT_API int hpct_world_create(struct hpct_world **world_out)
 {
 	if (!world_out)

@@ -25,6 +25,10 @@ HPCT_PRIVATE struct hpct_std_client *hpct__world_std_client(hpct_world *world);
  * HPCT_ERESOLVE when it does not resolve. */
 HPCT_PRIVATE int hpct__world_node_host(hpct_world *world, int rank, char *buf, size_t len);
 
+/* Would hpct_world_create take the rootless path here?  Reads the
+ * environment only (no socket, no store); when not, why in `why`. */
+HPCT_PRIVATE int hpct__rootless_possible(char *why, size_t len);
+
 /* A subgroup of `parent` that only its members create, named by `key`
  * instead of the parent's counter: every member must pass the same key
  * (for instance a count of the groups made with these members so far),

@@ -8,11 +8,13 @@
 # HPCT_USE_ROOTLESS=0 runs stock (in a network namespace of its own, as
 # stock binds the wildcard address); a rank dying as init begins makes the
 # others fail, naming it, within HPCT_TIMEOUT.  TAP output.
-# Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY
+# Last, hpct-bench --scenario torch prints a row per path.
+# Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 set -u
 run=$1
 preload=$2
 job=$3
+bench=$4
 py=/usr/bin/python3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -48,7 +50,7 @@ check_ranks() { # name n expect_shim log
 }
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
-echo "1..10"
+echo "1..11"
 
 # rootless, hpct-run
 for n in 2 4 8; do
@@ -119,5 +121,15 @@ if [ -z "$bad" ]; then
 	ok "a rank dead at init is named by the others in ${took} s (HPCT_TIMEOUT=5)"
 else
 	not_ok "a rank dead at init is named by the others" "$bad"
+fi
+
+# the benchmark of the issue, smallest size: both paths, one row each
+if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 23000 \
+	>"$dir/bench" 2>&1 &&
+	grep -Eq "^torch +rootless +2 +" "$dir/bench" && grep -Eq "^torch +stock +2 +" "$dir/bench" &&
+	grep -q "^torch N=2: stock/rootless median ratio" "$dir/bench"; then
+	ok "hpct-bench --scenario torch: a row per path and their ratio"
+else
+	not_ok "hpct-bench --scenario torch: a row per path and their ratio" "$(tail -5 "$dir/bench")"
 fi
 exit $failed

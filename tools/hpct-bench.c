@@ -40,6 +40,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -144,6 +148,7 @@ static const struct scenario scenarios[] = {
 	{ "cold", cold_rank, NULL },
 	{ "recover", recover_rank, NULL }, /* ranks of restart --recovery inprocess */
 	{ "gloo", NULL, "hpct-bench-gloo" },
+	{ "torch", NULL, "hpct-bench-torch.py" },
 };
 
 static const struct scenario *find_scenario(const char *name)
@@ -159,6 +164,77 @@ static void setenv_int(const char *name, long v)
 	char buf[32];
 	snprintf(buf, sizeof(buf), "%ld", v);
 	setenv(name, buf, 1);
+}
+
+/* --scenario torch: stock PyTorch binds its store to the wildcard address,
+ * so the runs happen in a network namespace of their own (loopback only);
+ * 0, or -1 with the reason printed. */
+static int enter_netns(void)
+{
+	uid_t uid = getuid();
+	gid_t gid = getgid();
+	if (unshare(CLONE_NEWNET) != 0) {
+		char map[64];
+		int fd;
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) {
+			fprintf(stderr, "hpct-bench: --scenario torch: cannot make a network namespace "
+			                "(unshare: %s); stock PyTorch would bind the wildcard address\n",
+			        strerror(errno));
+			return -1;
+		}
+		if ((fd = open("/proc/self/setgroups", O_WRONLY)) >= 0) {
+			(void)!write(fd, "deny", 4);
+			close(fd);
+		}
+		snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+		if ((fd = open("/proc/self/uid_map", O_WRONLY)) >= 0) {
+			(void)!write(fd, map, strlen(map));
+			close(fd);
+		}
+		snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+		if ((fd = open("/proc/self/gid_map", O_WRONLY)) >= 0) {
+			(void)!write(fd, map, strlen(map));
+			close(fd);
+		}
+	}
+	int sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	int rc = sk < 0 || ioctl(sk, SIOCGIFFLAGS, &ifr) != 0 ? -1 : 0;
+	ifr.ifr_flags |= IFF_UP;
+	if (rc == 0)
+		rc = ioctl(sk, SIOCSIFFLAGS, &ifr);
+	if (sk >= 0)
+		close(sk);
+	if (rc != 0)
+		fprintf(stderr, "hpct-bench: --scenario torch: cannot bring lo up: %s\n",
+		        strerror(errno));
+	return rc;
+}
+
+/* The environment of a torch run's ranks: the same script either way, the
+ * shim preloaded for the rootless path. */
+static void torch_env(int rootless)
+{
+	static char lib[PATH_MAX + 32];
+	if (!lib[0]) {
+		char exe[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+		if (slash) {
+			*slash = 0;
+			snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", exe);
+		}
+		if (!lib[0] || access(lib, R_OK) != 0)
+			snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", HPCT_LIBDIR);
+	}
+	if (rootless)
+		setenv("LD_PRELOAD", lib, 1);
+	else
+		unsetenv("LD_PRELOAD");
+	setenv("GLOO_SOCKET_IFNAME", "lo", 1); /* stock Gloo: the namespace's only interface */
+	setenv("OMP_NUM_THREADS", "1", 0);
 }
 
 /* N ranks of one epoch, launched by this process: their report and
@@ -561,7 +637,9 @@ static void usage(FILE *f)
 	           "                  [--repeat R] [--nodes K] [--json FILE] [--plot FILE.png]\n"
 	           "                  [--timeout S] [--port P] [--kill K] [--recovery full|inprocess]\n"
 	           "                  [--seed S] [--transport tcp,ofi] [--gate]\n"
-	           "scenarios: cold, gloo, nccl-root, restart, kill-root; and sim on its own\n"
+	           "scenarios: cold, gloo, nccl-root, restart, kill-root, torch (paths stock and\n"
+	           "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
+	           "and sim on its own\n"
 	           "(hpct-bench --scenario sim --help)\n");
 }
 
@@ -571,7 +649,7 @@ static void usage(FILE *f)
 struct scen {
 	const char *name;
 	const struct scenario *sc; /* NULL for nccl-root, restart, kill-root */
-	int nccl_root, restart, kill_root;
+	int nccl_root, restart, kill_root, torch;
 	char self[4096]; /* the program that plays its ranks */
 };
 
@@ -581,11 +659,12 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 	s->nccl_root = strcmp(name, "nccl-root") == 0;
 	s->kill_root = strcmp(name, "kill-root") == 0;
 	s->restart = s->kill_root || strcmp(name, "restart") == 0;
+	s->torch = strcmp(name, "torch") == 0;
 	s->sc = find_scenario(name);
 	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0) {
 		fprintf(stderr,
-		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart or "
-		        "kill-root (sim runs on its own)\n",
+		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart, "
+		        "kill-root or torch (sim runs on its own)\n",
 		        name);
 		return -1;
 	}
@@ -779,13 +858,22 @@ int main(int argc, char **argv)
 			path_names[npaths++] = "rootless";
 		if (strstr(paths, "standard"))
 			path_names[npaths++] = "standard";
+		else if (strstr(paths, "stock")) /* the standard path, as PyTorch users say */
+			path_names[npaths++] = "stock";
 	}
 	if (npaths == 0) {
-		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard\n", paths);
+		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard (or stock)\n",
+		        paths);
 		free(list);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	int gate_opt = bench_gate;
+	for (int si = 0; si < nscens; si++)
+		if (scens[si].torch && enter_netns() < 0) {
+			free(list);
+			return 1;
+		}
 
 	int nres = nscens * nranks * npaths;
 	struct result *res = calloc((size_t)nres, sizeof(*res));
@@ -810,7 +898,12 @@ int main(int argc, char **argv)
 					bench_transport = path_transport[p];
 					/* each run its own ports: nothing lingers from the last */
 					int base = port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
-					int rootless = strcmp(r->path, "standard") != 0;
+					int rootless = strcmp(r->path, "standard") != 0 &&
+					               strcmp(r->path, "stock") != 0;
+					if (s->torch)
+						torch_env(rootless);
+					/* torch: timed once every rank has imported it */
+					bench_gate = s->torch || gate_opt;
 					double ms =
 					        s->nccl_root
 					                ? nccl_root_once(n, rootless,

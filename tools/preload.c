@@ -42,6 +42,7 @@
 #include "bootstrap/log.h"
 #include "bootstrap/nccl_internal.h"
 #include "bootstrap/util.h"
+#include "bootstrap/world_access.h"
 #include "hpct/hpct.h"
 #include "hpct/nccl.h"
 
@@ -338,6 +339,13 @@ static void torch_arrives(const char *file)
 	}
 	char why[9000] = "";
 	if (!hpct__torch_matches(dir, why, sizeof(why))) {
+		fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
+		return;
+	}
+	/* a rank that cannot derive its peers keeps PyTorch's store, and says
+	 * why (asked of the environment: a world here would take the standard
+	 * path and bind MASTER_PORT before PyTorch) */
+	if (!hpct__rootless_possible(why, sizeof(why))) {
 		fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
 		return;
 	}
