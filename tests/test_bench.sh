@@ -50,7 +50,7 @@ grep -q "transport udp: want tcp and/or ofi" "$dir/err5" || fail "not named: $(c
 if "$bench" --scenario cold,bogus --ranks 2 >"$dir/out2" 2>"$dir/err2"; then
 	fail "an unknown scenario was accepted"
 fi
-grep -q "scenario bogus: want cold, gloo, nccl-root, restart or kill-root" "$dir/err2" ||
+grep -q "scenario bogus: want cold, gloo, nccl-root, restart, kill-root or torch" "$dir/err2" ||
 	fail "the unknown scenario was not named: $(cat "$dir/err2")"
 [ ! -s "$dir/out2" ] || fail "something ran before the bad scenario was refused"
 

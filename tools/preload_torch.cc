@@ -345,7 +345,7 @@ void gloo::rendezvous::Context::connectFullMesh(gloo::rendezvous::Store &store,
 		gloo_fail("context of " + std::to_string(size) + " ranks", rc);
 	std::shared_ptr<gloo::transport::Device> d;
 	std::shared_ptr<gloo::transport::Context> t;
-	hpct__gloo_context_parts(c, d, t);
+	hpct__gloo_context_parts(c, &d, &t);
 	hpct_gloo_context_destroy(c);
 	device_ = std::move(d);
 	transportContext_ = std::move(t);

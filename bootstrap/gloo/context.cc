@@ -449,14 +449,14 @@ extern "C" HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent,
 	return 0;
 }
 
-HPCT_PRIVATE void hpct__gloo_context_parts(hpct_gloo_context *c,
-                                           std::shared_ptr<gloo::transport::Device> &dev,
-                                           std::shared_ptr<gloo::transport::Context> &tctx)
+extern "C" HPCT_PRIVATE void
+hpct__gloo_context_parts(hpct_gloo_context *c, std::shared_ptr<gloo::transport::Device> *dev,
+                         std::shared_ptr<gloo::transport::Context> *tctx)
 {
 	// made by hpct_gloo_context_create: an hpct_gloo::Context
 	auto own = std::static_pointer_cast<hpct_gloo::Context>(c->ctx);
-	dev = c->device->dev;
-	tctx = own->transport();
+	*dev = c->device->dev;
+	*tctx = own->transport();
 }
 
 extern "C" HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context)

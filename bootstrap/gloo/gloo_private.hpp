@@ -13,6 +13,6 @@
 // made by hpct_gloo_context_create, to put into another gloo::Context of
 // the same rank and size (PyTorch's, inside connectFullMesh).  They stay
 // valid after hpct_gloo_context_destroy.
-HPCT_PRIVATE void hpct__gloo_context_parts(hpct_gloo_context *c,
-                                           std::shared_ptr<gloo::transport::Device> &dev,
-                                           std::shared_ptr<gloo::transport::Context> &tctx);
+extern "C" HPCT_PRIVATE void
+hpct__gloo_context_parts(hpct_gloo_context *c, std::shared_ptr<gloo::transport::Device> *dev,
+                         std::shared_ptr<gloo::transport::Context> *tctx);
