@@ -41,7 +41,8 @@ static const struct hpct_param params[] = {
 	  "ports for NCCL roots (default: HPCT_PORT_RANGE, cut at 65535)" },
 	{ "HPCT_STORE_PORT_OFFSET", HPCT_PT_INT, NULL,
 	  "rootless store (PyTorch preload): a rank serves its keys at its world port plus this "
-	  "(default: 2 x HPCT_PORT_RANGE)" },
+	  "(default: -HPCT_PORT_RANGE, the range below hpct's; +2 x HPCT_PORT_RANGE when that "
+	  "goes under 1024)" },
 	{ "NCCL_HOME", HPCT_PT_STR, NULL, "NCCL's install prefix, searched for lib/libnccl.so.2" },
 	{ "HPCT_SOCKET_FAMILY", HPCT_PT_STR, NULL, "AF_INET or AF_INET6 to force one family" },
 	{ "HPCT_SOCKET_IFNAME", HPCT_PT_STR, NULL,

@@ -480,21 +480,24 @@ static int store_addr(struct hpct_world *w, int rank, struct sockaddr_storage *s
 	int rc = hpct__world_node_addr(w, rank, ss, sl);
 	if (rc)
 		return rc;
-	long off = 2L * w->topo.port_range;
+	/* the range just below hpct's (clear of the kernel's ephemeral ports
+	 * with the defaults), else the one after NCCL's */
+	long range = w->topo.port_range;
+	long off = w->topo.port_base - range >= 1024 ? -range : 2 * range;
 	const char *v = getenv("HPCT_STORE_PORT_OFFSET");
 	if (v && *v) {
 		char *end;
 		off = strtol(v, &end, 10);
-		if (*end || off < 1 || off > 65535)
+		if (*end || off == 0 || off < -65535 || off > 65535)
 			return hpct__fail(HPCT_EBADENV, HPCT_SUB_NET,
-			                  "HPCT_STORE_PORT_OFFSET='%s' is not a port offset (1-65535)",
+			                  "HPCT_STORE_PORT_OFFSET='%s' is not a port offset (+-1 to 65535)",
 			                  v);
 	}
 	long port = hpct__derive_port(&w->topo, rank) + off;
-	if (port > 65535)
+	if (port < 1 || port > 65535)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_NET,
-		                  "rank %d's store port %ld (world port %d + HPCT_STORE_PORT_OFFSET "
-		                  "%ld) is above 65535",
+		                  "rank %d's store port %ld (world port %d %+ld, "
+		                  "HPCT_STORE_PORT_OFFSET) is not a port",
 		                  rank, port, hpct__derive_port(&w->topo, rank), off);
 	if (ss->ss_family == AF_INET6)
 		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
@@ -757,34 +760,40 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 	double t = cap_timeout(s, s->timeout);
 	double deadline = hpct__now() + (wait_s > 0 ? wait_s + SLACK_S : t);
 	pthread_mutex_lock(&s->mu);
-	int rc = ensure(s, home, what, hpct__now() + t);
+	int rc = ensure(s, home, what, hpct__now() + t), io = rc;
 	unsigned char h[8];
-	if (rc == 0 && (rc = send_all(s->fd[home], f, 4 + flen, deadline)) == 0 &&
-	    (rc = recv_all(s->fd[home], h, 8, deadline)) == 0) {
+	/* io: the exchange itself failed (the stream is then out of step or
+	 * gone); rc: the answer's status otherwise */
+	if (io == 0 && (io = send_all(s->fd[home], f, 4 + flen, deadline)) == 0 &&
+	    (io = recv_all(s->fd[home], h, 8, deadline)) == 0) {
 		uint32_t len = hpct__get32(h);
 		if (len < 4 || len > HPCT_STORE_MAX_FRAME)
-			rc = HPCT_EPROTO;
+			io = HPCT_EPROTO;
 		else if (len > 4 && !(*rep = malloc(len - 4)))
-			rc = HPCT_ENOMEM;
-		else if ((rc = recv_all(s->fd[home], *rep, len - 4, deadline)) == 0) {
+			io = HPCT_ENOMEM;
+		else if ((io = recv_all(s->fd[home], *rep, len - 4, deadline)) == 0) {
 			*replen = len - 4;
 			rc = (int32_t)hpct__get32(h + 4);
 		}
 	}
 	free(f);
-	if (rc && rc != HPCT_ETIMEDOUT && rc != HPCT_EINVAL && s->fd[home] >= 0 &&
-	    rc != HPCT_ENOMEM) { /* the stream is out of step, or gone */
+	if (io && rc == 0) {
 		char text[HPCT_ADDRSTRLEN] = "?";
 		struct sockaddr_storage ss;
 		socklen_t sl;
 		store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 		close(s->fd[home]);
 		s->fd[home] = -1;
-		rc = hpct__fail(rc == HPCT_EPROTO ? HPCT_EPROTO : HPCT_EPEERDEAD, HPCT_SUB_NET,
-		                "store: %s: rank %d (the key's home) at %s %s (%s)", what, home, text,
-		                rc == HPCT_EPROTO ? "answered something malformed"
-		                                  : "closed its connection: it died or left",
-		                hpct_strerror(rc));
+		rc = hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM
+		                        ? io
+		                        : HPCT_EPEERDEAD,
+		                HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)", what,
+		                home, text,
+		                io == HPCT_EPROTO      ? "answered something malformed"
+		                : io == HPCT_ETIMEDOUT ? "did not answer in time"
+		                : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
+		                                       : "closed its connection: it died or left",
+		                hpct_strerror(io));
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (rc && *rep) {

@@ -1,7 +1,9 @@
 /* The rootless store: a key-value store with no server to reach.  Every
  * rank serves the keys whose hash falls to it, from a thread listening at
- * its store port (its world port + HPCT_STORE_PORT_OFFSET, derived like
- * every other address), and asks a key's home rank directly.  What
+ * its store port (its world port + HPCT_STORE_PORT_OFFSET: by default
+ * -HPCT_PORT_RANGE, the range just below hpct's, or +2 x HPCT_PORT_RANGE,
+ * after NCCL's, when there is no room below 1024), and asks a key's home
+ * rank directly.  What
  * libhpct_torch.so puts under c10d::TCPStore.
  *
  * Keys live in namespaces (a u64 the caller derives from job, epoch and

@@ -62,8 +62,8 @@ static void usage(FILE *f)
 	        "                     (default: $HPCT_EPOCH, else 0)\n"
 	        "  --job ID           HPCT_JOB_ID and TORCHELASTIC_RUN_ID\n"
 	        "                     (default: $HPCT_JOB_ID, else hpct-run-<pid>)\n"
-	        "  --rootless         set HPCT_USE_ROOTLESS=1 and put libhpct_preload.so first\n"
-	        "                     in LD_PRELOAD (an unmodified PyTorch or NCCL job then\n"
+	        "  --rootless         set HPCT_USE_ROOTLESS=1 and add libhpct_preload.so to\n"
+	        "                     LD_PRELOAD (an unmodified PyTorch or NCCL job then\n"
 	        "                     needs no store, no MASTER_PORT and no root)\n"
 	        "  -h, --help         print this help\n"
 	        "\n"
@@ -188,7 +188,7 @@ static void set(const char *name, const char *value)
 }
 
 /* libhpct_preload.so beside this program (a build tree), else where it
- * was installed; first in LD_PRELOAD unless already there. */
+ * was installed; added to LD_PRELOAD unless already there. */
 static void preload_shim(void)
 {
 	char exe[PATH_MAX], lib[PATH_MAX + 32];
@@ -215,7 +215,8 @@ static void preload_shim(void)
 	char *v = malloc(strlen(lib) + (old ? strlen(old) : 0) + 2);
 	if (!v)
 		exit(2);
-	sprintf(v, "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "");
+	/* after what is there: a sanitizer's runtime, say, must stay first */
+	sprintf(v, "%s%s%s", old && *old ? old : "", old && *old ? ":" : "", lib);
 	set("LD_PRELOAD", v);
 	free(v);
 }
