@@ -6,7 +6,7 @@
 # destroy, with subgroups kept referenced.  Local rank 0 holds MASTER_PORT
 # and records any connection to it: there must be none.  The same job with
 # HPCT_USE_ROOTLESS=0 runs stock (in a network namespace of its own, as
-# stock binds the wildcard address); a rank dying as init begins makes the
+# stock binds the wildcard address); a rank killed during init makes the
 # others fail, naming it, within HPCT_TIMEOUT.  TAP output.
 # Last, hpct-bench --scenario torch prints a row per path.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
@@ -96,7 +96,7 @@ else
 	ok "# SKIP no network namespaces here (unshare -rn)"
 fi
 
-# a rank dies as init begins: the others fail naming it, within the deadline
+# a rank killed in the middle of init: the others fail naming it, within the deadline
 port=$(free_port)
 t0=$(date +%s)
 pids=()
@@ -118,9 +118,9 @@ done
 took=$(($(date +%s) - t0))
 [ "$took" -le 40 ] || bad="$bad took ${took} s with HPCT_TIMEOUT=5;"
 if [ -z "$bad" ]; then
-	ok "a rank dead at init is named by the others in ${took} s (HPCT_TIMEOUT=5)"
+	ok "a rank killed during init is named by the others in ${took} s (HPCT_TIMEOUT=5)"
 else
-	not_ok "a rank dead at init is named by the others" "$bad"
+	not_ok "a rank killed during init is named by the others" "$bad"
 fi
 
 # the benchmark of the issue, smallest size: both paths, one row each

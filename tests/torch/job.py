@@ -32,9 +32,17 @@ if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == 
     threading.Thread(target=accept, daemon=True).start()
 kept = []  # subgroups kept referenced across destroy_process_group
 
-# JOB_DIE_RANK=r: rank r dies as init begins
+# JOB_DIE_RANK=r: rank r is killed (SIGKILL) in the middle of its first
+# init_process_group, once its store exists and before its process group
 if os.environ.get("JOB_DIE_RANK") == os.environ.get("RANK"):
-    os._exit(3)
+    import signal
+
+    c10d = dist.distributed_c10d
+
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    c10d._new_process_group_helper = die
 
 for inc in range(rounds):
     dist.init_process_group("gloo")
