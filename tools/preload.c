@@ -283,12 +283,12 @@ static int claim_rank(void)
 	return 1;
 }
 
-static int torch_done;
+static atomic_int torch_done; /* torch's _C seen: decided once per process */
 
 /* Is the torch in `dir` the one libhpct_torch.so was built against: its
  * version (version.py), and its lib/libtorch_cpu.so the very file the
  * build found (HPCT_TORCH_CPU)?  When not, why in `why`. */
-static int hpct__torch_matches(const char *dir, char *why, size_t len)
+static int torch_matches(const char *dir, char *why, size_t len)
 {
 #ifndef HPCT_TORCH_SONAME
 	(void)dir;
@@ -338,7 +338,7 @@ static void torch_arrives(const char *file)
 		return;
 	}
 	char why[9000] = "";
-	if (!hpct__torch_matches(dir, why, sizeof(why))) {
+	if (!torch_matches(dir, why, sizeof(why))) {
 		fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
 		return;
 	}
@@ -386,8 +386,8 @@ SHIM_API void *dlopen(const char *file, int mode)
 	static void *(*real_dlopen)(const char *, int);
 	if (!real_dlopen)
 		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
-	if (file && !torch_done && is_torch_c(file)) {
-		torch_done = 1; /* forked children inherit this too */
+	/* forked children (data-loader workers) inherit torch_done too */
+	if (file && !atomic_load(&torch_done) && is_torch_c(file) && !atomic_exchange(&torch_done, 1)) {
 		if (claim_rank())
 			torch_arrives(file);
 	}
