@@ -54,6 +54,7 @@
 #include "bootstrap/nccl_internal.h"
 #include "hpct/hpct.h"
 #include "loopback_layout.h"
+#include "shim_path.h"
 
 #define MAX_LIST 16
 
@@ -217,18 +218,9 @@ static int enter_netns(void)
  * shim preloaded for the rootless path. */
 static void torch_env(int rootless)
 {
-	static char lib[PATH_MAX + 32];
-	if (!lib[0]) {
-		char exe[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
-		if (slash) {
-			*slash = 0;
-			snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", exe);
-		}
-		if (!lib[0] || access(lib, R_OK) != 0)
-			snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", HPCT_LIBDIR);
-	}
+	static char lib[8192];
+	if (!lib[0])
+		hpct_shim_path(lib, sizeof(lib)); /* a missing one fails at exec, named */
 	if (rootless)
 		setenv("LD_PRELOAD", lib, 1);
 	else

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "loopback_layout.h"
+#include "shim_path.h"
 
 #define MAX_RANKS 65536
 #define MAX_NODES 254 /* node k listens on 127.0.0.(k+1) */
@@ -191,22 +192,10 @@ static void set(const char *name, const char *value)
  * was installed; added to LD_PRELOAD unless already there. */
 static void preload_shim(void)
 {
-	char exe[PATH_MAX], lib[PATH_MAX + 32];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	lib[0] = 0;
-	if (n > 0) {
-		exe[n] = 0;
-		char *slash = strrchr(exe, '/');
-		if (slash) {
-			*slash = 0;
-			snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", exe);
-		}
-	}
-	if (!lib[0] || access(lib, R_OK) != 0)
-		snprintf(lib, sizeof(lib), "%s/libhpct_preload.so", HPCT_LIBDIR);
-	if (access(lib, R_OK) != 0) {
-		fprintf(stderr, "hpct-run: --rootless: no libhpct_preload.so beside %s or in %s\n",
-		        exe, HPCT_LIBDIR);
+	char lib[8192];
+	if (hpct_shim_path(lib, sizeof(lib)) != 0) {
+		fprintf(stderr, "hpct-run: --rootless: no libhpct_preload.so beside this program or in %s\n",
+		        HPCT_LIBDIR);
 		exit(2);
 	}
 	const char *old = getenv("LD_PRELOAD");

@@ -284,6 +284,7 @@ static int claim_rank(void)
 }
 
 static atomic_int torch_done; /* torch's _C seen: decided once per process */
+static void *(*real_dlopen)(const char *, int); /* set by dlopen() before any use */
 
 /* Is the torch in `dir` the one libhpct_torch.so was built against: its
  * version (version.py), and its lib/libtorch_cpu.so the very file the
@@ -361,10 +362,7 @@ static void torch_arrives(const char *file)
 	slash = strrchr(lib, '/');
 	snprintf(slash ? slash + 1 : lib, sizeof(lib) - (size_t)(slash ? slash + 1 - lib : 0),
 	         "libhpct_torch.so");
-	static void *(*real_dlopen)(const char *, int);
-	if (!real_dlopen)
-		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
-	if (!real_dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
+	if (!real_dlopen || !real_dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
 		fprintf(stderr, "hpct: cannot load %s (%s): PyTorch keeps its own TCPStore\n", lib,
 		        dlerror());
 		return;
@@ -383,7 +381,6 @@ static int is_torch_c(const char *file)
 
 SHIM_API void *dlopen(const char *file, int mode)
 {
-	static void *(*real_dlopen)(const char *, int);
 	if (!real_dlopen)
 		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
 	/* forked children (data-loader workers) inherit torch_done too */
