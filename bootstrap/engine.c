@@ -213,6 +213,25 @@ void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, 
 	e->cfg.ops->send(t, buf, sizeof(buf));
 }
 
+void eng_send_auth(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                   uint64_t group, const unsigned char *nonce, const unsigned char *mac)
+{
+	struct hpct_hello h = { .type = type,
+		                .job = e->cfg.job,
+		                .epoch = e->cfg.epoch,
+		                .group = group,
+		                .src = (uint32_t)e->cfg.rank,
+		                .dst = dst,
+		                .size = (uint32_t)e->cfg.size };
+	unsigned char buf[HPCT_AUTH_LEN] = { 0 };
+	hpct__hello_encode(&h, buf);
+	if (nonce)
+		memcpy(buf + HPCT_HELLO_LEN, nonce, HPCT_AUTH_NONCE);
+	if (mac)
+		memcpy(buf + HPCT_HELLO_LEN + HPCT_AUTH_NONCE, mac, HPCT_AUTH_MAC);
+	e->cfg.ops->send(t, buf, sizeof(buf));
+}
+
 static void start_connect(struct hpct_engine *e, struct peer *p)
 {
 	int r = p->rank;
@@ -242,7 +261,7 @@ static void start_connect(struct hpct_engine *e, struct peer *p)
 		return;
 	}
 	/* until it has answered as the peer we meant, it gets no room */
-	e->cfg.ops->set_max_msg(c->t, HPCT_HELLO_LEN);
+	e->cfg.ops->set_max_msg(c->t, e->cfg.secret ? HPCT_AUTH_LEN : HPCT_HELLO_LEN);
 	p->out = c;
 	p->state = OUT_CONNECTING;
 	HPCT_TRACE(HPCT_SUB_NET, "connecting to rank %d at %s", r, p->addr);
@@ -416,6 +435,15 @@ void eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 {
 	eng_list_del(c);
 	if (c->peer < 0) {
+		if (c->auth_wait) { /* it would not, or could not, prove the secret */
+			char from[HPCT_ADDRSTRLEN];
+			e->cfg.ops->peer_name(c->t, from, sizeof(from));
+			HPCT_WARN(HPCT_SUB_NET,
+			          "rank %d: refused connection from %s claiming rank %u of this job: it "
+			          "left without proving the shared secret (HPCT_SECRET differs there?)",
+			          e->cfg.rank, from, c->hello.src);
+			e->stats.conns_refused++;
+		}
 		free(c);
 		return;
 	}
@@ -464,13 +492,19 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		c->t = ev->conn;
 		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
 		ev->conn->user = c;
-		/* a stranger gets room for a HELLO and no more */
-		e->cfg.ops->set_max_msg(c->t, HPCT_HELLO_LEN);
+		/* a stranger gets room for a HELLO and no more (one with a proof
+		 * of a secret, so that one side without it can say so) */
+		e->cfg.ops->set_max_msg(c->t, HPCT_AUTH_LEN);
 		eng_list_add(&e->accepted, c);
 		break;
 	case HPCT_TEV_CONNECTED: {
 		struct peer *p = eng_peer_find(e, c->peer);
-		eng_send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, p->group, 0);
+		if (e->cfg.secret) {
+			hpct__random(c->nonce, sizeof(c->nonce));
+			eng_send_auth(e, c->t, HPCT_HELLO, (uint32_t)c->peer, p->group, c->nonce, NULL);
+		} else {
+			eng_send_hello(e, c->t, HPCT_HELLO, (uint32_t)c->peer, p->group, 0);
+		}
 		p->state = OUT_HELLO;
 		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
 		eng_list_add(&e->awaiting, c);
@@ -492,7 +526,9 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		break;
 	}
 	case HPCT_TEV_MESSAGE:
-		if (c->peer < 0)
+		if (c->peer < 0 && c->auth_wait)
+			eng_on_auth(e, c, ev->data, ev->len);
+		else if (c->peer < 0)
 			eng_on_hello(e, c, ev->data, ev->len);
 		else if (c->outgoing && eng_peer_find(e, c->peer)->state == OUT_HELLO &&
 		         eng_peer_find(e, c->peer)->out == c)

@@ -32,6 +32,10 @@ struct hpct_engine_cfg {
 	double handshake_timeout_s; /* an accepted conn must say HELLO within this */
 	hpct_peer_addr_fn peer_addr;
 	void *peer_addr_arg;
+	/* HPCT_SECRET: every connection proves it both ways (HMAC-SHA256 over
+	 * both nonces, job, epoch, group and both ranks); NULL: no proof */
+	const unsigned char *secret;
+	size_t secret_len;
 };
 
 /* A received message; free with free(). */

@@ -4,6 +4,7 @@
 #define HPCT_ENGINE_INTERNAL_H
 
 #include "engine.h"
+#include "wire.h"
 
 enum out_state {
 	OUT_IDLE,
@@ -18,6 +19,11 @@ enum out_state {
 /* What the engine hangs on each transport conn. */
 struct econn {
 	int peer; /* -1 until an accepted conn is admitted */
+	/* with a secret: this side's nonce; on an accepted conn that was sent
+	 * a CHALLENGE (auth_wait), the HELLO and nonce it sent */
+	int auth_wait;
+	unsigned char nonce[HPCT_AUTH_NONCE], peer_nonce[HPCT_AUTH_NONCE];
+	struct hpct_hello hello;
 	int outgoing;
 	double deadline; /* handshake deadline, in progress time (see ptime) */
 	struct hpct_tconn *t;
@@ -97,6 +103,9 @@ void eng_schedule_retry(struct hpct_engine *e, struct peer *p, int err);
 void eng_drop_queue(struct hpct_engine *e, struct peer *p);
 void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
                     uint64_t group, uint32_t reason);
+/* The same frame with a nonce and a MAC after it (HPCT_AUTH_LEN). */
+void eng_send_auth(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                   uint64_t group, const unsigned char *nonce, const unsigned char *mac);
 /* Sends a peer's queued messages if a usable link exists. */
 void eng_maybe_flush(struct hpct_engine *e, struct peer *p);
 struct econn *eng_usable_in(const struct hpct_engine *e, const struct peer *p);
@@ -106,6 +115,8 @@ void eng_on_closed(struct hpct_engine *e, struct econn *c, int err);
 /* handshake.c */
 void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
 void eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
+/* The AUTH that follows our CHALLENGE on an accepted conn. */
+void eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
 void eng_expire_handshakes(struct hpct_engine *e);
 
 #endif

@@ -39,6 +39,9 @@ static const struct hpct_param params[] = {
 	  "first port for NCCL roots (default: right after HPCT_PORT_BASE's range)" },
 	{ "HPCT_NCCL_PORT_RANGE", HPCT_PT_INT, NULL,
 	  "ports for NCCL roots (default: HPCT_PORT_RANGE, cut at 65535)" },
+	{ "HPCT_SECRET", HPCT_PT_STR, NULL,
+	  "shared secret: every rootless connection proves it (HMAC-SHA256, OpenSSL's libcrypto)" },
+	{ "HPCT_SECRET_FILE", HPCT_PT_STR, NULL, "file whose first line is the shared secret" },
 	{ "HPCT_STORE_PORT_OFFSET", HPCT_PT_INT, NULL,
 	  "rootless store (PyTorch preload): a rank serves its keys at its world port plus this "
 	  "(default: -HPCT_PORT_RANGE, the range below hpct's; +2 x HPCT_PORT_RANGE when that "

@@ -666,6 +666,48 @@ static int check_ports(const struct hpct_topo *t)
 	return 0;
 }
 
+#define MAX_SECRET 4096
+
+/* HPCT_SECRET, or the first line of HPCT_SECRET_FILE (not both). */
+static int read_secret(const struct hpct_env *env, struct hpct_topo *t)
+{
+	const char *v = hpct__env_str(env, "HPCT_SECRET"), *file = hpct__env_str(env, "HPCT_SECRET_FILE");
+	if (v && file)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "HPCT_SECRET and HPCT_SECRET_FILE=%s are both set: set one", file);
+	char buf[MAX_SECRET + 2];
+	if (file) {
+		FILE *f = fopen(file, "r");
+		if (!f)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET_FILE=%s: %s", file,
+			                  strerror(errno));
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		buf[strcspn(buf, "\r\n")] = 0;
+		if (n > MAX_SECRET)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "HPCT_SECRET_FILE=%s: more than %d bytes", file, MAX_SECRET);
+		if (!buf[0])
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "HPCT_SECRET_FILE=%s: its first line is empty", file);
+		v = buf;
+		t->secret_src = "HPCT_SECRET_FILE";
+	} else if (v) {
+		if (strlen(v) > MAX_SECRET)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET: more than %d bytes",
+			                  MAX_SECRET);
+		t->secret_src = "HPCT_SECRET";
+	} else {
+		return 0;
+	}
+	t->secret_len = strlen(v);
+	if (!(t->secret = malloc(t->secret_len)))
+		return HPCT_ENOMEM;
+	memcpy(t->secret, v, t->secret_len);
+	return 0;
+}
+
 int hpct__topo_read(const struct hpct_env *env, struct hpct_topo *topo_out)
 {
 	struct hpct_topo t;
@@ -682,6 +724,8 @@ int hpct__topo_read(const struct hpct_env *env, struct hpct_topo *topo_out)
 		rc = check_local(env, &t, &src);
 	if (!rc)
 		rc = check_ports(&t);
+	if (!rc)
+		rc = read_secret(env, &t);
 	if (rc) {
 		hpct__topo_free(&t);
 		memset(topo_out, 0, sizeof(*topo_out));
@@ -696,6 +740,9 @@ void hpct__topo_free(struct hpct_topo *topo)
 	if (!topo)
 		return;
 	hpct__strv_free(topo->hosts, topo->nnodes);
+	if (topo->secret)
+		memset(topo->secret, 0, topo->secret_len);
+	free(topo->secret);
 	free(topo->node_of);
 	free(topo->local_of);
 	free(topo->port_of);

@@ -47,6 +47,9 @@ struct hpct_topo {
 	int family;                 /* AF_UNSPEC, AF_INET or AF_INET6 (HPCT_SOCKET_FAMILY) */
 	char *ifname;               /* HPCT_SOCKET_IFNAME, or NULL */
 	char why_not_rootless[256]; /* non-empty when the rootless inputs are missing */
+	unsigned char *secret;      /* HPCT_SECRET / HPCT_SECRET_FILE, or NULL */
+	size_t secret_len;
+	const char *secret_src;     /* the variable it came from */
 };
 
 /* Reads the world.  Missing node list is not an error (why_not_rootless says

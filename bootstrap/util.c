@@ -5,7 +5,9 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hpct/hpct.h"
 #include "log.h"
@@ -89,4 +91,19 @@ int hpct__resolve(const char *host, int port, int family, struct sockaddr_storag
 	else
 		((struct sockaddr_in6 *)out)->sin6_port = htons((uint16_t)port);
 	return 0;
+}
+
+void hpct__random(void *buf, size_t len)
+{
+	unsigned char *p = buf;
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = getrandom(p + got, len - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	for (uint64_t x = hpct__hash_u64((uint64_t)(hpct__now() * 1e9), (uint64_t)getpid());
+	     got < len; got++, x = hpct__hash_u64(x, got))
+		p[got] = (unsigned char)x;
 }

@@ -28,4 +28,8 @@ void hpct__addr_str(const struct sockaddr *sa, char *buf, size_t len);
 int hpct__resolve(const char *host, int port, int family, struct sockaddr_storage *out,
                   socklen_t *len_out);
 
+/* len random bytes from the kernel (getrandom); a clock-seeded hash if
+ * that fails, which only weakens a nonce's unpredictability. */
+void hpct__random(void *buf, size_t len);
+
 #endif

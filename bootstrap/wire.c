@@ -2,6 +2,9 @@
 
 #include <string.h>
 
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include "hpct/hpct.h"
 
 static void put16(unsigned char *p, uint16_t v)
@@ -53,13 +56,27 @@ void hpct__hello_encode(const struct hpct_hello *h, unsigned char out[HPCT_HELLO
 
 int hpct__hello_decode(const void *buf, size_t len, struct hpct_hello *h)
 {
+	return hpct__hello_decode_auth(buf, len, h, NULL, NULL);
+}
+
+int hpct__hello_decode_auth(const void *buf, size_t len, struct hpct_hello *h,
+                            unsigned char nonce[HPCT_AUTH_NONCE], unsigned char mac[HPCT_AUTH_MAC])
+{
 	const unsigned char *p = buf;
-	if (len != HPCT_HELLO_LEN || get32(p) != HPCT_WIRE_MAGIC ||
+	if ((len != HPCT_HELLO_LEN && len != HPCT_AUTH_LEN) || get32(p) != HPCT_WIRE_MAGIC ||
 	    get16(p + 4) != HPCT_WIRE_VERSION)
 		return HPCT_EPROTO;
 	h->type = get16(p + 6);
-	if (h->type < HPCT_HELLO || h->type > HPCT_HELLO_REFUSE)
+	if (h->type < HPCT_HELLO || h->type > HPCT_HELLO_AUTH)
 		return HPCT_EPROTO;
+	if (nonce)
+		memset(nonce, 0, HPCT_AUTH_NONCE);
+	if (mac)
+		memset(mac, 0, HPCT_AUTH_MAC);
+	if (len == HPCT_AUTH_LEN && nonce)
+		memcpy(nonce, p + HPCT_HELLO_LEN, HPCT_AUTH_NONCE);
+	if (len == HPCT_AUTH_LEN && mac)
+		memcpy(mac, p + HPCT_HELLO_LEN + HPCT_AUTH_NONCE, HPCT_AUTH_MAC);
 	h->job = get64(p + 8);
 	h->epoch = get64(p + 16);
 	h->group = get64(p + 24);
@@ -85,6 +102,10 @@ const char *hpct__refuse_reason_str(uint32_t reason)
 		return "source rank already connected";
 	case HPCT_REFUSE_SRC:
 		return "source rank out of range";
+	case HPCT_REFUSE_AUTH:
+		return "no proof of the shared secret, or a wrong one (HPCT_SECRET differs)";
+	case HPCT_REFUSE_NOAUTH:
+		return "it has no shared secret (HPCT_SECRET is set on one side only)";
 	default:
 		return "no reason given";
 	}
@@ -132,5 +153,61 @@ int hpct__abort_decode(const void *buf, size_t len, struct hpct_abort *a)
 	a->culprit = (int32_t)get32(p + 8);
 	memcpy(a->text, p + 12, len - 12);
 	a->text[len - 12] = 0;
+	return 0;
+}
+
+/* OpenSSL's libcrypto, loaded on first use: only ranks given a secret pay
+ * for it. */
+static struct {
+	pthread_once_t once;
+	unsigned char *(*hmac)(const void *md, const void *key, int keylen, const unsigned char *d,
+	                       size_t n, unsigned char *out, unsigned int *outlen);
+	const void *(*sha256)(void);
+	int (*memcmp)(const void *a, const void *b, size_t n);
+} crypto = { .once = PTHREAD_ONCE_INIT };
+
+static void load_crypto(void)
+{
+	void *h = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return;
+	*(void **)&crypto.hmac = dlsym(h, "HMAC");
+	*(void **)&crypto.sha256 = dlsym(h, "EVP_sha256");
+	*(void **)&crypto.memcmp = dlsym(h, "CRYPTO_memcmp");
+}
+
+int hpct__auth_available(void)
+{
+	pthread_once(&crypto.once, load_crypto);
+	return crypto.hmac && crypto.sha256 && crypto.memcmp;
+}
+
+int hpct__auth_equal(const unsigned char *a, const unsigned char *b)
+{
+	return hpct__auth_available() && crypto.memcmp(a, b, HPCT_AUTH_MAC) == 0;
+}
+
+int hpct__auth_mac(const void *secret, size_t slen, char who, const unsigned char *own_nonce,
+                   const unsigned char *peer_nonce, const struct hpct_hello *h, uint32_t connector,
+                   uint32_t acceptor, unsigned char mac[HPCT_AUTH_MAC])
+{
+	if (!hpct__auth_available())
+		return HPCT_EINVAL;
+	unsigned char msg[8 + 2 * HPCT_AUTH_NONCE + 32], *p = msg;
+	memcpy(p, "hpct-au", 7);
+	p[7] = (unsigned char)who;
+	p += 8;
+	memcpy(p, own_nonce, HPCT_AUTH_NONCE);
+	memcpy(p + HPCT_AUTH_NONCE, peer_nonce, HPCT_AUTH_NONCE);
+	p += 2 * HPCT_AUTH_NONCE;
+	put64(p, h->job);
+	put64(p + 8, h->epoch);
+	put64(p + 16, h->group);
+	put32(p + 24, connector);
+	put32(p + 28, acceptor);
+	unsigned int n = 0;
+	if (!crypto.hmac(crypto.sha256(), secret, (int)slen, msg, sizeof(msg), mac, &n) ||
+	    n != HPCT_AUTH_MAC)
+		return HPCT_EINVAL;
 	return 0;
 }

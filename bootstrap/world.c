@@ -10,6 +10,7 @@
 #include "log.h"
 #include "util.h"
 #include "world.h"
+#include "wire.h"
 #include "world_access.h"
 
 /* Resolves a node once; later calls reuse the answer (or the error). */
@@ -189,7 +190,14 @@ static int start_rootless(struct hpct_world *w)
 		.handshake_timeout_s = t->timeout_s < 10 ? t->timeout_s : 10,
 		.peer_addr = peer_addr,
 		.peer_addr_arg = w,
+		.secret = t->secret,
+		.secret_len = t->secret_len,
 	};
+	if (t->secret && !hpct__auth_available())
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_INIT,
+		                  "%s is set, but OpenSSL's libcrypto.so.3 cannot be loaded to prove "
+		                  "it (install libssl3)",
+		                  t->secret_src);
 	rc = hpct__eng_create(&cfg, (struct sockaddr *)&ss, sl, &w->eng);
 	if (rc == -EADDRINUSE)
 		return hpct__fail(

@@ -1,4 +1,5 @@
 /* Faults: a rank that never starts, a rank killed mid-collective, strangers
+ * (another job, epoch, or shared secret)
  * knocking on a rank's port, a port already taken.  Children check the
  * error they got (code and that the message names the culprit) and report
  * through their exit code. */
@@ -166,6 +167,7 @@ Test(faults, rank_killed_midway_fails_fast_standard, .timeout = 60)
 struct stranger {
 	struct cfg real;
 	const char *job, *epoch;
+	const char *secret, *stranger_secret; /* HPCT_SECRET of the real ranks, the stranger's */
 	int stranger_port;
 };
 
@@ -176,6 +178,8 @@ static void stranger_env(int r, void *arg)
 		ht_setenv_world(r, 2, 1, s->real.port, 1, 10);
 		/* one window: rank 0 listens at HPCT_PORT_BASE whatever the job */
 		setenv("HPCT_PORT_RANGE", "2", 1);
+		if (s->secret)
+			setenv("HPCT_SECRET", s->secret, 1);
 		return;
 	}
 	/* rank 1 of a 2-rank world whose rank 0 is the real job's rank 0 */
@@ -194,6 +198,8 @@ static void stranger_env(int r, void *arg)
 		setenv("HPCT_JOB_ID", s->job, 1);
 	if (s->epoch)
 		setenv("HPCT_EPOCH", s->epoch, 1);
+	if (s->stranger_secret)
+		setenv("HPCT_SECRET", s->stranger_secret, 1);
 }
 
 static int stranger_main(int r, void *arg)
@@ -247,11 +253,14 @@ static int stranger_main(int r, void *arg)
 	return 0;
 }
 
-static void stranger_test(int slot, const char *job, const char *epoch)
+static void stranger_test(int slot, const char *job, const char *epoch, const char *secret,
+                          const char *stranger_secret)
 {
 	struct stranger s = { .real = { .n = 2, .port = hpct_test_ports(slot), .rootless = 1 },
 		              .job = job,
-		              .epoch = epoch };
+		              .epoch = epoch,
+		              .secret = secret,
+		              .stranger_secret = stranger_secret };
 	s.stranger_port = s.real.port + 100;
 	int codes[3];
 	int delays[3] = { 300, 0, 0 };
@@ -263,11 +272,21 @@ static void stranger_test(int slot, const char *job, const char *epoch)
 
 Test(faults, foreign_job_refused, .timeout = 60)
 {
-	stranger_test(2, "another-job", NULL);
+	stranger_test(2, "another-job", NULL, NULL, NULL);
 }
 Test(faults, stale_epoch_refused, .timeout = 60)
 {
-	stranger_test(3, NULL, "7");
+	stranger_test(3, NULL, "7", NULL, NULL);
+}
+/* Same job and epoch, but not the secret: refused both ways (the real job
+ * runs with HPCT_SECRET, the stranger with another one, or none) */
+Test(faults, wrong_secret_refused, .timeout = 60)
+{
+	stranger_test(8, NULL, NULL, "the-real-secret", "not-the-secret");
+}
+Test(faults, no_secret_refused, .timeout = 60)
+{
+	stranger_test(9, NULL, NULL, "the-real-secret", NULL);
 }
 
 static int port_taken(int r, void *arg)

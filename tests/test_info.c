@@ -334,3 +334,42 @@ Test(info, rootless_without_node_list_says_why)
 	cr_assert_null(strstr(res.out, "\n  RANK "), "a peer table without a node list:\n%s",
 	               res.out);
 }
+
+/* A shared secret: hpct-info says peers prove it, names where it came
+ * from, and never prints it; a secret file that cannot be read is named. */
+Test(info, secret_is_reported_never_shown)
+{
+	static const char *const args[] = { NULL };
+	static const char *const envp[] = { "RANK=1", "WORLD_SIZE=2", "HPCT_USE_ROOTLESS=1",
+		                            "HPCT_HOSTS=127.0.0.1", "HPCT_SECRET=hush-7f3a", NULL };
+	struct result res;
+	run(&res, args, envp);
+	cr_assert_eq(res.code, 0, "hpct-info exited %d: %s", res.code, res.err);
+	char line[1024];
+	cr_assert_not_null(line_starting(res.out, "peers ", line, sizeof(line)), "no peers line:\n%s",
+	                   res.out);
+	cr_assert(strstr(line, "authenticated") && strstr(line, "HPCT_SECRET") &&
+	                  !strstr(line, "not authenticated"),
+	          "peers line '%s'", line);
+	cr_assert_null(strstr(res.out, "hush-7f3a"), "the secret was printed:\n%s", res.out);
+
+	static const char *const env_args[] = { "--env", NULL };
+	run(&res, env_args, envp);
+	cr_assert_eq(res.code, 0);
+	check_row(&res, "HPCT_SECRET", "string", "-", "(hidden)", "shared secret");
+	cr_assert_null(strstr(res.out, "hush-7f3a"), "--env printed the secret:\n%s", res.out);
+
+	static const char *const bad_env[] = { "RANK=1", "WORLD_SIZE=2", "HPCT_USE_ROOTLESS=1",
+		                               "HPCT_HOSTS=127.0.0.1",
+		                               "HPCT_SECRET_FILE=/nonexistent/hpct-secret", NULL };
+	run(&res, args, bad_env);
+	cr_assert_neq(res.code, 0, "an unreadable secret file was accepted:\n%s", res.out);
+	cr_assert(strstr(res.err, "HPCT_SECRET_FILE=/nonexistent/hpct-secret"),
+	          "stderr does not name the file:\n%s", res.err);
+
+	static const char *const no_args[] = { NULL };
+	static const char *const none[] = { "RANK=1", "WORLD_SIZE=2", NULL };
+	run(&res, no_args, none);
+	cr_assert_not_null(line_starting(res.out, "peers ", line, sizeof(line)));
+	cr_assert(strstr(line, "not authenticated"), "peers line '%s' without a secret", line);
+}

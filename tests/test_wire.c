@@ -49,6 +49,57 @@ Test(wire, hello_rejects_garbage)
 	cr_assert_eq(hpct__hello_decode(buf, sizeof(buf), &d), HPCT_EPROTO);
 }
 
+/* With a shared secret: a handshake frame carries a nonce and a MAC; the
+ * MAC depends on the secret, who gives it, both nonces, job, epoch, group
+ * and both ranks, so a proof cannot be replayed for another connection. */
+Test(wire, auth_frames_and_proofs)
+{
+	cr_assert(hpct__auth_available(), "libcrypto.so.3 could not be loaded");
+	struct hpct_hello h = { .type = HPCT_HELLO_CHALLENGE, .job = 1, .epoch = 2, .group = 3,
+		                .src = 4, .dst = 5, .size = 8 };
+	unsigned char frame[HPCT_AUTH_LEN], nonce[HPCT_AUTH_NONCE], mac[HPCT_AUTH_MAC];
+	unsigned char n1[HPCT_AUTH_NONCE], n2[HPCT_AUTH_NONCE], got_n[HPCT_AUTH_NONCE],
+	        got_m[HPCT_AUTH_MAC];
+	hpct__random(n1, sizeof(n1));
+	hpct__random(n2, sizeof(n2));
+	cr_assert(memcmp(n1, n2, sizeof(n1)) != 0, "two nonces alike");
+	cr_assert_eq(hpct__auth_mac("k", 1, 'A', n1, n2, &h, 4, 5, mac), 0);
+	hpct__hello_encode(&h, frame);
+	memcpy(frame + HPCT_HELLO_LEN, n1, HPCT_AUTH_NONCE);
+	memcpy(frame + HPCT_HELLO_LEN + HPCT_AUTH_NONCE, mac, HPCT_AUTH_MAC);
+	struct hpct_hello d;
+	cr_assert_eq(hpct__hello_decode_auth(frame, sizeof(frame), &d, got_n, got_m), 0);
+	cr_assert_eq(d.type, HPCT_HELLO_CHALLENGE);
+	cr_assert(memcmp(got_n, n1, sizeof(n1)) == 0 && hpct__auth_equal(got_m, mac));
+	/* a plain HELLO-sized frame still decodes, with no nonce or MAC */
+	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_HELLO_LEN, &d, got_n, got_m), 0);
+	memset(nonce, 0, sizeof(nonce));
+	cr_assert(memcmp(got_n, nonce, sizeof(nonce)) == 0);
+	/* any other length is not a handshake */
+	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_AUTH_LEN - 1, &d, NULL, NULL), HPCT_EPROTO);
+	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_HELLO_LEN + 1, &d, NULL, NULL), HPCT_EPROTO);
+
+	unsigned char other[HPCT_AUTH_MAC];
+	struct hpct_hello h2 = h;
+	cr_assert_eq(hpct__auth_mac("K", 1, 'A', n1, n2, &h, 4, 5, other), 0);
+	cr_assert(!hpct__auth_equal(mac, other), "another secret, the same proof");
+	cr_assert_eq(hpct__auth_mac("k", 1, 'C', n1, n2, &h, 4, 5, other), 0);
+	cr_assert(!hpct__auth_equal(mac, other), "the connector's proof is the acceptor's");
+	cr_assert_eq(hpct__auth_mac("k", 1, 'A', n2, n1, &h, 4, 5, other), 0);
+	cr_assert(!hpct__auth_equal(mac, other), "nonces swapped, the same proof");
+	cr_assert_eq(hpct__auth_mac("k", 1, 'A', n1, n2, &h, 5, 4, other), 0);
+	cr_assert(!hpct__auth_equal(mac, other), "ranks swapped, the same proof");
+	h2.group = 9;
+	cr_assert_eq(hpct__auth_mac("k", 1, 'A', n1, n2, &h2, 4, 5, other), 0);
+	cr_assert(!hpct__auth_equal(mac, other), "another group, the same proof");
+	h2 = h;
+	h2.epoch = 3;
+	cr_assert_eq(hpct__auth_mac("k", 1, 'A', n1, n2, &h2, 4, 5, other), 0);
+	cr_assert(!hpct__auth_equal(mac, other), "another epoch, the same proof");
+	cr_assert_eq(hpct__auth_mac("k", 1, 'A', n1, n2, &h, 4, 5, other), 0);
+	cr_assert(hpct__auth_equal(mac, other), "the same inputs, another proof");
+}
+
 Test(wire, msg_header_and_abort)
 {
 	struct hpct_msg_hdr h = { .type = HPCT_MSG_DATA, .round = 513, .seq = 70000, .group = 42 };

@@ -27,6 +27,8 @@ static void print_env(void)
 	for (size_t i = 0; i < n; i++) {
 		/* empty counts as unset, as the library reads it */
 		const char *v = hpct__env_str(hpct__env_process(), p[i].name);
+		if (v && strcmp(p[i].name, "HPCT_SECRET") == 0)
+			v = "(hidden)";
 		printf("%-28s %-8s %-8s %-24s %s\n", p[i].name, hpct__param_type_name(p[i].type),
 		       p[i].def ? p[i].def : "-", v ? v : "(unset)", p[i].help);
 	}
@@ -75,7 +77,13 @@ int main(int argc, char **argv)
 	printf("path         %s\n", rootless ? "rootless" : "standard");
 	if (t.want_rootless && !rootless)
 		printf("             (HPCT_USE_ROOTLESS=1, but %s)\n", t.why_not_rootless);
-	printf("peers        not authenticated (no shared secret in this version)\n");
+	if (t.secret)
+		printf("peers        authenticated: every rootless connection proves the secret from %s "
+		       "(HMAC-SHA256)\n",
+		       t.secret_src);
+	else
+		printf("peers        not authenticated (set HPCT_SECRET or HPCT_SECRET_FILE on every "
+		       "rank)\n");
 	printf("timeout      %.1f s\n", t.timeout_s);
 	printf("world group  %016llx\n",
 	       (unsigned long long)hpct__derive_world_group(t.job, t.epoch, t.size));
