@@ -197,8 +197,11 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 	free(e);
 }
 
-void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
-                    uint64_t group, uint32_t reason)
+/* A handshake frame from this rank; with nonce or mac, the HPCT_AUTH_LEN
+ * form (what is NULL stays zero). */
+static void send_handshake(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type,
+                           uint32_t dst, uint64_t group, uint32_t reason, int auth,
+                           const unsigned char *nonce, const unsigned char *mac)
 {
 	struct hpct_hello h = { .type = type,
 		                .job = e->cfg.job,
@@ -208,28 +211,25 @@ void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, 
 		                .dst = dst,
 		                .size = (uint32_t)e->cfg.size,
 		                .reason = reason };
-	unsigned char buf[HPCT_HELLO_LEN];
-	hpct__hello_encode(&h, buf);
-	e->cfg.ops->send(t, buf, sizeof(buf));
-}
-
-void eng_send_auth(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
-                   uint64_t group, const unsigned char *nonce, const unsigned char *mac)
-{
-	struct hpct_hello h = { .type = type,
-		                .job = e->cfg.job,
-		                .epoch = e->cfg.epoch,
-		                .group = group,
-		                .src = (uint32_t)e->cfg.rank,
-		                .dst = dst,
-		                .size = (uint32_t)e->cfg.size };
 	unsigned char buf[HPCT_AUTH_LEN] = { 0 };
 	hpct__hello_encode(&h, buf);
 	if (nonce)
 		memcpy(buf + HPCT_HELLO_LEN, nonce, HPCT_AUTH_NONCE);
 	if (mac)
 		memcpy(buf + HPCT_HELLO_LEN + HPCT_AUTH_NONCE, mac, HPCT_AUTH_MAC);
-	e->cfg.ops->send(t, buf, sizeof(buf));
+	e->cfg.ops->send(t, buf, auth ? HPCT_AUTH_LEN : HPCT_HELLO_LEN);
+}
+
+void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                    uint64_t group, uint32_t reason)
+{
+	send_handshake(e, t, type, dst, group, reason, 0, NULL, NULL);
+}
+
+void eng_send_auth(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                   uint64_t group, const unsigned char *nonce, const unsigned char *mac)
+{
+	send_handshake(e, t, type, dst, group, 0, 1, nonce, mac);
 }
 
 static void start_connect(struct hpct_engine *e, struct peer *p)

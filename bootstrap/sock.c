@@ -94,3 +94,13 @@ int hpct__sock_connect(const struct sockaddr_storage *ss, socklen_t sl, double d
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
 }
+
+int hpct__sock_again(int fd, short events, double deadline)
+{
+	if (errno == EINTR)
+		return 0;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		return -errno;
+	int w = hpct__sock_wait(fd, events, deadline);
+	return w > 0 ? 0 : w == 0 ? HPCT_ETIMEDOUT : w;
+}

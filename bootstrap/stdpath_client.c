@@ -39,13 +39,9 @@ static int send_iov(struct hpct_std_client *c, struct iovec *iov, int niov, doub
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
 		ssize_t r = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			int w = hpct__sock_wait(c->fd, POLLOUT, deadline);
-			if (w <= 0)
-				return w == 0 ? HPCT_ETIMEDOUT : w;
+			int again = hpct__sock_again(c->fd, POLLOUT, deadline);
+			if (again)
+				return again;
 			continue;
 		}
 		size_t n = (size_t)r;
@@ -85,13 +81,9 @@ static int recv_exact(struct hpct_std_client *c, void *buf, size_t len, double d
 		if (r == 0)
 			return HPCT_EPEERDEAD;
 		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			int w = hpct__sock_wait(c->fd, POLLIN, deadline);
-			if (w <= 0)
-				return w == 0 ? HPCT_ETIMEDOUT : w;
+			int again = hpct__sock_again(c->fd, POLLIN, deadline);
+			if (again)
+				return again;
 			continue;
 		}
 		if (direct) {

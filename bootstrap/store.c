@@ -661,13 +661,9 @@ static int send_all(int fd, const unsigned char *p, size_t len, double deadline)
 	while (len) {
 		ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			int r = hpct__sock_wait(fd, POLLOUT, deadline);
-			if (r <= 0)
-				return r == 0 ? HPCT_ETIMEDOUT : r;
+			int again = hpct__sock_again(fd, POLLOUT, deadline);
+			if (again)
+				return again;
 			continue;
 		}
 		p += w;
@@ -683,13 +679,9 @@ static int recv_all(int fd, unsigned char *p, size_t len, double deadline)
 		if (r == 0)
 			return HPCT_EPEERDEAD;
 		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			int w = hpct__sock_wait(fd, POLLIN, deadline);
-			if (w <= 0)
-				return w == 0 ? HPCT_ETIMEDOUT : w;
+			int again = hpct__sock_again(fd, POLLIN, deadline);
+			if (again)
+				return again;
 			continue;
 		}
 		p += r;
