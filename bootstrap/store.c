@@ -401,6 +401,36 @@ static void flush(struct sconn *c)
 	c->outlen = c->outoff = 0;
 }
 
+/* For the fuzz target: `data` as bytes from one connection, served as the
+ * thread would (replies kept, then dropped), then every key forgotten. */
+HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len)
+{
+	if (!srv.tab && !(srv.tab = calloc(srv.nb = 1024, sizeof(*srv.tab))))
+		return;
+	struct sconn c = { .fd = -1 };
+	srv.c = &c;
+	srv.nc = 1;
+	if ((c.in = malloc(len ? len : 1))) {
+		memcpy(c.in, data, len);
+		c.inlen = c.incap = len;
+		serve_buffered(&c);
+	}
+	free(c.in);
+	free(c.out);
+	free(c.key);
+	srv.c = NULL;
+	srv.nc = 0;
+	for (size_t i = 0; i < srv.nb; i++)
+		for (struct entry *e = srv.tab[i], *next; e; e = next) {
+			next = e->next;
+			free(e->key);
+			free(e->val);
+			free(e);
+		}
+	memset(srv.tab, 0, srv.nb * sizeof(*srv.tab));
+	srv.n = 0;
+}
+
 static void *server_main(void *arg)
 {
 	(void)arg;

@@ -78,6 +78,10 @@ HPCT_PRIVATE int hpct__store_delete(struct hpct_store *s, const char *key, int *
 /* Keys of the namespace, summed over every rank. */
 HPCT_PRIVATE int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out);
 
+/* The server's request parser on `data` as one connection's bytes, with
+ * no socket (tests/fuzz/fuzz_store.c); not for a process that serves. */
+HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
