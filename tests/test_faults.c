@@ -168,6 +168,7 @@ struct stranger {
 	struct cfg real;
 	const char *job, *epoch;
 	const char *secret, *stranger_secret; /* HPCT_SECRET of the real ranks, the stranger's */
+	int loris; /* the stranger is a slow-loris: a byte a second to rank 0's port */
 	int stranger_port;
 };
 
@@ -202,11 +203,34 @@ static void stranger_env(int r, void *arg)
 		setenv("HPCT_SECRET", s->stranger_secret, 1);
 }
 
+/* Opens a connection to rank 0 and sends it a HELLO-sized frame a byte a
+ * second for 4 s. */
+static int slow_loris(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	for (int k = 0; k < 50 && connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0; k++) {
+		close(fd); /* rank 0 not listening yet */
+		usleep(20000);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+	}
+	for (int k = 0; k < 4; k++) {
+		if (send(fd, "H", 1, MSG_NOSIGNAL) != 1)
+			break; /* dropped: fine, as long as nobody waited for it */
+		sleep(1);
+	}
+	close(fd);
+	return 0;
+}
+
 static int stranger_main(int r, void *arg)
 {
-	(void)arg;
+	const struct stranger *s = arg;
 	hpct_world *w;
 	int rc;
+	if (r == 2 && s->loris)
+		return slow_loris(s->real.port + 1);
 	if (r == 2) {
 		/* knock first, while the real job is still starting */
 		if ((rc = hpct_world_create(&w)) != 0)
@@ -237,30 +261,35 @@ static int stranger_main(int r, void *arg)
 			        52);
 		close(fd);
 	}
-	/* keep working for ~1.5 s, so the stranger's knock lands mid-job */
+	/* keep working for ~1.5 s, so the stranger's knock lands mid-job; no
+	 * allgather may wait on the stranger */
 	for (int i = 0; i < 30; i++) {
+		double t0 = mono();
 		if ((rc = hpct_allgather(hpct_world_group(w), &item, sizeof(item), all)) != 0)
 			return 3;
+		if (mono() - t0 > 1.0)
+			return 6;
 		if (all[0] != 0 || all[1] != 1)
 			return 4;
 		usleep(50000);
 	}
 	struct hpct_world_stats st;
 	hpct_world_get_stats(w, &st);
-	if (r == 0 && st.conns_refused < 1)
+	if (r == 0 && st.conns_refused < 1 && !s->loris)
 		return 5; /* the stranger or the garbage was not refused by rank 0 */
 	hpct_world_destroy(w);
 	return 0;
 }
 
 static void stranger_test(int slot, const char *job, const char *epoch, const char *secret,
-                          const char *stranger_secret)
+                          const char *stranger_secret, int loris)
 {
 	struct stranger s = { .real = { .n = 2, .port = hpct_test_ports(slot), .rootless = 1 },
 		              .job = job,
 		              .epoch = epoch,
 		              .secret = secret,
-		              .stranger_secret = stranger_secret };
+		              .stranger_secret = stranger_secret,
+		              .loris = loris };
 	s.stranger_port = s.real.port + 100;
 	int codes[3];
 	int delays[3] = { 300, 0, 0 };
@@ -272,21 +301,26 @@ static void stranger_test(int slot, const char *job, const char *epoch, const ch
 
 Test(faults, foreign_job_refused, .timeout = 60)
 {
-	stranger_test(2, "another-job", NULL, NULL, NULL);
+	stranger_test(2, "another-job", NULL, NULL, NULL, 0);
 }
 Test(faults, stale_epoch_refused, .timeout = 60)
 {
-	stranger_test(3, NULL, "7", NULL, NULL);
+	stranger_test(3, NULL, "7", NULL, NULL, 0);
 }
 /* Same job and epoch, but not the secret: refused both ways (the real job
  * runs with HPCT_SECRET, the stranger with another one, or none) */
 Test(faults, wrong_secret_refused, .timeout = 60)
 {
-	stranger_test(8, NULL, NULL, "the-real-secret", "not-the-secret");
+	stranger_test(8, NULL, NULL, "the-real-secret", "not-the-secret", 0);
 }
 Test(faults, no_secret_refused, .timeout = 60)
 {
-	stranger_test(9, NULL, NULL, "the-real-secret", NULL);
+	stranger_test(9, NULL, NULL, "the-real-secret", NULL, 0);
+}
+/* A slow-loris on rank 0's port (a byte a second) delays no allgather. */
+Test(faults, slow_loris_delays_nobody, .timeout = 60)
+{
+	stranger_test(2, NULL, NULL, NULL, NULL, 1);
 }
 
 static int port_taken(int r, void *arg)
