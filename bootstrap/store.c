@@ -250,8 +250,9 @@ static int serve(struct sconn *c, const unsigned char *p, size_t len)
 			return -1;
 		int64_t v = 0;
 		int rc = counter_of(e, &v);
+		if (rc == 0 && __builtin_add_overflow(v, (int64_t)hpct__get64(p), &v))
+			rc = HPCT_EINVAL; /* the counter would overflow: left as it is */
 		if (rc == 0) {
-			v += (int64_t)hpct__get64(p);
 			char text[32];
 			int n = snprintf(text, sizeof(text), "%" PRId64, v);
 			rc = put(ns, key, text, (size_t)n);
@@ -885,8 +886,9 @@ int hpct__store_add(struct hpct_store *s, const char *key, int64_t delta, int64_
 	if (rc == HPCT_EINVAL) {
 		char kb[KEY_SHOWN + 8];
 		return hpct__fail(rc, HPCT_SUB_NET,
-		                  "store: add: key '%s' holds a value that is not a counter",
-		                  shown(key, kb, sizeof(kb)));
+		                  "store: add: key '%s' holds a value that is not a counter, or "
+		                  "adding %lld would overflow it",
+		                  shown(key, kb, sizeof(kb)), (long long)delta);
 	}
 	if (rc == 0 && rl == 8)
 		*value_out = (int64_t)hpct__get64(rep);

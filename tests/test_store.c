@@ -5,6 +5,7 @@
  * HPCT_STORE_PORT_OFFSET) closing only its own connection. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,12 @@ static int ops(int rank, void *arg)
 		return 22; /* k0..k(n-1), ctr, cas */
 	if (hpct_barrier(g) != 0)
 		return 23;
+	if (rank == 0) { /* a counter that would overflow is refused and kept */
+		if (hpct__store_add(s, "big", INT64_MAX, &v) != 0 || v != INT64_MAX ||
+		    hpct__store_add(s, "big", 1, &v) != HPCT_EINVAL ||
+		    !strstr(hpct_last_error(), "overflow") || !get_is(s, "big", "9223372036854775807"))
+			return 27;
+	}
 	if (rank == 1) {
 		int existed = 0;
 		if (hpct__store_delete(s, "k0", &existed) != 0 || !existed ||
