@@ -28,6 +28,15 @@ static void env(int r, void *arg)
 	ht_setenv_world(r, j->n, 2, hpct_test_ports(j->slot), 1, 10.0);
 }
 
+/* n ranks of fn on two loopback nodes, ports of slot; all must exit 0. */
+static void run_job(int n, int slot, ht_env_fn env_fn, ht_rank_fn fn)
+{
+	struct job j = { .n = n, .slot = slot };
+	int codes[8];
+	int bad = ht_spawn(n, env_fn, fn, &j, 60, NULL, codes);
+	cr_assert_eq(bad, 0, "%s", ht_describe(codes, n));
+}
+
 static int get_is(struct hpct_store *s, const char *key, const char *want)
 {
 	void *v = NULL;
@@ -134,10 +143,7 @@ static int ops(int rank, void *arg)
 
 Test(store, every_operation_across_ranks)
 {
-	struct job j = { .n = 5, .slot = 0 };
-	int codes[5];
-	int bad = ht_spawn(j.n, env, ops, &j, 60, NULL, codes);
-	cr_assert_eq(bad, 0, "%s", ht_describe(codes, j.n));
+	run_job(5, 0, env, ops);
 }
 
 /* Rank 2 is gone from the start; the others wait for a key nobody sets. */
@@ -174,10 +180,7 @@ static int waits(int rank, void *arg)
 
 Test(store, a_timeout_names_the_key_its_home_and_the_rank_gone)
 {
-	struct job j = { .n = 3, .slot = 1 };
-	int codes[3];
-	int bad = ht_spawn(j.n, env, waits, &j, 60, NULL, codes);
-	cr_assert_eq(bad, 0, "%s", ht_describe(codes, j.n));
+	run_job(3, 1, env, waits);
 }
 
 /* A stranger sends a frame that claims 4 GB, then one that does not parse,
@@ -239,8 +242,5 @@ static void env_offset(int r, void *arg)
 
 Test(store, garbage_from_a_stranger_closes_only_its_connection)
 {
-	struct job j = { .n = 3, .slot = 2 };
-	int codes[3];
-	int bad = ht_spawn(j.n, env_offset, garbage, &j, 60, NULL, codes);
-	cr_assert_eq(bad, 0, "%s", ht_describe(codes, j.n));
+	run_job(3, 2, env_offset, garbage);
 }
