@@ -142,7 +142,9 @@ static int peer_failed(struct op *op, int grank, int err)
 	return err;
 }
 
-static int timed_out(struct op *op, double timeout)
+/* silent: seconds the peer we wait for, connected, left a probe unanswered
+ * (0: not probed, or it answered) */
+static int timed_out(struct op *op, double timeout, double silent)
 {
 	struct hpct_group *g = op->g;
 	struct hpct_world *w = g->world;
@@ -151,6 +153,11 @@ static int timed_out(struct op *op, double timeout)
 	if (op->recv_from >= 0)
 		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, op->recv_from), from,
 		                        sizeof(from));
+	if (from[0] && silent > 0) {
+		size_t n = strlen(from);
+		snprintf(from + n, sizeof(from) - n, " and silent: no answer to a probe in %.1f s",
+		         silent);
+	}
 	if (pending_to >= 0) /* our message to it has not left */
 		hpct__eng_describe_peer(w->eng, hpct__group_world_rank(g, pending_to), to,
 		                        sizeof(to));
@@ -191,8 +198,8 @@ static int drive_op(struct op *op)
 		return g->failed;
 	op->seq = g->seq++;
 	double timeout = w->topo.timeout_s, deadline = hpct__now() + timeout;
-	int rc = 0, extended = 0, pulled = 0;
-	double pull_at = 0;
+	int rc = 0, pulled = 0, probed = -1; /* the world rank probed at the deadline */
+	double pull_at = 0, probe_at = 0, grace = 0;
 	/* The op is done when its rounds are and everything it sent has left:
 	 * a rank that goes quiet after returning must not strand a peer. */
 	for (;;) {
@@ -260,16 +267,30 @@ static int drive_op(struct op *op)
 			else
 				pull_at = now + PULL_AGAIN;
 		}
-		if (left <= 0 && !extended && op->recv_from >= 0 &&
-		    hpct__eng_peer_connected(w->eng, hpct__group_world_rank(g, op->recv_from))) {
-			/* The peer we wait for is alive, so it waits for someone
-			 * else: give the rank that knows the cause a moment to say. */
-			extended = 1;
-			left = timeout * 0.1 < 0.5 ? 0.5 : timeout * 0.1 > 3 ? 3 : timeout * 0.1;
-			deadline = hpct__now() + left;
+		/* The deadline passed while the peer we wait for is connected:
+		 * it may be alive and itself waiting on someone else, or silent
+		 * behind a cut link (the link still looks open).  Ask it: if it
+		 * answers, the rank that knows the cause is further on, and we
+		 * give it a moment to say (its abort reaches us); if not, it is
+		 * the culprit, and we say so after half that moment. */
+		int from = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from) : -1;
+		if (probed >= 0 && probe_at > 0 && hpct__eng_heard(w->eng, probed) >= probe_at) {
+			deadline = probe_at + grace; /* it answered */
+			left = deadline - now;
+			probe_at = 0;
+		}
+		if (left <= 0 && probed < 0 && from >= 0 && hpct__eng_peer_connected(w->eng, from)) {
+			grace = timeout * 0.1 < 0.5 ? 0.5 : timeout * 0.1 > 3 ? 3 : timeout * 0.1;
+			probed = from;
+			if (hpct__eng_probe(w->eng, from, g->id) == 0) {
+				probe_at = now;
+				left = grace / 2;
+				deadline = now + left;
+			}
 		}
 		if (left <= 0)
-			return timed_out(op, timeout);
+			return timed_out(op, timeout,
+			                 probe_at > 0 && probed == from ? now - probe_at : 0);
 		/* wake for the pull when it is due, not at the next event */
 		double wake = pulling && pull_at - now < left ? pull_at - now : left;
 		hpct__eng_progress(w->eng, wake > 1.0 ? 1000 : (int)(wake * 1000) + 1);

@@ -378,6 +378,15 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	e->stats.bytes_recv += len;
 	const unsigned char *payload = (const unsigned char *)data + HPCT_MSG_HDR_LEN;
 	size_t plen = len - HPCT_MSG_HDR_LEN;
+	struct peer *src = eng_peer_find(e, c->peer);
+	if (src)
+		src->heard = hpct__now();
+	if (h.type == HPCT_MSG_PING) {
+		hpct__eng_send(e, c->peer, HPCT_MSG_PONG, h.group, h.seq, 0, NULL, 0);
+		return;
+	}
+	if (h.type == HPCT_MSG_PONG)
+		return; /* heard: that was the point */
 	if (h.type == HPCT_MSG_EPOCH) {
 		uint64_t ep = 0;
 		if (plen == 8)
@@ -634,6 +643,20 @@ int hpct__eng_peer_connected(struct hpct_engine *e, int r)
 {
 	struct peer *p = eng_peer_find(e, r);
 	return p && (p->state == OUT_READY || p->in != NULL);
+}
+
+int hpct__eng_probe(struct hpct_engine *e, int r, uint64_t group)
+{
+	struct peer *p = eng_peer_find(e, r);
+	if (!p || !ready_conn(e, p))
+		return HPCT_ESTATE;
+	return hpct__eng_send(e, r, HPCT_MSG_PING, group, 0, 0, NULL, 0);
+}
+
+double hpct__eng_heard(struct hpct_engine *e, int r)
+{
+	struct peer *p = eng_peer_find(e, r);
+	return p ? p->heard : 0;
 }
 
 int hpct__eng_flushed(struct hpct_engine *e, int r)

@@ -102,6 +102,11 @@ int hpct__eng_pull(struct hpct_engine *eng, int peer, uint64_t group);
 
 /* 1 when a handshaken connection to the peer is open. */
 int hpct__eng_peer_connected(struct hpct_engine *eng, int peer);
+/* Asks a connected peer whether it is alive (PING; it answers PONG): 0 when
+ * sent, HPCT_ESTATE when there is no open link to it. */
+int hpct__eng_probe(struct hpct_engine *eng, int peer, uint64_t group);
+/* When a message from the peer last arrived (hpct__now() time), 0 if never. */
+double hpct__eng_heard(struct hpct_engine *eng, int peer);
 /* "rank 7 at 127.0.0.1:10012 (connection refused, 12 retries)" */
 void hpct__eng_describe_peer(struct hpct_engine *eng, int peer, char *buf, size_t len);
 

@@ -55,6 +55,7 @@ struct peer {
 	char why[160];
 	char addr[HPCT_ADDRSTRLEN];
 	uint64_t epoch_told; /* the epoch it last said it is at over a kept link */
+	double heard;        /* when a message from it last arrived (hpct__now) */
 	struct peer *bnext;  /* next on the engine's backoff list */
 	int in_backoff;      /* on that list (at most once) */
 };

@@ -124,7 +124,7 @@ int hpct__msg_hdr_decode(const void *buf, size_t len, struct hpct_msg_hdr *h)
 {
 	const unsigned char *p = buf;
 	if (len < HPCT_MSG_HDR_LEN ||
-	    (p[0] != HPCT_MSG_DATA && p[0] != HPCT_MSG_ABORT && p[0] != HPCT_MSG_EPOCH) || p[1] != 0)
+	    p[0] < HPCT_MSG_DATA || p[0] > HPCT_MSG_PONG || p[1] != 0)
 		return HPCT_EPROTO;
 	h->type = p[0];
 	h->round = get16(p + 2);

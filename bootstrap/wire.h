@@ -72,8 +72,16 @@ const char *hpct__refuse_reason_str(uint32_t reason);
 /* Engine messages. */
 #define HPCT_MSG_HDR_LEN 16
 /* EPOCH: a survivor of an in-process recovery tells a peer over an
- * existing link which epoch it is at now (payload: 8 bytes). */
-enum hpct_msg_type { HPCT_MSG_DATA = 16, HPCT_MSG_ABORT = 17, HPCT_MSG_EPOCH = 18 };
+ * existing link which epoch it is at now (payload: 8 bytes).  PING: a rank
+ * whose deadline passed while it waits on a connected peer asks whether that
+ * peer is alive; the peer answers PONG (both empty). */
+enum hpct_msg_type {
+	HPCT_MSG_DATA = 16,
+	HPCT_MSG_ABORT = 17,
+	HPCT_MSG_EPOCH = 18,
+	HPCT_MSG_PING = 19,
+	HPCT_MSG_PONG = 20,
+};
 
 struct hpct_msg_hdr {
 	uint8_t type;

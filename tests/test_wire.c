@@ -113,6 +113,15 @@ Test(wire, msg_header_and_abort)
 	cr_assert_eq(hpct__msg_hdr_decode(buf, 15, &d), HPCT_EPROTO);
 	buf[0] = 3;
 	cr_assert_eq(hpct__msg_hdr_decode(buf, sizeof(buf), &d), HPCT_EPROTO);
+	/* every known type decodes (a probe and its answer too), nothing past */
+	for (int t = HPCT_MSG_DATA; t <= HPCT_MSG_PONG + 1; t++) {
+		buf[0] = (unsigned char)t;
+		int rc = hpct__msg_hdr_decode(buf, sizeof(buf), &d);
+		cr_assert_eq(rc, t <= HPCT_MSG_PONG ? 0 : HPCT_EPROTO, "type %d: %d", t, rc);
+		cr_assert(rc || d.type == t);
+	}
+	buf[0] = HPCT_MSG_DATA - 1;
+	cr_assert_eq(hpct__msg_hdr_decode(buf, sizeof(buf), &d), HPCT_EPROTO);
 
 	struct hpct_abort a = { .code = HPCT_EPEERDEAD, .origin = 5, .culprit = -1 };
 	strcpy(a.text, "rank 5: rank 7 died");
