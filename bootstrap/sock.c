@@ -104,3 +104,39 @@ int hpct__sock_again(int fd, short events, double deadline)
 	int w = hpct__sock_wait(fd, events, deadline);
 	return w > 0 ? 0 : w == 0 ? HPCT_ETIMEDOUT : w;
 }
+
+int hpct__sock_send_all(int fd, const void *buf, size_t len, double deadline)
+{
+	const unsigned char *p = buf;
+	while (len) {
+		ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0) {
+			int again = hpct__sock_again(fd, POLLOUT, deadline);
+			if (again)
+				return again;
+			continue;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int hpct__sock_recv_all(int fd, void *buf, size_t len, double deadline)
+{
+	unsigned char *p = buf;
+	while (len) {
+		ssize_t r = recv(fd, p, len, MSG_DONTWAIT);
+		if (r == 0)
+			return HPCT_EPEERDEAD;
+		if (r < 0) {
+			int again = hpct__sock_again(fd, POLLIN, deadline);
+			if (again)
+				return again;
+			continue;
+		}
+		p += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}

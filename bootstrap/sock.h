@@ -19,6 +19,10 @@ int hpct__sock_again(int fd, short events, double deadline);
 /* Errors worth another connect attempt (nobody listening yet, ...). */
 int hpct__sock_retryable(int err);
 void hpct__sleep(double s);
+/* All of buf, or HPCT_ETIMEDOUT / -errno; recv_all: HPCT_EPEERDEAD when the
+ * peer closed first. */
+int hpct__sock_send_all(int fd, const void *buf, size_t len, double deadline);
+int hpct__sock_recv_all(int fd, void *buf, size_t len, double deadline);
 
 static inline void hpct__put32(unsigned char *p, uint32_t v)
 {

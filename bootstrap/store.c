@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "derive.h"
 #include "log.h"
 #include "sock.h"
@@ -51,6 +52,9 @@ struct sconn {
 	uint64_t ns;
 	char *key;
 	double deadline;
+	/* with a secret: admitted once it proved it (auth.h) */
+	int admitted;
+	struct hpct_auth_srv auth;
 };
 
 static struct server {
@@ -62,6 +66,10 @@ static struct server {
 	size_t nb, n;
 	struct sconn *c;
 	int nc;
+	/* with HPCT_SECRET: what a client proves, and the secret (a copy) */
+	struct hpct_auth_id id;
+	unsigned char *secret;
+	size_t slen;
 } srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
 
 static size_t bucket(uint64_t ns, const char *key)
@@ -358,6 +366,39 @@ static int serve_buffered(struct sconn *c)
 	return rc;
 }
 
+/* With a secret, a connection's first bytes are its proof (auth.h): 0 when
+ * admitted or still proving, -1 to close it (refused, logged with the
+ * address it came from). */
+static void refused(const struct sconn *c, const char *why)
+{
+	char from[HPCT_ADDRSTRLEN] = "?";
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0)
+		hpct__addr_str((struct sockaddr *)&ss, from, sizeof(from));
+	HPCT_WARN(HPCT_SUB_NET, "store: rank %u refused a connection from %s: %s", srv.id.server,
+	          from, why);
+}
+
+static int admit(struct sconn *c)
+{
+	size_t used, outlen;
+	unsigned char out[HPCT_AUTH_LEN];
+	char why[200];
+	int rc = hpct__auth_server_feed(&c->auth, srv.secret, srv.slen, &srv.id, c->in, c->inlen,
+	                                &used, out, &outlen, why, sizeof(why));
+	memmove(c->in, c->in + used, c->inlen - used);
+	c->inlen -= used;
+	if (outlen)
+		send(c->fd, out, outlen, MSG_DONTWAIT | MSG_NOSIGNAL); /* 112 bytes, fresh socket */
+	if (rc == HPCT_AUTH_REFUSE) {
+		refused(c, why);
+		return -1;
+	}
+	c->admitted = rc == HPCT_AUTH_ADMIT;
+	return 0;
+}
+
 /* Reads what came and serves it.  -1: close it. */
 static int on_readable(struct sconn *c)
 {
@@ -375,11 +416,25 @@ static int on_readable(struct sconn *c)
 			c->incap = cap;
 		}
 		ssize_t r = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+		if (r == 0 && !c->admitted && c->auth.state == 1) {
+			char why[160];
+			snprintf(why, sizeof(why),
+			         "it claimed rank %u and left without proving the shared secret "
+			         "(HPCT_SECRET differs there?)",
+			         c->auth.hello.src);
+			refused(c, why);
+		}
 		if (r == 0)
 			return -1;
 		if (r < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
 		c->inlen += (size_t)r;
+		if (!c->admitted) {
+			if (admit(c) < 0)
+				return -1;
+			if (!c->admitted)
+				continue;
+		}
 		if (serve_buffered(c) < 0)
 			return -1;
 	}
@@ -457,7 +512,7 @@ static void *server_main(void *arg)
 			if (c->parked && c->deadline < next)
 				next = c->deadline;
 			/* frames that came in behind a parked request */
-			if (!c->parked && c->inlen >= 4 && serve_buffered(c) < 0) {
+			if (c->admitted && !c->parked && c->inlen >= 4 && serve_buffered(c) < 0) {
 				close(c->fd);
 				c->fd = -1;
 			}
@@ -496,7 +551,7 @@ static void *server_main(void *arg)
 				srv.c = c;
 				int one = 1;
 				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-				srv.c[srv.nc++] = (struct sconn){ .fd = fd };
+				srv.c[srv.nc++] = (struct sconn){ .fd = fd, .admitted = !srv.secret };
 			}
 		}
 	}
@@ -538,6 +593,19 @@ static int store_addr(struct hpct_world *w, int rank, struct sockaddr_storage *s
 	return 0;
 }
 
+/* What a store connection's proof is bound to.  The epoch is left out: a
+ * rank's one store server outlives in-process recoveries, and its keys'
+ * namespaces carry the epoch already. */
+static struct hpct_auth_id store_auth_id(const struct hpct_world *w, int client, int home)
+{
+	return (struct hpct_auth_id){ .job = w->topo.job,
+		                      .epoch = 0,
+		                      .service = HPCT_AUTH_SERVICE_STORE,
+		                      .client = (uint32_t)client,
+		                      .server = (uint32_t)home,
+		                      .size = (uint32_t)w->topo.size };
+}
+
 static int server_start(struct hpct_world *w)
 {
 	pthread_mutex_lock(&srv.mu);
@@ -567,6 +635,16 @@ static int server_start(struct hpct_world *w)
 	if (rc == 0 && !(srv.tab = calloc(srv.nb = 1024, sizeof(*srv.tab)))) {
 		close(fd);
 		rc = HPCT_ENOMEM;
+	}
+	if (rc == 0 && w->topo.secret) {
+		srv.id = store_auth_id(w, w->topo.rank, w->topo.rank);
+		srv.slen = w->topo.secret_len;
+		if (!(srv.secret = malloc(srv.slen))) {
+			close(fd);
+			rc = HPCT_ENOMEM;
+		} else {
+			memcpy(srv.secret, w->topo.secret, srv.slen);
+		}
 	}
 	pthread_t th;
 	srv.lfd = fd;
@@ -687,40 +765,6 @@ static int unreachable(struct hpct_store *s, char *buf, size_t len)
 	return n;
 }
 
-static int send_all(int fd, const unsigned char *p, size_t len, double deadline)
-{
-	while (len) {
-		ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (w < 0) {
-			int again = hpct__sock_again(fd, POLLOUT, deadline);
-			if (again)
-				return again;
-			continue;
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-static int recv_all(int fd, unsigned char *p, size_t len, double deadline)
-{
-	while (len) {
-		ssize_t r = recv(fd, p, len, MSG_DONTWAIT);
-		if (r == 0)
-			return HPCT_EPEERDEAD;
-		if (r < 0) {
-			int again = hpct__sock_again(fd, POLLIN, deadline);
-			if (again)
-				return again;
-			continue;
-		}
-		p += r;
-		len -= (size_t)r;
-	}
-	return 0;
-}
-
 /* Connects to `home`'s store, retrying while nobody listens there yet. */
 static int ensure(struct hpct_store *s, int home, const char *what, double deadline)
 {
@@ -735,6 +779,18 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 	double nap = 0.001, t0 = hpct__now();
 	for (;;) {
 		int fd = hpct__sock_connect(&ss, sl, deadline);
+		if (fd >= 0 && s->w->topo.secret) {
+			char who[HPCT_ADDRSTRLEN + 64];
+			snprintf(who, sizeof(who), "store: %s: rank %d (the key's home) at %s", what, home,
+			         text);
+			struct hpct_auth_id id = store_auth_id(s->w, s->w->topo.rank, home);
+			rc = hpct__auth_client(fd, s->w->topo.secret, s->w->topo.secret_len, &id,
+			                       deadline, who);
+			if (rc) {
+				close(fd);
+				return rc;
+			}
+		}
 		if (fd >= 0) {
 			s->fd[home] = fd;
 			return 0;
@@ -787,14 +843,16 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 	unsigned char h[8];
 	/* io: the exchange itself failed (the stream is then out of step or
 	 * gone); rc: the answer's status otherwise */
-	if (io == 0 && (io = send_all(s->fd[home], f, 4 + flen, deadline)) == 0 &&
-	    (io = recv_all(s->fd[home], h, 8, deadline)) == 0) {
+	if (io == 0 && (io = hpct__sock_send_all(s->fd[home], f, 4 + flen, deadline)) == 0 &&
+	    (io = hpct__sock_recv_all(s->fd[home], h, 8, deadline)) == 0) {
 		uint32_t len = hpct__get32(h);
-		if (len < 4 || len > HPCT_STORE_MAX_FRAME)
+		if (hpct__auth_is_frame(h, sizeof(h)) && !s->w->topo.secret)
+			io = HPCT_EREFUSED; /* a REFUSE: it wants a proof */
+		else if (len < 4 || len > HPCT_STORE_MAX_FRAME)
 			io = HPCT_EPROTO;
 		else if (len > 4 && !(*rep = malloc(len - 4)))
 			io = HPCT_ENOMEM;
-		else if ((io = recv_all(s->fd[home], *rep, len - 4, deadline)) == 0) {
+		else if ((io = hpct__sock_recv_all(s->fd[home], *rep, len - 4, deadline)) == 0) {
 			*replen = len - 4;
 			rc = (int32_t)hpct__get32(h + 4);
 		}
@@ -807,12 +865,15 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 		close(s->fd[home]);
 		s->fd[home] = -1;
-		rc = hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM
+		rc = hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM ||
+		                                io == HPCT_EREFUSED
 		                        ? io
 		                        : HPCT_EPEERDEAD,
 		                HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)", what,
 		                home, text,
-		                io == HPCT_EPROTO      ? "answered something malformed"
+		                io == HPCT_EREFUSED ? "refused us: it has a shared secret (HPCT_SECRET) "
+		                                      "and this rank has none"
+		                : io == HPCT_EPROTO    ? "answered something malformed"
 		                : io == HPCT_ETIMEDOUT ? "did not answer in time"
 		                : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
 		                                       : "closed its connection: it died or left",

@@ -2,7 +2,8 @@
  * every operation across ranks on two loopback nodes, namespaces apart,
  * a wait that times out naming the key, its home and the rank that is
  * gone, and a stranger's garbage on a rank's store port (moved by
- * HPCT_STORE_PORT_OFFSET) closing only its own connection. */
+ * HPCT_STORE_PORT_OFFSET) closing only its own connection; with HPCT_SECRET,
+ * every connection proving the secret, and strangers refused. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -12,7 +13,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <sys/time.h>
+
+#include "bootstrap/auth.h"
+#include "bootstrap/sock.h"
 #include "bootstrap/store.h"
+#include "bootstrap/util.h"
+#include "bootstrap/world.h"
 #include "harness.h"
 #include "hpct/hpct.h"
 
@@ -243,4 +251,88 @@ static void env_offset(int r, void *arg)
 Test(store, garbage_from_a_stranger_closes_only_its_connection)
 {
 	run_job(3, 2, env_offset, garbage);
+}
+
+/* With HPCT_SECRET on every rank: every operation works (each connection
+ * proves the secret first); on rank 0, at rank 1's store: a request
+ * without a proof gets a REFUSE frame and the connection closes; a proof
+ * under another secret is named a wrong proof; a right secret claiming
+ * another job is refused as such; the right proof is admitted. */
+static int secret_strangers(int rank, void *arg)
+{
+	int rc = ops(rank, arg);
+	if (rc)
+		return rc;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0)
+		return 60;
+	if (rank != 0) { /* serve, until rank 0 is done */
+		struct hpct_store *s;
+		if (hpct__store_open(w, 7, 10.0, &s) != 0)
+			return 66;
+		rc = hpct_barrier(hpct_world_group(w)) != 0 ? 67 : 0;
+		hpct__store_close(s);
+		hpct_world_destroy(w);
+		return rc;
+	}
+	char addr[HPCT_ADDRSTRLEN];
+	hpct_world_peer_addr(w, 1, addr);
+	int port = atoi(strrchr(addr, ':') + 1) + 100; /* HPCT_STORE_PORT_OFFSET */
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		                  .sin_port = htons((uint16_t)port),
+		                  .sin_addr.s_addr = inet_addr(strtok(addr, ":")) };
+	struct timeval tv = { .tv_sec = 5 };
+	struct hpct_world_info info;
+	hpct_world_get_info(w, &info);
+	struct hpct_auth_id id = { .job = ((struct hpct_world *)w)->topo.job,
+		                   .service = HPCT_AUTH_SERVICE_STORE,
+		                   .client = 0,
+		                   .server = 1,
+		                   .size = (uint32_t)info.size };
+	for (int k = 0; k < 4; k++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+			return 61;
+		double deadline = hpct__now() + 5;
+		if (k == 0) { /* a plain request: GET of "x" in namespace 42 */
+			unsigned char req[4 + 13 + 1 + 8] = { 0, 0, 0, 22, 2 };
+			req[16] = 1;
+			req[17] = 'x';
+			unsigned char back[HPCT_AUTH_LEN + 1];
+			if (write(fd, req, sizeof(req)) != (ssize_t)sizeof(req) ||
+			    hpct__sock_recv_all(fd, back, HPCT_AUTH_LEN, deadline) != 0 ||
+			    !hpct__auth_is_frame(back, 4) || read(fd, back, 1) != 0)
+				return 62;
+		} else if (k == 1) {
+			if (hpct__auth_client(fd, "another", 7, &id, deadline, "rank 1's store") !=
+			            HPCT_EREFUSED ||
+			    !strstr(hpct_last_error(), "rank 1's store gave a wrong proof"))
+				return 63;
+		} else if (k == 2) {
+			struct hpct_auth_id other = id;
+			other.job ^= 1;
+			if (hpct__auth_client(fd, "s3cret", 6, &other, deadline, "rank 1's store") !=
+			            HPCT_EREFUSED ||
+			    !strstr(hpct_last_error(), "rank 1's store refused us: another job"))
+				return 64;
+		} else if (hpct__auth_client(fd, "s3cret", 6, &id, deadline, "rank 1's store") != 0) {
+			return 65;
+		}
+		close(fd);
+	}
+	rc = hpct_barrier(hpct_world_group(w)) != 0 ? 68 : 0;
+	hpct_world_destroy(w);
+	return rc;
+}
+
+static void env_secret(int r, void *arg)
+{
+	env_offset(r, arg);
+	setenv("HPCT_SECRET", "s3cret", 1);
+}
+
+Test(store, with_a_secret_every_connection_proves_it)
+{
+	run_job(5, 3, env_secret, secret_strangers);
 }
