@@ -20,6 +20,14 @@
 
 #include "wire.h"
 
+/* The shared secret and the epoch proofs are bound to, as callers pass
+ * them along (NULL or secret NULL: no secret). */
+struct hpct_auth_key {
+	const void *secret;
+	size_t len;
+	uint64_t epoch;
+};
+
 /* What a proof is bound to.  service: which server (below). */
 struct hpct_auth_id {
 	uint64_t job, epoch, service;

@@ -38,6 +38,8 @@
 
 #include "private_api.h"
 
+#include "auth.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,9 +62,11 @@ struct hpct_std_client;
 
 /* Starts the server thread listening on host:port (a literal or a name;
  * never the wildcard), for `nranks` clients of job `job`.  Binds before
- * returning: HPCT_EADDRINUSE names host:port.  */
+ * returning: HPCT_EADDRINUSE names host:port.  With a secret in `key` (may
+ * be NULL) a client is served only once it proved it (auth.h; refusals are
+ * logged with the source address). */
 int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
-                           struct hpct_std_server **server_out);
+                           const struct hpct_auth_key *key, struct hpct_std_server **server_out);
 /* Waits until every client said BYE or hung up, or until `deadline`
  * (CLOCK_MONOTONIC seconds, see hpct__now), then stops the thread and frees
  * everything.  A connection that has not said HELLO yet is waited for too.
@@ -76,9 +80,11 @@ size_t hpct__std_server_keys(const struct hpct_std_server *server);
 /* Connects to the server, retrying with capped backoff until `deadline`,
  * and says HELLO.  Errors: HPCT_ETIMEDOUT (names this rank, host:port and the
  * last OS error), HPCT_EREFUSED (the server's reason), HPCT_ERESOLVE,
- * HPCT_EINVAL, -errno. */
+ * HPCT_EINVAL, -errno; with a secret in `key`, the proof's failures
+ * (auth.h). */
 int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
-                             double deadline, struct hpct_std_client **client_out);
+                             const struct hpct_auth_key *key, double deadline,
+                             struct hpct_std_client **client_out);
 /* Says BYE and closes.  Accepts NULL. */
 void hpct__std_client_close(struct hpct_std_client *client);
 

@@ -156,6 +156,14 @@ static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const cha
 	int status = (int)hpct__get32(st);
 	if (status == 0)
 		return 0;
+	if (hpct__auth_is_frame(st, 4)) { /* a REFUSE: it wants a proof */
+		set_broken(c);
+		snprintf(c->why, sizeof(c->why), "refused: no shared secret here");
+		return hpct__fail(HPCT_EREFUSED, HPCT_SUB_STD,
+		                  "rank %d: the rendezvous at %s refused %s: it has a shared secret "
+		                  "(HPCT_SECRET) and this rank has none",
+		                  c->rank, c->addr, what);
+	}
 	char msg[1024];
 	unsigned char lb[4];
 	rc = recv_exact(c, lb, 4, deadline);
@@ -196,7 +204,8 @@ static void describe(char *buf, size_t len, const char *op, const char *const *k
 }
 
 int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
-                             double deadline, struct hpct_std_client **client_out)
+                             const struct hpct_auth_key *key, double deadline,
+                             struct hpct_std_client **client_out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
@@ -244,6 +253,18 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 	}
 	HPCT_TRACE(HPCT_SUB_STD, "rank %d: connected to the rendezvous at %s after %d attempts",
 	           rank, c->addr, attempts);
+	if (key && key->secret) {
+		struct hpct_auth_id id = { .job = job,
+			                   .epoch = key->epoch,
+			                   .service = HPCT_AUTH_SERVICE_STDPATH,
+			                   .client = (uint32_t)rank,
+			                   .server = 0,
+			                   .size = (uint32_t)size };
+		char who[HPCT_ADDRSTRLEN + 40];
+		snprintf(who, sizeof(who), "rank %d: the rendezvous at %s", rank, c->addr);
+		if ((rc = hpct__auth_client(c->fd, key->secret, key->len, &id, deadline, who)) != 0)
+			goto close_fd;
+	}
 
 	unsigned char hello[21];
 	hello[0] = HPCT_STD_HELLO;

@@ -73,6 +73,9 @@ struct conn {
 	struct entry **ents;
 	size_t ipos, ilen, opos, olen, ocap;
 	unsigned char *out;
+	/* with a secret: served once it proved it */
+	int admitted;
+	struct hpct_auth_srv auth;
 	unsigned char in[IN_CAP];
 };
 
@@ -80,6 +83,10 @@ struct hpct_std_server {
 	int lfd, epfd, evfd, nranks, listen_paused;
 	int joined; /* ranks connected now */
 	uint64_t job;
+	/* with a secret (a copy): what clients prove */
+	unsigned char *secret;
+	size_t slen;
+	struct hpct_auth_id auth_id;
 	char addr[HPCT_ADDRSTRLEN];
 	pthread_t thread;
 	struct table tab;
@@ -849,6 +856,31 @@ more:
 	}
 }
 
+/* With a secret, a connection's first bytes are its proof: 1 once it is
+ * admitted (parse on), 0 while it proves or after a refusal (logged with
+ * the source address; the REFUSE goes out, then the connection closes). */
+static int admit(struct conn *c)
+{
+	struct hpct_std_server *s = c->s;
+	size_t used, outlen;
+	unsigned char out[HPCT_AUTH_LEN];
+	char why[200];
+	int rc = hpct__auth_server_feed(&c->auth, s->secret, s->slen, &s->auth_id, c->in + c->ipos,
+	                                c->ilen - c->ipos, &used, out, &outlen, why, sizeof(why));
+	c->ipos += used;
+	if (c->ipos == c->ilen)
+		c->ipos = c->ilen = 0;
+	if (outlen && out_reserve(c, outlen) == 0)
+		put(c, out, outlen);
+	if (rc == HPCT_AUTH_REFUSE) {
+		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: refused a connection from %s: %s", s->addr,
+		          c->peer, why);
+		c->closing = 1; /* once the REFUSE is out */
+		return 0;
+	}
+	return c->admitted = rc == HPCT_AUTH_ADMIT;
+}
+
 /* Where the next bytes from the socket go, and how many fit. */
 static size_t read_room(struct conn *c, unsigned char **dst)
 {
@@ -888,6 +920,12 @@ static void conn_read(struct conn *c, uint32_t events)
 		if (r <= 0) {
 			char w[HPCT_ADDRSTRLEN + 24];
 			c->err = r < 0 ? errno : 0;
+			if (!c->admitted && c->auth.state == 1)
+				HPCT_WARN(HPCT_SUB_STD,
+				          "rendezvous %s: refused a connection from %s: it claimed rank "
+				          "%u and left without proving the shared secret (HPCT_SECRET "
+				          "differs there?)",
+				          c->s->addr, c->peer, c->auth.hello.src);
 			HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: %s hung up (%s)", c->s->addr,
 			           who(c, w, sizeof(w)),
 			           r == 0 ? "end of stream" : strerror(c->err));
@@ -898,7 +936,8 @@ static void conn_read(struct conn *c, uint32_t events)
 			c->vgot += (uint32_t)r;
 		else
 			c->ilen += (size_t)r;
-		conn_progress(c);
+		if (c->admitted || admit(c))
+			conn_progress(c);
 		if ((size_t)r < room)
 			break;
 	}
@@ -977,6 +1016,7 @@ static void accept_all(struct hpct_std_server *s)
 		c->s = s;
 		c->fd = fd;
 		c->rank = -1;
+		c->admitted = !s->secret;
 		hpct__addr_str((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
 		c->evmask = EPOLLIN | EPOLLRDHUP;
 		struct epoll_event ev = { .events = c->evmask, .data.ptr = c };
@@ -1083,7 +1123,7 @@ static int is_wildcard(const struct sockaddr_storage *ss)
 }
 
 int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
-                           struct hpct_std_server **server_out)
+                           const struct hpct_auth_key *key, struct hpct_std_server **server_out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
@@ -1105,6 +1145,19 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory");
 	s->nranks = nranks;
 	s->job = job;
+	if (key && key->secret) {
+		s->auth_id = (struct hpct_auth_id){ .job = job,
+			                            .epoch = key->epoch,
+			                            .service = HPCT_AUTH_SERVICE_STDPATH,
+			                            .server = 0,
+			                            .size = (uint32_t)nranks };
+		s->slen = key->len;
+		if (!(s->secret = malloc(key->len ? key->len : 1))) {
+			free(s);
+			return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory");
+		}
+		memcpy(s->secret, key->secret, key->len);
+	}
 	s->lost_rank = -1;
 	s->t0 = hpct__now();
 	hpct__addr_str((struct sockaddr *)&ss, s->addr, sizeof(s->addr));
@@ -1183,6 +1236,7 @@ close_listener:
 free_server:
 	free(s->tab.b);
 	free(s->by_rank);
+	free(s->secret);
 	free(s);
 	return rc;
 }
@@ -1225,6 +1279,7 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 	pthread_mutex_destroy(&s->lock);
 	free(s->tab.b);
 	free(s->by_rank);
+	free(s->secret);
 	free(s);
 }
 

@@ -239,11 +239,12 @@ static int start_standard(struct hpct_world *w)
 	snprintf(w->listen_text, sizeof(w->listen_text), "%s:%d", t->master_addr, t->master_port);
 	double deadline = hpct__now() + t->timeout_s;
 	int rc;
+	struct hpct_auth_key key = { .secret = t->secret, .len = t->secret_len, .epoch = t->epoch };
 	if (t->rank == 0 && (rc = hpct__std_server_start(t->master_addr, t->master_port, t->size,
-	                                                 t->job, &w->server)) < 0)
+	                                                 t->job, &key, &w->server)) < 0)
 		return rc;
 	rc = hpct__std_client_connect(t->master_addr, t->master_port, t->rank, t->size, t->job,
-	                              deadline, &w->client);
+	                              &key, deadline, &w->client);
 	if (rc < 0)
 		return rc;
 	HPCT_INFO(HPCT_SUB_INIT, "standard: rank %d of %d through the rendezvous at %s", t->rank,

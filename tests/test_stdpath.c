@@ -22,7 +22,7 @@
 static struct hpct_std_server *start(int port, int nranks)
 {
 	struct hpct_std_server *s = NULL;
-	int rc = hpct__std_server_start(HOST, port, nranks, JOB, &s);
+	int rc = hpct__std_server_start(HOST, port, nranks, JOB, NULL, &s);
 	cr_assert_eq(rc, 0, "server on %d: %s", port, hpct_last_error());
 	return s;
 }
@@ -30,7 +30,7 @@ static struct hpct_std_server *start(int port, int nranks)
 static struct hpct_std_client *join(int port, int rank, int size)
 {
 	struct hpct_std_client *c = NULL;
-	int rc = hpct__std_client_connect(HOST, port, rank, size, JOB, hpct__now() + 10, &c);
+	int rc = hpct__std_client_connect(HOST, port, rank, size, JOB, NULL, hpct__now() + 10, &c);
 	cr_assert_eq(rc, 0, "rank %d: %s", rank, hpct_last_error());
 	return c;
 }
@@ -57,7 +57,7 @@ static void *many_rank(void *p)
 	double dl = hpct__now() + 10;
 	char key[32], val[24] = "", got[NT][24];
 	a->rc = 1;
-	if (hpct__std_client_connect(HOST, a->port, a->rank, NT, JOB, dl, &c) != 0)
+	if (hpct__std_client_connect(HOST, a->port, a->rank, NT, JOB, NULL, dl, &c) != 0)
 		return NULL;
 	snprintf(key, sizeof(key), "k/%d", a->rank);
 	snprintf(val, sizeof(val), "value-of-%d", a->rank);
@@ -183,7 +183,7 @@ static int barrier_rank(int rank, void *arg)
 	int port = *(int *)arg;
 	struct hpct_std_client *c = NULL;
 	double dl = hpct__now() + 20;
-	if (hpct__std_client_connect(HOST, port, rank, NB, JOB, dl, &c) != 0)
+	if (hpct__std_client_connect(HOST, port, rank, NB, JOB, NULL, dl, &c) != 0)
 		return 1;
 	int64_t v = -1;
 	if (hpct__std_add(c, "arrive", 1, &v, dl) != 0 || v < 1 || v > NB)
@@ -300,10 +300,10 @@ Test(stdpath, port_taken, .timeout = 30)
 	struct hpct_std_server *s = start(port, 2), *s2 = NULL;
 	char addr[64];
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	cr_expect_eq(hpct__std_server_start(HOST, port, 2, JOB, &s2), HPCT_EADDRINUSE);
+	cr_expect_eq(hpct__std_server_start(HOST, port, 2, JOB, NULL, &s2), HPCT_EADDRINUSE);
 	cr_expect_null(s2);
 	cr_expect(strstr(hpct_last_error(), addr), "%s", hpct_last_error());
-	cr_expect_eq(hpct__std_server_start("0.0.0.0", port + 1, 2, JOB, &s2), HPCT_EINVAL,
+	cr_expect_eq(hpct__std_server_start("0.0.0.0", port + 1, 2, JOB, NULL, &s2), HPCT_EINVAL,
 	             "bound the wildcard");
 	hpct__std_server_stop(s, hpct__now() + 5);
 }
@@ -320,7 +320,7 @@ static void *early_client(void *p)
 	struct conn_arg *a = p;
 	struct hpct_std_client *c = NULL;
 	double t0 = hpct__now();
-	a->rc = hpct__std_client_connect(HOST, a->port, 1, 2, JOB, t0 + 5, &c);
+	a->rc = hpct__std_client_connect(HOST, a->port, 1, 2, JOB, NULL, t0 + 5, &c);
 	a->took = hpct__now() - t0;
 	if (a->rc == 0)
 		a->rc = hpct__std_set(c, "hi", "x", 1, 0, hpct__now() + 5);
@@ -344,7 +344,7 @@ Test(stdpath, client_before_server, .timeout = 30)
 	/* Nobody there: refused until the deadline, and the message says so. */
 	struct hpct_std_client *c = NULL;
 	double t0 = hpct__now();
-	int rc = hpct__std_client_connect(HOST, port + 1, 3, 4, JOB, t0 + 0.3, &c);
+	int rc = hpct__std_client_connect(HOST, port + 1, 3, 4, JOB, NULL, t0 + 0.3, &c);
 	char want[96];
 	snprintf(want, sizeof(want), "rank 3: no rendezvous at 127.0.0.1:%d", port + 1);
 	cr_expect_eq(rc, HPCT_ETIMEDOUT, "got %s", hpct_errname(rc));
@@ -363,12 +363,12 @@ Test(stdpath, wrong_job_refused, .timeout = 30)
 	struct hpct_std_server *s = start(port, 4);
 	struct hpct_std_client *c = NULL, *ok;
 	double dl = hpct__now() + 5;
-	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 4, JOB + 1, dl, &c), HPCT_EREFUSED);
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 4, JOB + 1, NULL, dl, &c), HPCT_EREFUSED);
 	cr_expect(strstr(hpct_last_error(), "job hash"), "%s", hpct_last_error());
-	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 5, JOB, dl, &c), HPCT_EREFUSED);
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 5, JOB, NULL, dl, &c), HPCT_EREFUSED);
 	cr_expect(strstr(hpct_last_error(), "world size"), "%s", hpct_last_error());
 	ok = join(port, 1, 4);
-	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 4, JOB, dl, &c), HPCT_EREFUSED);
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 4, JOB, NULL, dl, &c), HPCT_EREFUSED);
 	cr_expect(strstr(hpct_last_error(), "already connected"), "%s", hpct_last_error());
 	cr_expect_null(c);
 	int64_t v;
@@ -698,4 +698,44 @@ Test(stdpath, lost_rank_fails_waiters_fast, .timeout = 30)
 	t0 = hpct__now();
 	hpct__std_server_stop(s, hpct__now() + 5);
 	cr_expect_lt(hpct__now() - t0, 1.0, "the clients' BYE after HPCT_EPEERDEAD was not seen");
+}
+
+/* ---- a shared secret ---- */
+
+/* With a secret every client proves it before HELLO: the right one at the
+ * right epoch is served; none, another secret or another epoch is
+ * refused, each named, and served clients go on. */
+Test(stdpath, with_a_secret_only_provers_are_served, .timeout = 30)
+{
+	int port = hpct_test_ports(12);
+	struct hpct_auth_key key = { .secret = "s3cret", .len = 6, .epoch = 3 };
+	struct hpct_std_server *s = NULL;
+	cr_assert_eq(hpct__std_server_start(HOST, port, 3, JOB, &key, &s), 0, "%s",
+	             hpct_last_error());
+	double dl = hpct__now() + 5;
+	struct hpct_std_client *a = NULL, *b = NULL, *c = NULL;
+	cr_assert_eq(hpct__std_client_connect(HOST, port, 0, 3, JOB, &key, dl, &a), 0, "%s",
+	             hpct_last_error());
+
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 3, JOB, NULL, dl, &c), HPCT_EREFUSED);
+	cr_expect(strstr(hpct_last_error(), "has a shared secret (HPCT_SECRET) and this rank has none"),
+	          "%s", hpct_last_error());
+	struct hpct_auth_key other = { .secret = "another", .len = 7, .epoch = 3 };
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 3, JOB, &other, dl, &c), HPCT_EREFUSED);
+	cr_expect(strstr(hpct_last_error(), "gave a wrong proof of the shared secret"), "%s",
+	          hpct_last_error());
+	struct hpct_auth_key stale = { .secret = "s3cret", .len = 6, .epoch = 2 };
+	cr_expect_eq(hpct__std_client_connect(HOST, port, 1, 3, JOB, &stale, dl, &c), HPCT_EREFUSED);
+	cr_expect(strstr(hpct_last_error(), "refused us: another epoch"), "%s", hpct_last_error());
+	cr_expect_null(c);
+
+	cr_assert_eq(hpct__std_client_connect(HOST, port, 1, 3, JOB, &key, dl, &b), 0, "%s",
+	             hpct_last_error());
+	int64_t v;
+	cr_expect_eq(hpct__std_add(a, "n", 2, &v, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_add(b, "n", 3, &v, dl), 0, "%s", hpct_last_error());
+	cr_expect_eq(v, 5);
+	hpct__std_client_close(a);
+	hpct__std_client_close(b);
+	hpct__std_server_stop(s, hpct__now() + 5);
 }
