@@ -15,6 +15,7 @@
 #include "log.h"
 #include "param.h"
 #include "util.h"
+#include "wire.h"
 #include "world.h"
 
 /* Bytes 120..127 of a derived id; NCCL leaves 40..127 zero in 2.19-2.30. */
@@ -253,9 +254,27 @@ uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key)
 	return hpct__hash_u64(hpct__hash_u64(g->id, key), 0x6e63636c); /* "nccl" */
 }
 
-uint64_t hpct__nccl_magic(uint64_t comm)
+static uint64_t keyed(const struct hpct_topo *t, uint64_t magic)
 {
-	return hpct__hash_u64(comm, 0x6d61676963); /* "magic" */
+	if (!t->secret)
+		return magic;
+	struct hpct_hello h = { .job = t->job, .group = magic };
+	unsigned char zero[HPCT_AUTH_NONCE] = { 0 }, mac[HPCT_AUTH_MAC];
+	if (hpct__auth_mac(t->secret, t->secret_len, 'N', zero, zero, &h, 0, 0, mac) != 0)
+		return magic; /* no libcrypto: the world refused to start already */
+	uint64_t k;
+	memcpy(&k, mac, sizeof(k));
+	return k;
+}
+
+uint64_t hpct__nccl_keyed(const struct hpct_world *w, uint64_t magic)
+{
+	return keyed(&w->topo, magic);
+}
+
+uint64_t hpct__nccl_magic(const struct hpct_topo *t, uint64_t comm)
+{
+	return keyed(t, hpct__hash_u64(comm, 0x6d61676963)); /* "magic" */
 }
 
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out)
@@ -308,7 +327,7 @@ static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm
 	memset(c, 0, sizeof(*c));
 	c->w = g->world;
 	c->hash = hpct__nccl_comm_hash(g, key);
-	c->magic = hpct__nccl_magic(c->hash);
+	c->magic = hpct__nccl_magic(&g->world->topo, c->hash);
 	c->nranks = g->size;
 	c->rank = g->rank;
 	c->world_of = g->members;
@@ -419,7 +438,8 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	struct hpct_nccl_roots *root = NULL;
 	/* free now, or fail fast: NCCL's root shares a port with a stale one
 	 * (SO_REUSEPORT) and loses connections to it */
-	rc = ours ? hpct__nccl_roots_start(&id, 1, c->w->topo.timeout_s, &root)
+	int keyed = c->w->topo.secret != NULL;
+	rc = ours ? hpct__nccl_roots_start(&id, 1, c->w->topo.timeout_s, keyed, &root)
 	          : hpct__nccl_port_check(&id);
 	if (rc == 0 && !ours)
 		rc = hpct__nccl_comm_id_begin(l, text);
@@ -450,7 +470,8 @@ static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	struct hpct_nccl_roots *root = NULL;
 	int rc = derive_all(c, l->version, ids);
 	if (rc == 0)
-		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->w->topo.timeout_s, &root);
+		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->w->topo.timeout_s,
+		                            c->w->topo.secret != NULL, &root);
 	if (rc == 0) {
 		char where[64];
 		struct hpct_nccl_id_info in;

@@ -51,7 +51,14 @@ int hpct__nccl_ports(const struct hpct_topo *t, int *base_out, int *range_out);
  * are in the group's identity), its magic, and the port where the root of
  * world rank `world_rank` listens for it. */
 uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key);
-uint64_t hpct__nccl_magic(uint64_t comm);
+uint64_t hpct__nccl_magic(const struct hpct_topo *t, uint64_t comm);
+/* With HPCT_SECRET, a magic becomes an HMAC of it under the secret.  The
+ * magic is all NCCL's bootstrap sockets check (every connection opens with
+ * it, in clear, and an acceptor drops a wrong one: NCCL's ranks and hpct's
+ * roots alike), so only a process with the secret can make one that is
+ * accepted; without a secret, the magic is returned as it is. */
+struct hpct_world;
+HPCT_PRIVATE uint64_t hpct__nccl_keyed(const struct hpct_world *w, uint64_t magic);
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out);
 
 /* --- communicators (nccl.c) --------------------------------------------- */
@@ -129,8 +136,10 @@ struct hpct_nccl_root_stats {
 	int ignored;   /* connections dropped: wrong magic, malformed, duplicates */
 	int max_conns; /* connections of the busiest root (in + out) */
 };
+/* keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): a
+ * connection with another magic is then logged, naming its address. */
 HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
-                                        struct hpct_nccl_roots **out);
+                                        int keyed, struct hpct_nccl_roots **out);
 /* 0 when a root could listen at the id's address now (it is then closed
  * again), else the error hpct__nccl_roots_start would give, logged. */
 HPCT_PRIVATE int hpct__nccl_port_check(const hpct_nccl_id *id);

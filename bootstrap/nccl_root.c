@@ -166,6 +166,7 @@ struct hpct_nccl_roots {
 	int result;
 	char failure[1024];
 	struct hpct_nccl_root_stats stats;
+	int keyed; /* magics keyed by HPCT_SECRET: a wrong one is a stranger */
 };
 
 static void root_free(struct root *rt)
@@ -330,7 +331,15 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 		}
 		c->got += (size_t)k;
 		if (c->got >= 8 && memcmp(c->buf, &rt->magic, 8) != 0) {
-			s->stats.ignored++; /* another comm's or a stranger's: unseen */
+			/* another comm's or a stranger's: unseen by NCCL's rule;
+			 * with a secret, only one without it (or another) */
+			if (s->keyed)
+				HPCT_WARN(HPCT_SUB_NCCL,
+				          "NCCL root at %s: refused a connection from %s: wrong magic "
+				          "(this communicator's magic is keyed by HPCT_SECRET: no "
+				          "secret there, or another one)",
+				          rt->where, c->from);
+			s->stats.ignored++;
 			return 1;
 		}
 		const char *from = c->from;
@@ -546,7 +555,7 @@ int hpct__nccl_port_check(const hpct_nccl_id *id)
 	return rc;
 }
 
-int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
+int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s, int keyed,
                            struct hpct_nccl_roots **out)
 {
 	struct hpct_nccl_roots *s = calloc(1, sizeof(*s));
@@ -555,6 +564,7 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
 		return HPCT_ENOMEM;
 	}
 	s->n = s->live = n;
+	s->keyed = keyed;
 	pthread_mutex_init(&s->lock, NULL);
 	s->deadline = hpct__now() + timeout_s;
 	s->stop_pipe[0] = s->stop_pipe[1] = -1;

@@ -102,6 +102,7 @@ Test(nccl, codec_layouts_and_bad_input)
 struct derive_cfg {
 	int n, port, epoch;
 	int pipe_w;
+	const char *secret; /* HPCT_SECRET, or NULL */
 };
 
 static void derive_env(int r, void *arg)
@@ -111,6 +112,10 @@ static void derive_env(int r, void *arg)
 	char e[16];
 	snprintf(e, sizeof(e), "%d", c->epoch);
 	setenv("HPCT_EPOCH", e, 1);
+	if (c->secret)
+		setenv("HPCT_SECRET", c->secret, 1);
+	else
+		unsetenv("HPCT_SECRET");
 }
 
 /* Each rank writes: its rank, the world's id for key 0 and 1, the ids of
@@ -147,11 +152,13 @@ static int derive_rank(int r, void *arg)
 	return 0;
 }
 
-static void derive_all(int epoch, int port, struct derived out[4])
+static void derive_all(int epoch, int port, const char *secret, struct derived out[4])
 {
 	int p[2];
 	cr_assert_eq(pipe(p), 0);
-	struct derive_cfg c = { .n = 4, .port = port, .epoch = epoch, .pipe_w = p[1] };
+	struct derive_cfg c = {
+		.n = 4, .port = port, .epoch = epoch, .pipe_w = p[1], .secret = secret
+	};
 	int codes[4];
 	int bad = ht_spawn(4, derive_env, derive_rank, &c, 30, NULL, codes);
 	close(p[1]);
@@ -168,7 +175,7 @@ Test(nccl, derived_ids_agree_across_processes)
 {
 	int port = hpct_test_ports(0);
 	struct derived a[4], b[4];
-	derive_all(3, port, a);
+	derive_all(3, port, NULL, a);
 	for (int r = 1; r < 4; r++) {
 		cr_expect_eq(memcmp(&a[r].world0, &a[0].world0, sizeof(hpct_nccl_id)), 0,
 		             "rank %d derived another world id", r);
@@ -191,12 +198,34 @@ Test(nccl, derived_ids_agree_across_processes)
 	cr_expect_eq(memcmp(&a[0].all[0], &a[0].world0, sizeof(hpct_nccl_id)), 0,
 	             "rank 0's Tier 2 id is the comm's id");
 
-	derive_all(4, port, b);
+	derive_all(4, port, NULL, b);
 	cr_expect_neq(memcmp(&a[0].world0, &b[0].world0, sizeof(hpct_nccl_id)), 0,
 	              "another epoch, another id");
 	struct hpct_nccl_id_info j0;
 	cr_assert_eq(hpct_nccl_id_decode(&b[0].world0, 0, &j0), 0);
 	cr_expect_neq(i0.magic, j0.magic);
+}
+
+/* With HPCT_SECRET the magic (all NCCL's sockets check) is keyed by it:
+ * ranks with one secret agree, another secret or none gives another magic,
+ * and the root's address stays where it was. */
+Test(nccl, a_secret_keys_the_magic)
+{
+	int port = hpct_test_ports(0);
+	struct derived none[4], s1[4], s2[4];
+	derive_all(3, port, NULL, none);
+	derive_all(3, port, "first secret", s1);
+	derive_all(3, port, "second secret", s2);
+	struct hpct_nccl_id_info in, i1, i1b, i2;
+	cr_assert_eq(hpct_nccl_id_decode(&none[0].world0, 0, &in), 0);
+	cr_assert_eq(hpct_nccl_id_decode(&s1[0].world0, 0, &i1), 0);
+	cr_assert_eq(hpct_nccl_id_decode(&s1[3].world0, 0, &i1b), 0);
+	cr_assert_eq(hpct_nccl_id_decode(&s2[0].world0, 0, &i2), 0);
+	cr_expect_eq(i1.magic, i1b.magic, "ranks with one secret disagree");
+	cr_expect_neq(i1.magic, in.magic, "a secret must change the magic");
+	cr_expect_neq(i1.magic, i2.magic, "another secret, another magic");
+	cr_expect_str_eq(i1.host, in.host);
+	cr_expect_eq(i1.port, in.port);
 }
 
 Test(nccl, derivation_checks_its_ports)
@@ -275,7 +304,7 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 
 	struct hpct_nccl_roots *roots;
 	loopback_ids(ids, nroots, port, 0x5eed0000u + seed);
-	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, 30, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, 30, 0, &roots), 0, "%s", hpct_last_error());
 	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, ours, NULL), 0,
 	             "against hpct's roots: %s", hpct_last_error());
 	struct hpct_nccl_root_stats st;
@@ -332,7 +361,8 @@ Test(nccl, roots_ignore_strangers_and_refuse_duplicates)
 	hpct_nccl_id id;
 	loopback_ids(&id, 1, port, 0xabcdef);
 	struct hpct_nccl_roots *roots;
-	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 20, &roots), 0, "%s", hpct_last_error());
+	/* keyed: the stranger with the wrong magic is logged with its address */
+	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 20, 1, &roots), 0, "%s", hpct_last_error());
 	/* a silent peer holds only its own connection */
 	int silent = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -380,7 +410,7 @@ Test(nccl, a_taken_port_fails_fast_naming_it)
 	hpct_nccl_id id;
 	loopback_ids(&id, 1, port, 7);
 	struct hpct_nccl_roots *roots = NULL;
-	cr_expect_eq(hpct__nccl_roots_start(&id, 1, 5, &roots), HPCT_EADDRINUSE);
+	cr_expect_eq(hpct__nccl_roots_start(&id, 1, 5, 0, &roots), HPCT_EADDRINUSE);
 	char want[32];
 	snprintf(want, sizeof(want), "127.0.0.1:%d", port);
 	cr_expect(strstr(hpct_last_error(), want), "%s", hpct_last_error());
@@ -393,7 +423,7 @@ Test(nccl, a_detached_root_finishes_and_frees_itself)
 	hpct_nccl_id ids[4];
 	loopback_ids(ids, 4, port, 0x77);
 	struct hpct_nccl_roots *roots;
-	cr_assert_eq(hpct__nccl_roots_start(ids, 4, 20, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_roots_start(ids, 4, 20, 0, &roots), 0, "%s", hpct_last_error());
 	hpct__nccl_roots_detach(roots); /* as Tier 2 does once NCCL has the init going */
 	unsigned char replies[4 * HPCT_NCCL_RING_LEN];
 	cr_assert_eq(hpct__nccl_play_ranks(ids, 4, 4, NULL, 20, 0, replies, NULL), 0, "%s",

@@ -155,8 +155,9 @@ SHIM_API int ncclGetUniqueId(hpct_nccl_id *out)
 	struct hpct_world_info info;
 	hpct_world_get_info(world, &info);
 	unsigned k = atomic_fetch_add(&id_counter, 1);
-	uint64_t magic = hpct__hash_u64(hpct__hash_u64(info.job, info.epoch),
-	                                ((uint64_t)info.rank << 32) | k);
+	uint64_t magic = hpct__nccl_keyed((struct hpct_world *)world,
+	                                  hpct__hash_u64(hpct__hash_u64(info.job, info.epoch),
+	                                                 ((uint64_t)info.rank << 32) | k));
 	hpct_nccl_id seed;
 	memset(&seed, 0, sizeof(seed));
 	memcpy(seed.internal, &magic, 8);
