@@ -137,10 +137,16 @@ void eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_
 	if (!ok) {
 		char from[HPCT_ADDRSTRLEN];
 		e->cfg.ops->peer_name(c->t, from, sizeof(from));
+		int told = len == HPCT_HELLO_LEN && hpct__hello_decode(data, len, &h) == 0 &&
+		           h.type == HPCT_HELLO_REFUSE;
 		HPCT_WARN(HPCT_SUB_NET,
-		          "rank %d: refused connection from %s claiming rank %u of this job: wrong "
-		          "proof of the shared secret (%s differs there?)",
-		          e->cfg.rank, from, c->hello.src, "HPCT_SECRET");
+		          "rank %d: refused connection from %s claiming rank %u of this job: %s",
+		          e->cfg.rank, from, c->hello.src,
+		          !told ? "wrong proof of the shared secret (HPCT_SECRET differs there?)"
+		          : h.reason == HPCT_REFUSE_NOAUTH
+		                  ? "it has no shared secret (HPCT_SECRET is set on one side only)"
+		                  : "it found our proof of the shared secret wrong (HPCT_SECRET "
+		                    "differs there?)");
 		eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, c->hello.src, c->hello.group,
 		               HPCT_REFUSE_AUTH);
 		e->stats.conns_refused++;
@@ -198,10 +204,13 @@ static void on_challenge(struct hpct_engine *e, struct econn *c, struct peer *p,
 {
 	struct hpct_hello mine = { .job = e->cfg.job, .epoch = e->cfg.epoch, .group = p->group };
 	unsigned char want[HPCT_AUTH_MAC], ours[HPCT_AUTH_MAC];
+	/* a refusal says why before the close, so that the acceptor can tell
+	 * it from a connection merely given up (a link the other way won) */
 	if (!e->cfg.secret) {
 		snprintf(p->why, sizeof(p->why),
 		         "asked for a proof of a shared secret this rank does not have (HPCT_SECRET "
 		         "is set on one side only)");
+		eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, p->group, HPCT_REFUSE_NOAUTH);
 		out_rejected(e, c);
 		return;
 	}
@@ -212,6 +221,7 @@ static void on_challenge(struct hpct_engine *e, struct econn *c, struct peer *p,
 	                   (uint32_t)e->cfg.rank, h->src, ours) < 0) {
 		snprintf(p->why, sizeof(p->why),
 		         "gave a wrong proof of the shared secret (HPCT_SECRET differs there?)");
+		eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, p->group, HPCT_REFUSE_AUTH);
 		out_rejected(e, c);
 		return;
 	}

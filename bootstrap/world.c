@@ -483,6 +483,11 @@ double hpct__world_timeout(const struct hpct_world *w)
 	return w->topo.timeout_s;
 }
 
+int hpct__world_has_secret(const struct hpct_world *w)
+{
+	return w->topo.secret != NULL;
+}
+
 struct hpct_std_client *hpct__world_std_client(struct hpct_world *w)
 {
 	return w->client;

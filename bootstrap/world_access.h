@@ -18,6 +18,8 @@ struct hpct_std_client;
 
 /* HPCT_TIMEOUT in seconds. */
 HPCT_PRIVATE double hpct__world_timeout(const hpct_world *world);
+/* 1 when HPCT_SECRET (or HPCT_SECRET_FILE) is set: peers are authenticated. */
+HPCT_PRIVATE int hpct__world_has_secret(const hpct_world *world);
 /* The standard path's store client, NULL on the rootless path. */
 HPCT_PRIVATE struct hpct_std_client *hpct__world_std_client(hpct_world *world);
 /* The numeric address of the node of world rank `rank` ("10.0.0.3",

@@ -5,6 +5,9 @@
  * killed mid-job; bad arguments.  Children report through their exit code
  * (the number of the check that failed) and say why on stderr. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -12,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +25,7 @@
 
 struct cfg {
 	int n, nodes, port, rootless, victim;
+	const char *secret; /* HPCT_SECRET, or NULL */
 	double timeout;
 	struct shared *shared;
 	ht_rank_fn fn; /* what each rank runs, through child() */
@@ -72,6 +77,8 @@ static void env_cb(int r, void *arg)
 {
 	struct cfg *c = arg;
 	ht_setenv_world(r, c->n, c->nodes, c->port, c->rootless, c->timeout);
+	if (c->secret)
+		setenv("HPCT_SECRET", c->secret, 1);
 }
 
 static double mono(void)
@@ -856,4 +863,138 @@ Test(gloo, rootless_n3_two_nodes_bad_arguments)
 Test(gloo, standard_n3_two_nodes_bad_arguments)
 {
 	spawn(3, 2, 3, 0, badargs_main, 60);
+}
+
+/* --- a shared secret ---------------------------------------------------- */
+
+Test(gloo, rootless_n8_two_nodes_with_a_secret)
+{
+	struct cfg c = { .n = 8,
+		         .nodes = 2,
+		         .port = hpct_test_ports(16),
+		         .rootless = 1,
+		         .timeout = 30,
+		         .secret = "gloo secret",
+		         .shared = shared_map(),
+		         .fn = matrix_main };
+	int codes[8];
+	int bad = ht_spawn(8, env_cb, child, &c, 90, NULL, codes);
+	cr_expect_eq(bad, 0, "%s%s", ht_describe(codes, 8), notes(c.shared, codes, 8));
+	munmap(c.shared, sizeof(*c.shared));
+}
+
+/* A thief in rank 0's own process connects to the first new listening
+ * socket it sees (the Gloo pair's, which rank 1 on the other node must
+ * connect to; rank 1 comes 300 ms late): the thief's address, for rank 0's
+ * message. */
+static char thief_from[64];
+static int thief_fd = -1, known[64], nknown;
+static volatile int thief_stop;
+
+static int listening_port(int fd)
+{
+	int on = 0;
+	socklen_t ol = sizeof(on);
+	struct sockaddr_in a;
+	socklen_t al = sizeof(a);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) != 0 || !on ||
+	    getsockname(fd, (struct sockaddr *)&a, &al) != 0 || a.sin_family != AF_INET)
+		return -1;
+	return ntohs(a.sin_port);
+}
+
+/* pass 0 (before the thread starts): the listeners there before, the
+ * world's own; later passes: take the first new one */
+static void *thief(void *arg)
+{
+	for (int pass = arg ? 0 : 1; !thief_stop; pass++) {
+		DIR *d = opendir("/proc/self/fd");
+		struct dirent *e;
+		while (d && (e = readdir(d))) {
+			int fd = atoi(e->d_name), port;
+			if (e->d_name[0] == '.' || (port = listening_port(fd)) < 0)
+				continue;
+			int seen = 0;
+			for (int i = 0; i < nknown; i++)
+				seen |= known[i] == port;
+			if (seen)
+				continue;
+			if (pass == 0) {
+				if (nknown < 64)
+					known[nknown++] = port;
+				continue;
+			}
+			int s = socket(AF_INET, SOCK_STREAM, 0);
+			struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				                  .sin_addr.s_addr = htonl(0x7f000001) };
+			if (connect(s, (struct sockaddr *)&to, sizeof(to)) == 0) {
+				struct sockaddr_in me;
+				socklen_t ml = sizeof(me);
+				getsockname(s, (struct sockaddr *)&me, &ml);
+				snprintf(thief_from, sizeof(thief_from), "127.0.0.1:%d", ntohs(me.sin_port));
+				thief_fd = s;
+				closedir(d);
+				return NULL;
+			}
+			close(s);
+		}
+		if (d)
+			closedir(d);
+		if (arg)
+			return NULL; /* pass 0 only */
+	}
+	return NULL;
+}
+
+static int stolen_main(int r, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	hpct_gloo_device *dev;
+	hpct_gloo_context *ctx = NULL;
+	int rc;
+	if ((rc = hpct_world_create(&w)) != 0 || (rc = hpct_gloo_device_create(w, &dev)) != 0)
+		return why(2, "rank %d: %s", r, hpct_last_error());
+	pthread_t th;
+	if (r == 0) {
+		thief(&th); /* the listeners there now */
+		pthread_create(&th, NULL, thief, NULL);
+	}
+	else
+		usleep(300000);
+	rc = hpct_gloo_context_create(dev, hpct_world_group(w), &ctx);
+	if (r == 0) {
+		thief_stop = 1;
+		pthread_join(th, NULL);
+		if (!thief_from[0])
+			return why(3, "the thief found no pair to take");
+		char want[128];
+		snprintf(want, sizeof(want), "is connected to %s, not to rank 1", thief_from);
+		if (rc != HPCT_EREFUSED || !strstr(hpct_last_error(), want))
+			return why(4, "rank 0: %s (%s), wanted HPCT_EREFUSED with '%s'", hpct_errname(rc),
+			           hpct_last_error(), want);
+		close(thief_fd);
+	} else if (rc == 0) {
+		return why(5, "rank 1 connected its pair all the same");
+	}
+	hpct_gloo_context_destroy(ctx);
+	hpct_gloo_device_destroy(dev);
+	hpct_world_destroy(w);
+	return 0;
+}
+
+Test(gloo, rootless_secret_a_stolen_pair_is_refused_naming_the_thief, .timeout = 60)
+{
+	struct cfg c = { .n = 2,
+		         .nodes = 2,
+		         .port = hpct_test_ports(17),
+		         .rootless = 1,
+		         .timeout = 5,
+		         .secret = "gloo secret",
+		         .shared = shared_map(),
+		         .fn = stolen_main };
+	int codes[2];
+	int bad = ht_spawn(2, env_cb, child, &c, 40, NULL, codes);
+	cr_expect_eq(bad, 0, "%s%s", ht_describe(codes, 2), notes(c.shared, codes, 2));
+	munmap(c.shared, sizeof(*c.shared));
 }

@@ -3,8 +3,9 @@
 # libhpct_preload.so, as a user runs it: through hpct-run --rootless and
 # through python3 -m torch.distributed.run, N = 2, 4, 8, three incarnations
 # of init -> collectives, subgroups, object collectives, the store ->
-# destroy, with subgroups kept referenced.  Local rank 0 holds MASTER_PORT
-# and records any connection to it: there must be none.  The same job with
+# destroy, with subgroups kept referenced (and N = 4 with HPCT_SECRET).
+# Local rank 0 holds MASTER_PORT and records any connection to it: there
+# must be none.  The same job with
 # HPCT_USE_ROOTLESS=0 runs stock (in a network namespace of its own, as
 # stock binds the wildcard address); a rank killed during init makes the
 # others fail, naming it, within HPCT_TIMEOUT.  TAP output.
@@ -50,7 +51,7 @@ check_ranks() { # name n expect_shim log
 }
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
-echo "1..11"
+echo "1..12"
 
 # rootless, hpct-run
 for n in 2 4 8; do
@@ -59,6 +60,13 @@ for n in 2 4 8; do
 		--master-port "$port" -- "$py" "$job" >"$dir/hr$n" 2>&1
 	check_ranks "hpct-run --rootless, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/hr$n"
 done
+
+# with a shared secret: the store's connections, the engine's links and the
+# Gloo pairs are all checked, and the job runs as before
+port=$(free_port)
+HPCT_SECRET=torch-secret JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
+	--master-port "$port" -- "$py" "$job" >"$dir/hs4" 2>&1
+check_ranks "hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
 
 # rootless, torchrun (Debian's 1.13 on Python 3.11 needs --redirects/--tee
 # other than 0: Std.from_str("0") returns None there)
