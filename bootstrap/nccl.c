@@ -439,7 +439,7 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	/* free now, or fail fast: NCCL's root shares a port with a stale one
 	 * (SO_REUSEPORT) and loses connections to it */
 	int keyed = c->w->topo.secret != NULL;
-	rc = ours ? hpct__nccl_roots_start(&id, 1, c->w->topo.timeout_s, keyed, &root)
+	rc = ours ? hpct__nccl_roots_start(&id, 1, c->nranks, c->w->topo.timeout_s, keyed, &root)
 	          : hpct__nccl_port_check(&id);
 	if (rc == 0 && !ours)
 		rc = hpct__nccl_comm_id_begin(l, text);
@@ -470,7 +470,7 @@ static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	struct hpct_nccl_roots *root = NULL;
 	int rc = derive_all(c, l->version, ids);
 	if (rc == 0)
-		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->w->topo.timeout_s,
+		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->nranks, c->w->topo.timeout_s,
 		                            c->w->topo.secret != NULL, &root);
 	if (rc == 0) {
 		char where[64];

@@ -136,10 +136,13 @@ struct hpct_nccl_root_stats {
 	int ignored;   /* connections dropped: wrong magic, malformed, duplicates */
 	int max_conns; /* connections of the busiest root (in + out) */
 };
-/* keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): a
+/* nranks: the communicator's size; a report that says another is ignored
+ * (memory goes with the real size, not with what a report claims).
+ * keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): a
  * connection with another magic is then logged, naming its address. */
-HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s,
-                                        int keyed, struct hpct_nccl_roots **out);
+HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks,
+                                        double timeout_s, int keyed,
+                                        struct hpct_nccl_roots **out);
 /* 0 when a root could listen at the id's address now (it is then closed
  * again), else the error hpct__nccl_roots_start would give, logged. */
 HPCT_PRIVATE int hpct__nccl_port_check(const hpct_nccl_id *id);
@@ -167,5 +170,7 @@ HPCT_PRIVATE int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nr
                                        const int *order, double timeout_s, int stagger,
                                        unsigned char *replies_out, int *root_conns_out);
 HPCT_PRIVATE void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN]);
+/* For tests/fuzz/fuzz_nccl_root.c (see nccl_root.c). */
+HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len);
 
 #endif

@@ -166,7 +166,9 @@ struct hpct_nccl_roots {
 	int result;
 	char failure[1024];
 	struct hpct_nccl_root_stats stats;
-	int keyed; /* magics keyed by HPCT_SECRET: a wrong one is a stranger */
+	int nranks; /* the communicator's size */
+	int keyed;  /* magics keyed by HPCT_SECRET: a wrong one is a stranger */
+	int fuzz;   /* hpct__nccl_root_fuzz_one: answers are not sent */
 };
 
 static void root_free(struct root *rt)
@@ -212,8 +214,8 @@ static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 		                "NCCL root at %s: rank %d of %d gave no usable address (family %d)",
 		                rt->where, rank, rt->nranks, ss.ss_family);
 	double left = s->deadline - hpct__now();
-	rc = connect_to((struct sockaddr *)&ss, left > 0.05 ? left : 0.05, &fd);
-	if (rc == 0) {
+	rc = s->fuzz ? 0 : connect_to((struct sockaddr *)&ss, left > 0.05 ? left : 0.05, &fd);
+	if (rc == 0 && !s->fuzz) {
 		unsigned char msg[HDR_LEN + HPCT_NCCL_RING_LEN];
 		header(msg, rt->magic, HPCT_NCCL_RING_LEN);
 		memcpy(msg + HDR_LEN, rt->ring[next], HPCT_NCCL_RING_LEN);
@@ -227,7 +229,8 @@ static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 	rt->replied[l] = 1;
 	rt->conns++;
 	if (++rt->sent == rt->n2send) {
-		close(rt->lfd);
+		if (!s->fuzz)
+			close(rt->lfd);
 		rt->lfd = -1;
 		s->live--;
 	}
@@ -248,11 +251,12 @@ static void take_report(struct hpct_nccl_roots *s, struct root *rt, const unsign
 	const unsigned char *e = b + HDR_LEN;
 	int rank = get32(e), nranks = get32(e + 4), iroot = get32(e + 8), nroots = get32(e + 12);
 	if (!rt->known) {
-		if (nranks < 1 || nroots < 1 || nroots > nranks || iroot < 0 || iroot >= nroots) {
+		if (nranks != s->nranks || nroots < 1 || nroots > nranks || iroot < 0 ||
+		    iroot >= nroots) {
 			HPCT_WARN(HPCT_SUB_NCCL,
 			          "NCCL root at %s: report from %s with nranks %d, nroots %d, "
-			          "iroot %d: ignored",
-			          rt->where, from, nranks, nroots, iroot);
+			          "iroot %d (the communicator has %d ranks): ignored",
+			          rt->where, from, nranks, nroots, iroot, s->nranks);
 			s->stats.ignored++;
 			return;
 		}
@@ -315,6 +319,49 @@ static void drop_conn(struct hpct_nccl_roots *s, int i)
 	s->conns[i] = s->conns[--s->nconns];
 }
 
+/* What the bytes of c so far say: 1 when the connection is finished with
+ * (dropped, or its report taken), 0 when more must come. */
+static int examine(struct hpct_nccl_roots *s, struct root *rt, struct report_conn *c)
+{
+	if (c->got >= 8 && memcmp(c->buf, &rt->magic, 8) != 0) {
+		/* another comm's or a stranger's: unseen by NCCL's rule;
+		 * with a secret, only one without it (or another) */
+		if (s->keyed)
+			HPCT_WARN(HPCT_SUB_NCCL,
+			          "NCCL root at %s: refused a connection from %s: wrong magic "
+			          "(this communicator's magic is keyed by HPCT_SECRET: no "
+			          "secret there, or another one)",
+			          rt->where, c->from);
+		s->stats.ignored++;
+		return 1;
+	}
+	const char *from = c->from;
+	if (c->got >= 12 && get32(c->buf + 8) != SOCK_TYPE_BOOTSTRAP) {
+		HPCT_WARN(HPCT_SUB_NCCL,
+		          "NCCL root at %s: connection from %s has socket type %d, not %d "
+		          "(bootstrap): dropped",
+		          rt->where, from, get32(c->buf + 8), SOCK_TYPE_BOOTSTRAP);
+		s->stats.ignored++;
+		return 1;
+	}
+	if (c->got >= HDR_LEN && get32(c->buf + 12) != HPCT_NCCL_EXTINFO_LEN) {
+		HPCT_WARN(HPCT_SUB_NCCL,
+		          "NCCL root at %s: report from %s is %d bytes, not %d (NCCL 2.23-2.28 "
+		          "ranks send %d): dropped",
+		          rt->where, from, get32(c->buf + 12), HPCT_NCCL_EXTINFO_LEN,
+		          HPCT_NCCL_EXTINFO_LEN);
+		s->stats.ignored++;
+		return 1;
+	}
+	if (c->got == REPORT_LEN) {
+		rt->conns++;
+		if (rt->lfd >= 0)
+			take_report(s, rt, c->buf, from);
+		return 1;
+	}
+	return 0;
+}
+
 /* Reads what is there; 1 when the connection is finished with. */
 static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 {
@@ -330,44 +377,34 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 			return 1;
 		}
 		c->got += (size_t)k;
-		if (c->got >= 8 && memcmp(c->buf, &rt->magic, 8) != 0) {
-			/* another comm's or a stranger's: unseen by NCCL's rule;
-			 * with a secret, only one without it (or another) */
-			if (s->keyed)
-				HPCT_WARN(HPCT_SUB_NCCL,
-				          "NCCL root at %s: refused a connection from %s: wrong magic "
-				          "(this communicator's magic is keyed by HPCT_SECRET: no "
-				          "secret there, or another one)",
-				          rt->where, c->from);
-			s->stats.ignored++;
+		if (examine(s, rt, c))
 			return 1;
-		}
-		const char *from = c->from;
-		if (c->got >= 12 && get32(c->buf + 8) != SOCK_TYPE_BOOTSTRAP) {
-			HPCT_WARN(HPCT_SUB_NCCL,
-			          "NCCL root at %s: connection from %s has socket type %d, not %d "
-			          "(bootstrap): dropped",
-			          rt->where, from, get32(c->buf + 8), SOCK_TYPE_BOOTSTRAP);
-			s->stats.ignored++;
-			return 1;
-		}
-		if (c->got >= HDR_LEN && get32(c->buf + 12) != HPCT_NCCL_EXTINFO_LEN) {
-			HPCT_WARN(HPCT_SUB_NCCL,
-			          "NCCL root at %s: report from %s is %d bytes, not %d (NCCL "
-			          "2.23-2.28 "
-			          "ranks send %d): dropped",
-			          rt->where, from, get32(c->buf + 12), HPCT_NCCL_EXTINFO_LEN,
-			          HPCT_NCCL_EXTINFO_LEN);
-			s->stats.ignored++;
-			return 1;
-		}
-		if (c->got == REPORT_LEN) {
-			rt->conns++;
-			if (rt->lfd >= 0)
-				take_report(s, rt, c->buf, from);
-			return 1;
-		}
 	}
+}
+
+/* For the fuzz target: `data` as the bytes of successive connections to one
+ * root (REPORT_LEN each, the last maybe short) of magic 0x0123456789abcdef
+ * for a communicator of 4 ranks, taken as the thread would, answers not
+ * sent. */
+HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len)
+{
+	struct root rt = { .lfd = 0, .magic = 0x0123456789abcdefull };
+	struct hpct_nccl_roots s = {
+		.roots = &rt, .n = 1, .live = 1, .nranks = 4, .fuzz = 1, .keyed = 1
+	};
+	snprintf(rt.where, sizeof(rt.where), "fuzz");
+	s.deadline = hpct__now() + 1;
+	while (len > 0 && s.result == 0) {
+		struct report_conn c = { .fd = -1 };
+		c.got = len < REPORT_LEN ? len : REPORT_LEN;
+		memcpy(c.buf, data, c.got);
+		snprintf(c.from, sizeof(c.from), "fuzz");
+		examine(&s, &rt, &c);
+		data += c.got;
+		len -= c.got;
+	}
+	rt.lfd = -1; /* nothing to close */
+	root_free(&rt);
 }
 
 static void accept_on(struct hpct_nccl_roots *s, int r)
@@ -555,8 +592,8 @@ int hpct__nccl_port_check(const hpct_nccl_id *id)
 	return rc;
 }
 
-int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s, int keyed,
-                           struct hpct_nccl_roots **out)
+int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double timeout_s,
+                           int keyed, struct hpct_nccl_roots **out)
 {
 	struct hpct_nccl_roots *s = calloc(1, sizeof(*s));
 	if (!s || !(s->roots = calloc((size_t)n, sizeof(*s->roots)))) {
@@ -564,6 +601,7 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, double timeout_s, int
 		return HPCT_ENOMEM;
 	}
 	s->n = s->live = n;
+	s->nranks = nranks;
 	s->keyed = keyed;
 	pthread_mutex_init(&s->lock, NULL);
 	s->deadline = hpct__now() + timeout_s;

@@ -47,6 +47,7 @@
 #define HPCT_STD_MAX_KEY   4096u       /* bytes in a key */
 #define HPCT_STD_MAX_VALUE (64u << 20) /* bytes in a value */
 #define HPCT_STD_MAX_KEYS  1000000u    /* keys in one MGET */
+#define HPCT_STD_FUZZ_JOB  0x66757a7a6a6f6221ull /* hpct__std_fuzz_one's job */
 
 enum hpct_std_op {
 	HPCT_STD_HELLO = 1,
@@ -76,6 +77,8 @@ void hpct__std_server_stop(struct hpct_std_server *server, double deadline);
 
 /* Keys the store holds now (for tests: finished collectives leave none). */
 size_t hpct__std_server_keys(const struct hpct_std_server *server);
+/* For tests/fuzz/fuzz_stdpath.c (see stdpath_server.c). */
+HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len);
 
 /* Connects to the server, retrying with capped backoff until `deadline`,
  * and says HELLO.  Errors: HPCT_ETIMEDOUT (names this rank, host:port and the

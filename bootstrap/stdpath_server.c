@@ -1241,19 +1241,9 @@ free_server:
 	return rc;
 }
 
-void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
+/* Every connection and key, once the thread is gone. */
+static void drop_all(struct hpct_std_server *s)
 {
-	if (!s)
-		return;
-	pthread_mutex_lock(&s->lock);
-	s->stopping = 1;
-	s->stop_deadline = deadline;
-	pthread_mutex_unlock(&s->lock);
-	uint64_t one = 1;
-	if (write(s->evfd, &one, sizeof(one)) < 0)
-		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: cannot wake its thread (%s)", s->addr,
-		          strerror(errno));
-	pthread_join(s->thread, NULL);
 	s->final = 1; /* closing them ourselves loses no rank */
 	while (s->conns) {
 		struct conn *c = s->conns;
@@ -1272,6 +1262,72 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 			free(e);
 		}
 	}
+}
+
+/* For the fuzz target: `data` as the bytes of one client's connection to a
+ * server of 4 ranks of job HPCT_STD_FUZZ_JOB, fed as the thread feeds them
+ * (as much as there is room for, then parsed), replies dropped; then all
+ * is freed. */
+HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len)
+{
+	struct hpct_std_server *s = calloc(1, sizeof(*s));
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!s || !c || !(s->by_rank = calloc(4, sizeof(*s->by_rank))) ||
+	    !(s->tab.b = calloc(1024, sizeof(*s->tab.b)))) {
+		if (s)
+			free(s->by_rank);
+		free(s);
+		free(c);
+		return;
+	}
+	s->nranks = 4;
+	s->job = HPCT_STD_FUZZ_JOB;
+	s->lost_rank = -1;
+	s->epfd = s->lfd = s->evfd = -1;
+	s->tab.mask = 1023;
+	snprintf(s->addr, sizeof(s->addr), "fuzz");
+	c->s = s;
+	c->fd = -1;
+	c->rank = -1;
+	c->admitted = 1;
+	snprintf(c->peer, sizeof(c->peer), "fuzz");
+	s->conns = c;
+	while (len > 0 && !c->dead && !c->closing) {
+		unsigned char *dst;
+		size_t room = read_room(c, &dst);
+		if (room == 0)
+			break; /* parked with a full buffer */
+		size_t k = len < room ? len : room;
+		memcpy(dst, data, k);
+		if (dst != c->in + c->ilen)
+			c->vgot += (uint32_t)k;
+		else
+			c->ilen += k;
+		data += k;
+		len -= k;
+		conn_progress(c);
+		c->opos = c->olen = 0; /* the replies */
+	}
+	drop_all(s);
+	free(s->tab.b);
+	free(s->by_rank);
+	free(s);
+}
+
+void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->stopping = 1;
+	s->stop_deadline = deadline;
+	pthread_mutex_unlock(&s->lock);
+	uint64_t one = 1;
+	if (write(s->evfd, &one, sizeof(one)) < 0)
+		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: cannot wake its thread (%s)", s->addr,
+		          strerror(errno));
+	pthread_join(s->thread, NULL);
+	drop_all(s);
 	HPCT_INFO(HPCT_SUB_STD, "rendezvous %s stopped after %.3f s", s->addr, hpct__now() - s->t0);
 	close(s->evfd);
 	close(s->epfd);

@@ -304,7 +304,7 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 
 	struct hpct_nccl_roots *roots;
 	loopback_ids(ids, nroots, port, 0x5eed0000u + seed);
-	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, 30, 0, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, n, 30, 0, &roots), 0, "%s", hpct_last_error());
 	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, ours, NULL), 0,
 	             "against hpct's roots: %s", hpct_last_error());
 	struct hpct_nccl_root_stats st;
@@ -362,7 +362,7 @@ Test(nccl, roots_ignore_strangers_and_refuse_duplicates)
 	loopback_ids(&id, 1, port, 0xabcdef);
 	struct hpct_nccl_roots *roots;
 	/* keyed: the stranger with the wrong magic is logged with its address */
-	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 20, 1, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 2, 20, 1, &roots), 0, "%s", hpct_last_error());
 	/* a silent peer holds only its own connection */
 	int silent = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -410,7 +410,7 @@ Test(nccl, a_taken_port_fails_fast_naming_it)
 	hpct_nccl_id id;
 	loopback_ids(&id, 1, port, 7);
 	struct hpct_nccl_roots *roots = NULL;
-	cr_expect_eq(hpct__nccl_roots_start(&id, 1, 5, 0, &roots), HPCT_EADDRINUSE);
+	cr_expect_eq(hpct__nccl_roots_start(&id, 1, 2, 5, 0, &roots), HPCT_EADDRINUSE);
 	char want[32];
 	snprintf(want, sizeof(want), "127.0.0.1:%d", port);
 	cr_expect(strstr(hpct_last_error(), want), "%s", hpct_last_error());
@@ -423,7 +423,7 @@ Test(nccl, a_detached_root_finishes_and_frees_itself)
 	hpct_nccl_id ids[4];
 	loopback_ids(ids, 4, port, 0x77);
 	struct hpct_nccl_roots *roots;
-	cr_assert_eq(hpct__nccl_roots_start(ids, 4, 20, 0, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_roots_start(ids, 4, 4, 20, 0, &roots), 0, "%s", hpct_last_error());
 	hpct__nccl_roots_detach(roots); /* as Tier 2 does once NCCL has the init going */
 	unsigned char replies[4 * HPCT_NCCL_RING_LEN];
 	cr_assert_eq(hpct__nccl_play_ranks(ids, 4, 4, NULL, 20, 0, replies, NULL), 0, "%s",

@@ -131,7 +131,7 @@ Test(nccl_env, tier1_on_rank_0_checks_its_port_and_shows_the_id)
 	cr_assert_eq(hpct_nccl_derive_id(g, 0, &id), 0);
 	/* a stale root holds the derived port: fail fast, naming it */
 	struct hpct_nccl_roots *stale;
-	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 10, 0, &stale), 0);
+	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 2, 10, 0, &stale), 0);
 	void *comm;
 	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_EADDRINUSE);
 	struct hpct_nccl_id_info in;

@@ -578,7 +578,7 @@ static double nccl_root_once(int n, int rootless, int port, double timeout, int 
 			hpct__nccl_id_make(0x6863707462656e63ull, (struct sockaddr *)&in, 0, 1,
 			                   l->version, &ids[i]);
 		}
-		rc = hpct__nccl_roots_start(ids, n, timeout, 0, &roots);
+		rc = hpct__nccl_roots_start(ids, n, n, timeout, 0, &roots);
 	} else {
 		rc = l->get_unique_id(&ids[0]) == 0 ? 0 : HPCT_ENCCL;
 	}
