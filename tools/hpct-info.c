@@ -78,8 +78,8 @@ int main(int argc, char **argv)
 	if (t.want_rootless && !rootless)
 		printf("             (HPCT_USE_ROOTLESS=1, but %s)\n", t.why_not_rootless);
 	if (t.secret)
-		printf("peers        authenticated: every rootless connection proves the secret from %s "
-		       "(HMAC-SHA256)\n",
+		printf("peers        authenticated: hpct's connections prove the secret from %s "
+		       "(HMAC-SHA256), Gloo's pairs are checked, NCCL's magic is keyed by it\n",
 		       t.secret_src);
 	else
 		printf("peers        not authenticated (set HPCT_SECRET or HPCT_SECRET_FILE on every "
