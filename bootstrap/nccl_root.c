@@ -285,8 +285,9 @@ static void take_report(struct hpct_nccl_roots *s, struct root *rt, const unsign
 		s->stats.ignored++;
 		return;
 	}
-	int l = rank - rt->first;
-	if (l < 0 || l >= rt->nrecv) {
+	long long ll = (long long)rank - rt->first; /* any rank a report claims */
+	int l = ll < 0 || ll >= rt->nrecv ? -1 : (int)ll;
+	if (l < 0) {
 		HPCT_WARN(
 		        HPCT_SUB_NCCL,
 		        "NCCL root at %s (root %d of %d): rank %d from %s is not one of its ranks "
