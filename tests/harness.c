@@ -1,6 +1,7 @@
 #include "harness.h"
 #include "loopback_layout.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -122,4 +123,30 @@ const char *ht_describe(const int *codes, int n)
 			o += (size_t)snprintf(buf + o, sizeof(buf) - o, "rank %d exited %d; ", r,
 			                      codes[r]);
 	return o ? buf : "all ranks exited 0";
+}
+
+int ht_open_fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	if (d)
+		closedir(d);
+	return n - 1; /* the directory's own */
+}
+
+long ht_rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
 }

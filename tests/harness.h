@@ -33,4 +33,9 @@ void ht_setenv_world(int r, int n, int nodes, int port_base, int rootless, doubl
 /* A short description of codes[] for failure messages ("rank 3 exited 2"). */
 const char *ht_describe(const int *codes, int n);
 
+/* This process's open descriptors, and its resident memory in kB (-1 if
+ * unknown), from /proc/self. */
+int ht_open_fds(void);
+long ht_rss_kb(void);
+
 #endif

@@ -24,34 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "hpct/gloo.h"
 #include "hpct/hpct.h"
-
-static int open_fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	if (d)
-		closedir(d);
-	return n - 1; /* the directory's own */
-}
-
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
 
 struct mark {
 	int fds;
@@ -86,8 +61,8 @@ static struct mark mark_now(hpct_group *world)
 	struct mark m = { -1, -1, "" };
 	if (hpct_barrier(world) != 0)
 		return m;
-	m.fds = open_fds();
-	m.rss = rss_kb();
+	m.fds = ht_open_fds();
+	m.rss = ht_rss_kb();
 	list_fds(m.what, sizeof(m.what));
 	if (hpct_barrier(world) != 0)
 		m.fds = -1;

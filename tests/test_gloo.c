@@ -452,13 +452,17 @@ static int matrix_main(int r, void *arg)
 	return rc;
 }
 
-static void spawn(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double limit_s)
+/* n ranks of fn on `nodes` nodes, ports of slot, HPCT_TIMEOUT timeout_s,
+ * with HPCT_SECRET = secret (NULL: none); all must exit 0. */
+static void spawn_with(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double limit_s,
+                       double timeout_s, const char *secret)
 {
 	struct cfg c = { .n = n,
 		         .nodes = nodes,
 		         .port = hpct_test_ports(slot),
 		         .rootless = rootless,
-		         .timeout = 30,
+		         .timeout = timeout_s,
+		         .secret = secret,
 		         .shared = shared_map(),
 		         .fn = fn };
 	int codes[16];
@@ -469,6 +473,11 @@ static void spawn(int n, int nodes, int slot, int rootless, ht_rank_fn fn, doubl
 	             notes(c.shared, codes, n));
 	munmap(c.shared, sizeof(*c.shared));
 	cr_log_info("N=%d %s: %.2f s", n, rootless ? "rootless" : "standard", mono() - t0);
+}
+
+static void spawn(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double limit_s)
+{
+	spawn_with(n, nodes, slot, rootless, fn, limit_s, 30, NULL);
 }
 
 Test(gloo, rootless_n2)
@@ -869,18 +878,7 @@ Test(gloo, standard_n3_two_nodes_bad_arguments)
 
 Test(gloo, rootless_n8_two_nodes_with_a_secret)
 {
-	struct cfg c = { .n = 8,
-		         .nodes = 2,
-		         .port = hpct_test_ports(16),
-		         .rootless = 1,
-		         .timeout = 30,
-		         .secret = "gloo secret",
-		         .shared = shared_map(),
-		         .fn = matrix_main };
-	int codes[8];
-	int bad = ht_spawn(8, env_cb, child, &c, 90, NULL, codes);
-	cr_expect_eq(bad, 0, "%s%s", ht_describe(codes, 8), notes(c.shared, codes, 8));
-	munmap(c.shared, sizeof(*c.shared));
+	spawn_with(8, 2, 16, 1, matrix_main, 90, 30, "gloo secret");
 }
 
 /* A thief in rank 0's own process connects to the first new listening
@@ -985,16 +983,5 @@ static int stolen_main(int r, void *arg)
 
 Test(gloo, rootless_secret_a_stolen_pair_is_refused_naming_the_thief, .timeout = 60)
 {
-	struct cfg c = { .n = 2,
-		         .nodes = 2,
-		         .port = hpct_test_ports(17),
-		         .rootless = 1,
-		         .timeout = 5,
-		         .secret = "gloo secret",
-		         .shared = shared_map(),
-		         .fn = stolen_main };
-	int codes[2];
-	int bad = ht_spawn(2, env_cb, child, &c, 40, NULL, codes);
-	cr_expect_eq(bad, 0, "%s%s", ht_describe(codes, 2), notes(c.shared, codes, 2));
-	munmap(c.shared, sizeof(*c.shared));
+	spawn_with(2, 2, 17, 1, stolen_main, 40, 5, "gloo secret");
 }

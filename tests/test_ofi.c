@@ -52,20 +52,6 @@ static int fabric_loaded(void)
 	return found;
 }
 
-/* Resident memory of this process, kB. */
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
 static int bad_provider_main(int r, void *arg)
 {
 	(void)r;
@@ -183,7 +169,7 @@ static int exchange_main(int r, void *arg)
 	if (rc == 0)
 		rc = hpct_barrier(g);
 	hpct_world_get_stats(w, &st);
-	long kb = rss_kb();
+	long kb = ht_rss_kb();
 	int loaded = fabric_loaded();
 	hpct_world_destroy(w);
 	if (rc) {

@@ -113,6 +113,14 @@ check_ok() { # name
 	if [ -z "$bad" ]; then echo "ok $n_test - $name"; else echo "not ok $n_test - $name"; echo "#$bad"; fi
 }
 wait_all() { wait; }
+# the link back, then every rank at the given epoch: it must succeed
+restored_epoch() {
+	restore
+	rm -f "$dir"/out.* "$dir"/ready.*
+	for ((r = 0; r < n; r++)); do start_rank $r "$1" 20; done
+	wait_all
+	check_ok "link restored: the job at epoch $1 succeeds"
+}
 
 # 1. cut during bootstrap: node 4 cut before its ranks start
 rm -f "$dir"/out.* "$dir"/ready.*
@@ -124,11 +132,7 @@ wait_all
 check_failed "node $nodes cut during bootstrap: every rank fails within HPCT_TIMEOUT, naming node $nodes's ranks" "$since"
 
 # 2. restored: the next epoch joins and works
-restore
-rm -f "$dir"/out.* "$dir"/ready.*
-for ((r = 0; r < n; r++)); do start_rank $r 1 20; done
-wait_all
-check_ok "link restored: the job at epoch 1 succeeds"
+restored_epoch 1
 
 # 3. cut during a collective: every rank past bootstrap, allgathers going
 rm -f "$dir"/out.* "$dir"/ready.*
@@ -144,8 +148,4 @@ wait_all
 check_failed "node $nodes cut during allgathers: every rank fails within HPCT_TIMEOUT, naming node $nodes's ranks" "$since"
 
 # 4. restored again: epoch 3 succeeds
-restore
-rm -f "$dir"/out.* "$dir"/ready.*
-for ((r = 0; r < n; r++)); do start_rank $r 3 20; done
-wait_all
-check_ok "link restored: the job at epoch 3 succeeds"
+restored_epoch 3

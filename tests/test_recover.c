@@ -4,7 +4,6 @@
  * recoveries.  The test process plays the job's agent: it kills, starts
  * replacements and announces each new epoch through shared memory. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,19 +23,6 @@ static double mono(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int open_fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	if (d)
-		closedir(d);
-	return n - 1; /* the directory's own */
 }
 
 /* World allgather of (rank, epoch, salt) items, checked, then a barrier. */
@@ -77,7 +63,7 @@ static int hundred_main(int r, void *arg)
 		return 11;
 	struct hpct_world_stats before, after;
 	hpct_world_get_stats(w, &before);
-	int fds = open_fds();
+	int fds = ht_open_fds();
 	for (uint64_t e = 1; e <= 100; e++) {
 		if (hpct_world_recover(w, e, NULL, 0) != 0)
 			return 12;
@@ -86,7 +72,7 @@ static int hundred_main(int r, void *arg)
 			return 20 + rc;
 	}
 	hpct_world_get_stats(w, &after);
-	if (open_fds() != fds)
+	if (ht_open_fds() != fds)
 		return 13; /* a descriptor per recovery would show here */
 	if (after.conns_opened + after.conns_accepted !=
 	    before.conns_opened + before.conns_accepted)
