@@ -120,10 +120,12 @@ if os.environ.get("JOB_SHOW_SHIM") == "1":
     def shim_in(maps):
         return any("libhpct_torch" in line for line in maps)
 
-    print(f"shim {rank} {'yes' if shim_in(open('/proc/self/maps')) else 'no'}", flush=True)
+    # one write per line (print writes the text and the newline apart when
+    # stdout is unbuffered): ranks share the log, and lines must not mix
+    os.write(1, f"shim {rank} {'yes' if shim_in(open('/proc/self/maps')) else 'no'}\n".encode())
     child = subprocess.run(
         [sys.executable, "-c",
          "import torch; print('yes' if any('libhpct_torch' in l for l in open('/proc/self/maps')) else 'no')"],
         capture_output=True, text=True, check=True)
-    print(f"child-shim {rank} {child.stdout.strip()}", flush=True)
+    os.write(1, f"child-shim {rank} {child.stdout.strip()}\n".encode())
 os.write(1, f"ok {rank}\n".encode())
