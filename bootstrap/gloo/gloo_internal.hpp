@@ -41,6 +41,7 @@ struct hpct_gloo_context {
 	std::chrono::milliseconds timeout;
 	std::vector<hpct_gloo_peer> peers; // by context rank; own entry empty
 	int failed = 0;
+	bool pairs_given = false; // hpct__gloo_context_parts handed them on
 };
 
 namespace hpct_gloo
