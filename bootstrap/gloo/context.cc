@@ -223,8 +223,9 @@ int verify_pairs(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr
 // Closing a pair waits for a tick of Gloo's event loop (10 ms; so that its
 // handler cannot run after), which the destructor pays pair after pair:
 // 63 ticks for a context of 64.  Pairs closed from a pool of threads wait
-// for about one tick together.
-void close_pairs(gloo::Context &ctx)
+// for about one tick together.  T: gloo::Context or its transport's
+// context (both have rank, size and getPair).
+template <class T> void close_pairs(T &ctx)
 {
 	std::vector<int> peers;
 	for (int i = 0; i < ctx.size; i++)
@@ -618,7 +619,15 @@ hpct__gloo_context_parts(hpct_gloo_context *c, std::shared_ptr<gloo::transport::
 	// made by hpct_gloo_context_create: an hpct_gloo::Context
 	auto own = std::static_pointer_cast<hpct_gloo::Context>(c->ctx);
 	*dev = c->device->dev;
-	*tctx = own->transport();
+	// PyTorch's context gets the pairs, and its destructor would close them
+	// one tick of Gloo's loop after another: the last reference closes them
+	// from the pool first, then lets the transport context go
+	std::shared_ptr<gloo::transport::Context> keep = own->transport();
+	*tctx = std::shared_ptr<gloo::transport::Context>(
+	        keep.get(), [keep](gloo::transport::Context *t) mutable {
+		        close_pairs(*t);
+		        keep.reset();
+	        });
 	c->pairs_given = true; // someone else's to close now
 }
 
