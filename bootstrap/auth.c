@@ -109,6 +109,17 @@ int hpct__auth_client(int fd, const void *secret, size_t slen, const struct hpct
 
 /* ------------------------------------------------------------ server */
 
+int hpct__auth_server_gone(const struct hpct_auth_srv *a, char *why, size_t wlen)
+{
+	if (a->state != 1)
+		return 0;
+	snprintf(why, wlen,
+	         "it claimed rank %u and left without proving the shared secret (HPCT_SECRET "
+	         "differs there?)",
+	         a->hello.src);
+	return 1;
+}
+
 static int refuse(struct hpct_auth_srv *a, const struct hpct_auth_id *expect, uint32_t reason,
                   unsigned char out[HPCT_AUTH_LEN], size_t *outlen, char *why, size_t wlen,
                   const char *what)

@@ -69,6 +69,11 @@ int hpct__auth_server_feed(struct hpct_auth_srv *a, const void *secret, size_t s
                            size_t *used, unsigned char out[HPCT_AUTH_LEN], size_t *outlen,
                            char *why, size_t wlen);
 
+/* 1 when a client went away in the middle of its proof (after our
+ * CHALLENGE), with `why` saying so and naming the rank it claimed: for the
+ * server's log line (a wrong secret there looks like this). */
+int hpct__auth_server_gone(const struct hpct_auth_srv *a, char *why, size_t wlen);
+
 /* 1 when the first bytes a client sent (at least 4) cannot be a HELLO:
  * a client without the secret speaking the stream's protocol at once. */
 int hpct__auth_not_hello(const unsigned char *data, size_t len);

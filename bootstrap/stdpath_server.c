@@ -918,14 +918,12 @@ static void conn_read(struct conn *c, uint32_t events)
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
 		if (r <= 0) {
-			char w[HPCT_ADDRSTRLEN + 24];
+			char w[HPCT_ADDRSTRLEN + 24], why[160];
 			c->err = r < 0 ? errno : 0;
-			if (!c->admitted && c->auth.state == 1)
+			if (!c->admitted && hpct__auth_server_gone(&c->auth, why, sizeof(why)))
 				HPCT_WARN(HPCT_SUB_STD,
-				          "rendezvous %s: refused a connection from %s: it claimed rank "
-				          "%u and left without proving the shared secret (HPCT_SECRET "
-				          "differs there?)",
-				          c->s->addr, c->peer, c->auth.hello.src);
+				          "rendezvous %s: refused a connection from %s: %s", c->s->addr,
+				          c->peer, why);
 			HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: %s hung up (%s)", c->s->addr,
 			           who(c, w, sizeof(w)),
 			           r == 0 ? "end of stream" : strerror(c->err));

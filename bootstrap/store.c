@@ -416,14 +416,9 @@ static int on_readable(struct sconn *c)
 			c->incap = cap;
 		}
 		ssize_t r = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
-		if (r == 0 && !c->admitted && c->auth.state == 1) {
-			char why[160];
-			snprintf(why, sizeof(why),
-			         "it claimed rank %u and left without proving the shared secret "
-			         "(HPCT_SECRET differs there?)",
-			         c->auth.hello.src);
+		char why[160];
+		if (r == 0 && !c->admitted && hpct__auth_server_gone(&c->auth, why, sizeof(why)))
 			refused(c, why);
-		}
 		if (r == 0)
 			return -1;
 		if (r < 0)
