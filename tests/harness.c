@@ -1,5 +1,6 @@
 #include "harness.h"
 #include "loopback_layout.h"
+#include "self_rss.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -140,13 +141,5 @@ int ht_open_fds(void)
 
 long ht_rss_kb(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
+	return hpct_self_rss_kb();
 }

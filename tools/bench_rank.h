@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "hpct/hpct.h"
+#include "self_rss.h"
 
 struct record {
 	double done; /* CLOCK_MONOTONIC when the scenario's work finished */
@@ -50,26 +51,14 @@ static inline long msgs_of(hpct_world *w)
 	return (long)st.msgs_sent;
 }
 
-static inline long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
 /* Reports this rank's finish time, a connection and a message count, and
  * its resident memory; 0 or 3. */
 static inline int report(int rc, int conns, long msgs)
 {
 	double done = mono();
+	long kb = hpct_self_rss_kb();
 	struct record rec = { .done = done, .rc = rc, .conns = conns, .msgs = msgs,
-		              .rss_kb = rss_kb() };
+		              .rss_kb = kb < 0 ? 0 : kb };
 	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
 		return 3;
 	return 0;
