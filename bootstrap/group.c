@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "derive.h"
-#include "log.h"
-#include "world.h"
-#include "world_access.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/world.h"
+#include "bootstrap/world_access.h"
 
 int hpct__group_fail(struct hpct_group *g, int err, const char *fmt, ...)
 {

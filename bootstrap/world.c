@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "derive.h"
-#include "log.h"
-#include "util.h"
-#include "world.h"
-#include "wire.h"
-#include "world_access.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/world.h"
+#include "bootstrap/base/wire.h"
+#include "bootstrap/world_access.h"
 
 /* Resolves a node once; later calls reuse the answer (or the error). */
 static int node_resolve(struct hpct_world *w, int node)

@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "engine.h"
+#include "bootstrap/rootless/engine.h"
 #include "hpct/hpct.h"
-#include "stdpath.h"
-#include "topo.h"
+#include "bootstrap/stdpath/stdpath.h"
+#include "bootstrap/topo/topo.h"
 
 struct hpct_group {
 	struct hpct_world *world;

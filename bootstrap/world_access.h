@@ -3,7 +3,7 @@
 #ifndef HPCT_WORLD_ACCESS_H
 #define HPCT_WORLD_ACCESS_H
 
-#include "private_api.h"
+#include "bootstrap/base/private_api.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
-#include "harness.h"
-#include "loopback_layout.h"
-#include "self_rss.h"
+#include "tests/harness.h"
+#include "bootstrap/topo/loopback.h"
+#include "bootstrap/base/rss.h"
 
 #include <dirent.h>
 #include <errno.h>

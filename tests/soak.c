@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/gloo.h"
 #include "hpct/hpct.h"
 

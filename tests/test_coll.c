@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/hpct.h"
 
 struct cfg {

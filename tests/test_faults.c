@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/hpct.h"
 
 struct cfg {

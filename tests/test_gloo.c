@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/gloo.h"
 #include "hpct/hpct.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/hostlist.h"
+#include "bootstrap/topo/hostlist.h"
 #include "hpct/hpct.h"
 
 static char err[256];

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bootstrap/log.h"
+#include "bootstrap/base/log.h"
 #include "hpct/hpct.h"
 
 TestSuite(log, .timeout = 30);

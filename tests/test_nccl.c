@@ -10,9 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap/nccl_internal.h"
-#include "bootstrap/util.h"
-#include "harness.h"
+#include "bootstrap/nccl/nccl_internal.h"
+#include "bootstrap/base/util.h"
+#include "tests/harness.h"
 #include "hpct/nccl.h"
 
 TestSuite(nccl, .timeout = 120);

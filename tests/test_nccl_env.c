@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/nccl_internal.h"
+#include "bootstrap/nccl/nccl_internal.h"
 #include "hpct/nccl.h"
 
 #define NCCL_FIXED_MAGIC 0x0280028002800280ull

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/hpct.h"
 
 TestSuite(ofi, .timeout = 120);

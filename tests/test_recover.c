@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/hpct.h"
 
 TestSuite(recover, .timeout = 120);

@@ -11,9 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap/stdpath.h"
-#include "bootstrap/util.h"
-#include "harness.h"
+#include "bootstrap/stdpath/stdpath.h"
+#include "bootstrap/base/util.h"
+#include "tests/harness.h"
 #include "hpct/hpct.h"
 
 #define HOST "127.0.0.1"

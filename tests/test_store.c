@@ -16,12 +16,12 @@
 #include <arpa/inet.h>
 #include <sys/time.h>
 
-#include "bootstrap/auth.h"
-#include "bootstrap/sock.h"
-#include "bootstrap/store.h"
-#include "bootstrap/util.h"
+#include "bootstrap/base/auth.h"
+#include "bootstrap/base/sock.h"
+#include "bootstrap/store/store.h"
+#include "bootstrap/base/util.h"
 #include "bootstrap/world.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "hpct/hpct.h"
 
 TestSuite(store, .timeout = 120);

@@ -10,9 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap/log.h"
-#include "bootstrap/topo.h"
-#include "bootstrap/util.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/topo/topo.h"
+#include "bootstrap/base/util.h"
 #include "hpct/hpct.h"
 
 #define MAX_VARS 64

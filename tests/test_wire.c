@@ -2,9 +2,9 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "bootstrap/derive.h"
-#include "bootstrap/util.h"
-#include "bootstrap/wire.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/base/wire.h"
 #include "hpct/hpct.h"
 
 Test(wire, hello_roundtrip)

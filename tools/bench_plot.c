@@ -1,6 +1,6 @@
 /* hpct-bench --plot: the run's table as a PNG, drawn by gnuplot from data
  * and a script written to a private temporary directory. */
-#include "bench_plot.h"
+#include "tools/bench_plot.h"
 
 #include <errno.h>
 #include <spawn.h>

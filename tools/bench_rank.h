@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "hpct/hpct.h"
-#include "self_rss.h"
+#include "bootstrap/base/rss.h"
 
 struct record {
 	double done; /* CLOCK_MONOTONIC when the scenario's work finished */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench_rank.h"
+#include "tools/bench_rank.h"
 #include "hpct/gloo.h"
 
 #define GLOO_COUNT 1024

@@ -36,11 +36,11 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "bench_measure.h"
-#include "bench_plot.h"
-#include "bootstrap/derive.h"
-#include "bootstrap/engine.h"
-#include "bootstrap/util.h"
+#include "tools/bench_measure.h"
+#include "tools/bench_plot.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/rootless/engine.h"
+#include "bootstrap/base/util.h"
 #include "bootstrap/world.h"
 #include "transport/transport.h"
 

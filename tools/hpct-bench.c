@@ -48,13 +48,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_measure.h"
-#include "bench_plot.h"
-#include "bench_rank.h"
-#include "bootstrap/nccl_internal.h"
+#include "tools/bench_measure.h"
+#include "tools/bench_plot.h"
+#include "tools/bench_rank.h"
+#include "bootstrap/nccl/nccl_internal.h"
 #include "hpct/hpct.h"
-#include "loopback_layout.h"
-#include "shim_path.h"
+#include "bootstrap/topo/loopback.h"
+#include "tools/shim_path.h"
 
 #define MAX_LIST 16
 

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/derive.h"
-#include "bootstrap/param.h"
-#include "bootstrap/topo.h"
-#include "bootstrap/util.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/base/param.h"
+#include "bootstrap/topo/topo.h"
+#include "bootstrap/base/util.h"
 #include "hpct/hpct.h"
 
 static void usage(FILE *f)

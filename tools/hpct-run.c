@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "loopback_layout.h"
-#include "shim_path.h"
+#include "bootstrap/topo/loopback.h"
+#include "tools/shim_path.h"
 
 #define MAX_RANKS 65536
 #define MAX_NODES 254 /* node k listens on 127.0.0.(k+1) */
@@ -188,13 +188,13 @@ static void set(const char *name, const char *value)
 	}
 }
 
-/* libhpct_preload.so beside this program (a build tree), else where it
+/* libhpct_preload.so in this program's build tree, else where it
  * was installed; added to LD_PRELOAD unless already there. */
 static void preload_shim(void)
 {
 	char lib[8192];
 	if (hpct_shim_path(lib, sizeof(lib)) != 0) {
-		fprintf(stderr, "hpct-run: --rootless: no libhpct_preload.so beside this program or in %s\n",
+		fprintf(stderr, "hpct-run: --rootless: no libhpct_preload.so in this build tree (bootstrap/shim/) or in %s\n",
 		        HPCT_LIBDIR);
 		exit(2);
 	}

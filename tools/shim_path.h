@@ -1,6 +1,7 @@
 /* Where libhpct_preload.so is, for the tools that put it in LD_PRELOAD
- * (hpct-run --rootless, hpct-bench --scenario torch): beside the running
- * program (a build tree), else where it was installed (HPCT_LIBDIR). */
+ * (hpct-run --rootless, hpct-bench --scenario torch): in the build tree the
+ * running program is part of (tools/ -> bootstrap/shim/), else where it was
+ * installed (HPCT_LIBDIR). */
 #ifndef HPCT_SHIM_PATH_H
 #define HPCT_SHIM_PATH_H
 #include <stdio.h>
@@ -15,7 +16,7 @@ static inline int hpct_shim_path(char *buf, size_t len)
 	char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
 	if (slash) {
 		*slash = 0;
-		snprintf(buf, len, "%s/libhpct_preload.so", exe);
+		snprintf(buf, len, "%s/../bootstrap/shim/libhpct_preload.so", exe);
 		if (access(buf, R_OK) == 0)
 			return 0;
 	}

@@ -37,7 +37,7 @@
 #include <rdma/fi_errno.h>
 
 #include "hpct/hpct.h"
-#include "transport.h"
+#include "transport/transport.h"
 
 /* The largest fabric message, header included: under rxm's eager limit
  * (FI_OFI_RXM_BUFFER_SIZE 1024 less its own header), so nothing waits on a

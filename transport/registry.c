@@ -1,6 +1,6 @@
 #include <string.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 static const struct hpct_transport_ops *const transports[] = {
 	&hpct_transport_tcp,

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "hpct/hpct.h"
-#include "transport.h"
+#include "transport/transport.h"
 
 enum conn_state { CONNECTING, OPEN, CLOSED };
 

@@ -12,7 +12,7 @@
 #include <gloo/reduce.h>
 #include <gloo/types.h>
 
-#include "gloo_internal.hpp"
+#include "bootstrap/gloo/gloo_internal.hpp"
 
 namespace
 {

@@ -19,13 +19,13 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
 
-#include "gloo_internal.hpp"
-#include "gloo_private.hpp"
+#include "bootstrap/gloo/gloo_internal.hpp"
+#include "bootstrap/gloo/gloo_private.hpp"
 
 extern "C" {
-#include "bootstrap/log.h"
-#include "bootstrap/stdpath.h"
-#include "bootstrap/util.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/stdpath/stdpath.h"
+#include "bootstrap/base/util.h"
 #include "bootstrap/world_access.h"
 }
 

@@ -7,10 +7,10 @@
 
 #include <gloo/transport/tcp/device.h>
 
-#include "gloo_internal.hpp"
+#include "bootstrap/gloo/gloo_internal.hpp"
 
 extern "C" {
-#include "bootstrap/log.h"
+#include "bootstrap/base/log.h"
 #include "bootstrap/world_access.h"
 }
 

@@ -6,7 +6,7 @@
 #include <gloo/transport/context.h>
 #include <gloo/transport/device.h>
 
-#include "bootstrap/private_api.h"
+#include "bootstrap/base/private_api.h"
 #include "hpct/gloo.h"
 
 // The device and transport context (its connected pairs) of a context

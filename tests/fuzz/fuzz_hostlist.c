@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/hostlist.h"
+#include "bootstrap/topo/hostlist.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 

@@ -3,7 +3,7 @@
  * info), each 188-byte slice of the input as one connection's bytes. */
 #include <stdint.h>
 
-#include "bootstrap/nccl_internal.h"
+#include "bootstrap/nccl/nccl_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 

@@ -3,7 +3,7 @@
  * hook that parses them as the server thread does. */
 #include <stdint.h>
 
-#include "bootstrap/stdpath.h"
+#include "bootstrap/stdpath/stdpath.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 

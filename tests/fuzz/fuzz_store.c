@@ -1,7 +1,7 @@
 /* libFuzzer: bytes from one connection to a rank's rootless store. */
 #include <stdint.h>
 
-#include "bootstrap/store.h"
+#include "bootstrap/store/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap/param.h"
-#include "bootstrap/topo.h"
+#include "bootstrap/base/param.h"
+#include "bootstrap/topo/topo.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

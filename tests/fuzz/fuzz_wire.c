@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "bootstrap/auth.h"
-#include "bootstrap/wire.h"
+#include "bootstrap/base/auth.h"
+#include "bootstrap/base/wire.h"
 
 static void auth_server(const uint8_t *data, size_t len)
 {

@@ -1,0 +1,112 @@
+/* Showing NCCL one variable, in one thread, for one lookup.
+ *
+ * NCCL 2.28.7 and later ask an env plugin for every variable they read
+ * (NCCL_ENV_PLUGIN names the library; its ncclEnvPlugin_v1 is looked up).
+ * libhpct is such a plugin: it answers from the process environment, except
+ * that a thread inside hpct__nccl_comm_id_begin/_end sees NCCL_COMM_ID set
+ * to the text it gave, for NCCL's next lookup of it only.  NCCL's one-time
+ * init (which would choose its interface by that address) is run before the
+ * window opens, so the lookup that sees it is the one that starts the root
+ * on the comm's rank 0.  Nobody else, the process environment included,
+ * ever sees the value. */
+#include "bootstrap/nccl/nccl_internal.h"
+
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/base/log.h"
+
+struct nccl_env_v1 {
+	const char *name;
+	int (*init)(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix);
+	int (*finalize)(void);
+	const char *(*get_env)(const char *name);
+};
+
+static _Thread_local const char *comm_id_shown; /* the value, while the window is open */
+static _Thread_local int comm_id_left;          /* lookups that may still see it */
+static atomic_int plugin_inited;
+static atomic_int getenv_route; /* the preload shim interposes getenv */
+
+static int env_init(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix)
+{
+	(void)suffix;
+	HPCT_INFO(HPCT_SUB_NCCL, "NCCL %u.%u.%u consults hpct's env plugin", major, minor, patch);
+	atomic_store(&plugin_inited, 1);
+	return 0;
+}
+
+static int env_finalize(void)
+{
+	return 0;
+}
+
+const char *hpct__nccl_comm_id_peek(const char *name)
+{
+	if (comm_id_shown && comm_id_left > 0 && strcmp(name, "NCCL_COMM_ID") == 0) {
+		comm_id_left--;
+		return comm_id_shown;
+	}
+	return NULL;
+}
+
+void hpct__nccl_getenv_route(void)
+{
+	atomic_store(&getenv_route, 1);
+}
+
+static const char *env_get(const char *name)
+{
+	const char *v = hpct__nccl_comm_id_peek(name);
+	return v ? v : getenv(name);
+}
+
+/* NCCL looks this up by name in the library NCCL_ENV_PLUGIN names. */
+HPCT_API const struct nccl_env_v1 ncclEnvPlugin_v1 = {
+	.name = "hpct",
+	.init = env_init,
+	.finalize = env_finalize,
+	.get_env = env_get,
+};
+
+void hpct__nccl_env_prepare(void)
+{
+	if (getenv("NCCL_ENV_PLUGIN"))
+		return; /* the user's choice: hpct's plugin is then not asked */
+	Dl_info info;
+	if (dladdr((const void *)&ncclEnvPlugin_v1, &info) && info.dli_fname &&
+	    info.dli_fname[0] == '/')
+		setenv("NCCL_ENV_PLUGIN", info.dli_fname, 0);
+}
+
+int hpct__nccl_comm_id_possible(const struct hpct_nccl_lib *l)
+{
+	/* NCCL's one-time init, with nothing shown: ncclGetUniqueId(NULL)
+	 * runs it and then refuses the NULL, starting no root */
+	(void)l->get_unique_id(NULL);
+	return atomic_load(&plugin_inited) || atomic_load(&getenv_route);
+}
+
+int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text)
+{
+	if (!hpct__nccl_comm_id_possible(l))
+		return hpct__fail(HPCT_ESTATE, HPCT_SUB_NCCL,
+		                  "NCCL %d does not consult hpct's env plugin (NCCL_ENV_PLUGIN=%s; "
+		                  "it is read once, before NCCL's first call): NCCL_COMM_ID cannot "
+		                  "be shown to one call",
+		                  l->version,
+		                  getenv("NCCL_ENV_PLUGIN") ? getenv("NCCL_ENV_PLUGIN")
+		                                            : "(unset)");
+	comm_id_shown = text;
+	comm_id_left = 1;
+	return 0;
+}
+
+void hpct__nccl_comm_id_end(void)
+{
+	comm_id_shown = NULL;
+	comm_id_left = 0;
+}

@@ -1,0 +1,176 @@
+/* NCCL inside hpct: the library loaded at run time and what the id code,
+ * the roots and the preload shim share. */
+#ifndef HPCT_NCCL_INTERNAL_H
+#define HPCT_NCCL_INTERNAL_H
+
+#include "bootstrap/base/private_api.h"
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "hpct/nccl.h"
+#include "bootstrap/topo/topo.h"
+
+struct hpct_group;
+
+/* 2.29 and later keep the id's rank count at byte 36. */
+#define HPCT_NCCL_NRANKS_VERSION 22900
+
+/* NCCL's entry points, with NCCL's types spelled as hpct's (ncclResult_t
+ * is an int, ncclComm_t and ncclConfig_t * are pointers, an ncclUniqueId
+ * is passed by value). */
+struct hpct_nccl_lib {
+	void *handle;
+	int version;
+	char path[4096];
+	int (*get_version)(int *version);
+	int (*get_unique_id)(hpct_nccl_id *id);
+	int (*init_rank_config)(void **comm, int nranks, hpct_nccl_id id, int rank, void *config);
+	int (*init_rank_scalable)(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids,
+	                          void *config);
+	const char *(*error_string)(int result);
+	const char *(*last_error)(void *comm);
+};
+
+/* Fills l's entry points through sym (dlsym on a handle, or the preload
+ * shim's next definition). */
+HPCT_PRIVATE void hpct__nccl_bind(struct hpct_nccl_lib *l,
+                                  void *(*sym)(void *arg, const char *name), void *arg);
+/* NCCL, loaded once per process; NULL (with one warning per process, and
+ * the reason for hpct_last_error) when it cannot be. */
+HPCT_PRIVATE const struct hpct_nccl_lib *hpct__nccl_lib(void);
+
+/* An id from its parts: magic, the root's address with its port, the
+ * 2.29+ rank count, hpct's marker or not, in the layout of `version`. */
+HPCT_PRIVATE void hpct__nccl_id_make(uint64_t magic, const struct sockaddr *sa, int nranks,
+                                     int derived, int version, hpct_nccl_id *id);
+
+/* HPCT_NCCL_PORT_BASE and _RANGE, with their defaults and checks. */
+int hpct__nccl_ports(const struct hpct_topo *t, int *base_out, int *range_out);
+/* The identity of communicator `key` over a group (job, epoch and members
+ * are in the group's identity), its magic, and the port where the root of
+ * world rank `world_rank` listens for it. */
+uint64_t hpct__nccl_comm_hash(const struct hpct_group *g, uint64_t key);
+uint64_t hpct__nccl_magic(const struct hpct_topo *t, uint64_t comm);
+/* With HPCT_SECRET, a magic becomes an HMAC of it under the secret.  The
+ * magic is all NCCL's bootstrap sockets check (every connection opens with
+ * it, in clear, and an acceptor drops a wrong one: NCCL's ranks and hpct's
+ * roots alike), so only a process with the secret can make one that is
+ * accepted; without a secret, the magic is returned as it is. */
+struct hpct_world;
+HPCT_PRIVATE uint64_t hpct__nccl_keyed(const struct hpct_world *w, uint64_t magic);
+int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out);
+
+/* --- communicators (nccl.c) --------------------------------------------- */
+
+struct hpct_world;
+
+/* One communicator as hpct derives it. */
+struct hpct_nccl_comm {
+	struct hpct_world *w;
+	uint64_t hash, magic; /* identity, and the magic of its ids */
+	int nranks, rank;
+	const int *world_of; /* comm rank -> world rank; NULL: the same */
+	char name[96];       /* for messages: "group .. key .." */
+};
+
+/* The id whose root this rank of c would host (the preload shim's
+ * ncclGetUniqueId: comm rank = world rank). */
+HPCT_PRIVATE int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                                    hpct_nccl_id *id);
+/* The tier NCCL `l` allows in world `w` with the settings. */
+HPCT_PRIVATE enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l,
+                                                     const struct hpct_world *w);
+/* Creates comm c through `l`'s entry points at `tier` (not NONE); Tier 1
+ * uses tier1_id when given, else derives it. */
+HPCT_PRIVATE int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
+                                      enum hpct_nccl_tier tier, const hpct_nccl_id *tier1_id,
+                                      void *config, void **comm_out);
+
+/* NCCL's own result of this thread's last hpct__nccl_comm_init, 0 when
+ * hpct failed before calling NCCL (or NCCL succeeded). */
+HPCT_PRIVATE int hpct__nccl_last_result(void);
+
+/* --- NCCL_COMM_ID for one call (nccl_env.c) ----------------------------- */
+
+/* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
+ * hpct first calls into NCCL. */
+HPCT_PRIVATE void hpct__nccl_env_prepare(void);
+/* 1 when NCCL can be shown NCCL_COMM_ID for one call (hpct's env plugin
+ * or the shim's getenv is in place); runs NCCL's one-time init first. */
+HPCT_PRIVATE int hpct__nccl_comm_id_possible(const struct hpct_nccl_lib *l);
+/* Opens the window: NCCL's next lookup of NCCL_COMM_ID in this thread sees
+ * `text` (kept by the caller until _end).  HPCT_ESTATE when NCCL does not
+ * consult hpct's env plugin. */
+HPCT_PRIVATE int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text);
+/* For the preload shim, which interposes getenv (NCCL before 2.28.7 has no
+ * env plugin): marks that route open, and answers a lookup from the window
+ * (NULL: not shown, ask the real getenv). */
+HPCT_PRIVATE void hpct__nccl_getenv_route(void);
+HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
+HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
+
+/* --- NCCL's root protocol (2.23 to 2.28), see nccl_root.c ------------- */
+
+#define HPCT_NCCL_ROOT_MIN_VERSION 22300
+#define HPCT_NCCL_ROOT_MAX_VERSION 22899
+#define HPCT_NCCL_ADDR_LEN         28  /* union ncclSocketAddress */
+#define HPCT_NCCL_RING_LEN         128 /* union ringConnectInfo */
+#define HPCT_NCCL_EXTINFO_LEN      172 /* rank, nranks, iroot, nroots, address, ring info */
+
+/* How NCCL splits ranks among roots: contiguous blocks, the first
+ * nranks % nroots roots one rank longer. */
+int hpct__nccl_root_of(int rank, int nranks, int nroots);
+int hpct__nccl_first_of(int root, int nranks, int nroots);
+int hpct__nccl_count_of(int root, int nranks, int nroots);
+
+/* Roots served by one thread: each listens at its id's address (bound
+ * without SO_REUSEPORT: a port held by anyone, a stale NCCL root included,
+ * is HPCT_EADDRINUSE naming host:port), takes the ranks' reports in any
+ * order, sends each of its ranks the next rank's ring info, and closes.
+ * Nothing a peer sends or withholds blocks the others; the whole set has a
+ * deadline. */
+struct hpct_nccl_roots;
+struct hpct_nccl_root_stats {
+	int accepted;  /* reports taken, over all roots */
+	int ignored;   /* connections dropped: wrong magic, malformed, duplicates */
+	int max_conns; /* connections of the busiest root (in + out) */
+};
+/* nranks: the communicator's size; a report that says another is ignored
+ * (memory goes with the real size, not with what a report claims).
+ * keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): a
+ * connection with another magic is then logged, naming its address. */
+HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks,
+                                        double timeout_s, int keyed,
+                                        struct hpct_nccl_roots **out);
+/* 0 when a root could listen at the id's address now (it is then closed
+ * again), else the error hpct__nccl_roots_start would give, logged. */
+HPCT_PRIVATE int hpct__nccl_port_check(const hpct_nccl_id *id);
+/* Waits for every root to finish (0) or the deadline (HPCT_ETIMEDOUT
+ * naming the ranks never heard from), then frees the set. */
+HPCT_PRIVATE int hpct__nccl_roots_wait(struct hpct_nccl_roots *r,
+                                       struct hpct_nccl_root_stats *stats_out);
+/* Lets the set finish by itself: its thread frees it when every root has
+ * answered or at the deadline, logging a failure. */
+HPCT_PRIVATE void hpct__nccl_roots_detach(struct hpct_nccl_roots *r);
+/* Stops the set at once and frees it; accepts NULL. */
+HPCT_PRIVATE void hpct__nccl_roots_stop(struct hpct_nccl_roots *r);
+
+/* The rank side of the exchange, for tests and hpct-bench: plays ranks
+ * 0..nranks-1 against the roots of ids[0..nids-1] the way NCCL's ranks do
+ * (each to its root, the first rank of each root also to the previous
+ * root), in the given order (NULL: rank order), and collects what each
+ * rank is sent.  Rank r offers hpct__nccl_test_ring(r) as its ring info.
+ * With `stagger`, ranks of a root with more than 256 ranks hold back as
+ * NCCL's do by default (local id / 7000 s), so an order is best sorted.
+ * replies_out: nranks * HPCT_NCCL_RING_LEN bytes.  root_conns_out (may
+ * be NULL) gets the connections of the busiest root as the ranks counted
+ * them: reports sent to it and answers that came from it. */
+HPCT_PRIVATE int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks,
+                                       const int *order, double timeout_s, int stagger,
+                                       unsigned char *replies_out, int *root_conns_out);
+HPCT_PRIVATE void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN]);
+/* For tests/fuzz/fuzz_nccl_root.c (see nccl_root.c). */
+HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len);
+
+#endif

@@ -1,0 +1,121 @@
+/* The standard (root-based) path: rank 0 of the world serves a rendezvous
+ * store at MASTER_ADDR:MASTER_PORT, as PyTorch's TCPStore does, and every
+ * collective is routed through it.  Used when HPCT_USE_ROOTLESS is unset/0 or
+ * the rootless inputs are missing.
+ *
+ * Wire protocol (all integers big-endian; key = u32 len + bytes, value =
+ * u32 len + bytes):
+ *   request : u8 op, u32 rank-or-0, then op-specific fields
+ *     HELLO  : u32 HPCT_STD_MAGIC, u32 world size, u64 job hash
+ *     SET    : key, u32 readers, value
+ *     MGET   : u32 n, n keys
+ *     ADD    : key, i64 delta
+ *     WAITGE : key, i64 value
+ *     BYE    : nothing; no reply, the server closes
+ *   reply   : i32 status (0 or an HPCT_E* code), then
+ *     error  : u32 len + message (the server's reason)
+ *     MGET   : n values, in request order, once all keys exist
+ *     ADD    : i64 counter after the add
+ *     others : nothing
+ * A counter is an 8-byte big-endian i64 value (MGET returns it as such); a
+ * missing counter counts as 0; ADD or WAITGE on a value of another size is
+ * refused with HPCT_EINVAL.  A key set with readers > 0 is dropped after that
+ * many MGET answers contained it, so the store does not grow with every
+ * collective; readers = 0 keeps it.  SET replaces an existing key.
+ * A request before HELLO, an unknown op or a length above the limits below
+ * gets an HPCT_EPROTO reply and the connection is closed; a HELLO with a wrong
+ * magic, job or size, a rank out of range or a rank already connected gets
+ * HPCT_EREFUSED and is closed.  Requests on one connection are answered in
+ * order; a parked MGET or WAITGE holds back the ones behind it.
+ * A rank whose connection closes after HELLO without BYE (it died, gave up
+ * after a timeout, or was dropped for a protocol error) is lost: every parked
+ * MGET and WAITGE, and from then on every one that cannot be answered at
+ * once, gets HPCT_EPEERDEAD with a reason naming the first rank lost ("rank 3
+ * at 10.0.0.7:41234 left without saying goodbye (Connection reset by
+ * peer)").  Keys that exist are still served; SET and ADD still work. */
+#ifndef HPCT_STDPATH_H
+#define HPCT_STDPATH_H
+
+#include "bootstrap/base/private_api.h"
+
+#include "bootstrap/base/auth.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HPCT_STD_MAGIC     0x48504331u /* "HPC1" */
+#define HPCT_STD_MAX_KEY   4096u       /* bytes in a key */
+#define HPCT_STD_MAX_VALUE (64u << 20) /* bytes in a value */
+#define HPCT_STD_MAX_KEYS  1000000u    /* keys in one MGET */
+#define HPCT_STD_FUZZ_JOB  0x66757a7a6a6f6221ull /* hpct__std_fuzz_one's job */
+
+enum hpct_std_op {
+	HPCT_STD_HELLO = 1,
+	HPCT_STD_SET = 2,
+	HPCT_STD_MGET = 3,
+	HPCT_STD_ADD = 4,
+	HPCT_STD_WAITGE = 5,
+	HPCT_STD_BYE = 6,
+};
+
+struct hpct_std_server;
+struct hpct_std_client;
+
+/* Starts the server thread listening on host:port (a literal or a name;
+ * never the wildcard), for `nranks` clients of job `job`.  Binds before
+ * returning: HPCT_EADDRINUSE names host:port.  With a secret in `key` (may
+ * be NULL) a client is served only once it proved it (auth.h; refusals are
+ * logged with the source address). */
+int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
+                           const struct hpct_auth_key *key, struct hpct_std_server **server_out);
+/* Waits until every client said BYE or hung up, or until `deadline`
+ * (CLOCK_MONOTONIC seconds, see hpct__now), then stops the thread and frees
+ * everything.  A connection that has not said HELLO yet is waited for too.
+ * Rank 0 closes its own client first, or this waits for the deadline.
+ * Accepts NULL. */
+void hpct__std_server_stop(struct hpct_std_server *server, double deadline);
+
+/* Keys the store holds now (for tests: finished collectives leave none). */
+size_t hpct__std_server_keys(const struct hpct_std_server *server);
+/* For tests/fuzz/fuzz_stdpath.c (see stdpath_server.c). */
+HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len);
+
+/* Connects to the server, retrying with capped backoff until `deadline`,
+ * and says HELLO.  Errors: HPCT_ETIMEDOUT (names this rank, host:port and the
+ * last OS error), HPCT_EREFUSED (the server's reason), HPCT_ERESOLVE,
+ * HPCT_EINVAL, -errno; with a secret in `key`, the proof's failures
+ * (auth.h). */
+int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
+                             const struct hpct_auth_key *key, double deadline,
+                             struct hpct_std_client **client_out);
+/* Says BYE and closes.  Accepts NULL. */
+void hpct__std_client_close(struct hpct_std_client *client);
+
+/* Each call blocks until answered or `deadline`; errors name the server
+ * address, the key and this rank: HPCT_ETIMEDOUT, HPCT_EPEERDEAD (the server
+ * closed or died, or another rank was lost: then the server's reason, naming
+ * that rank, ends the message), HPCT_EINVAL (a length above the limits, or a
+ * counter op on a non-counter), HPCT_EPROTO.  After a timeout or a lost
+ * connection the client is unusable (a reply may still be owed): later calls
+ * return HPCT_ESTATE; close it.  After HPCT_EPEERDEAD for another rank, as
+ * after HPCT_EINVAL, it stays usable (and close still says BYE, so this rank
+ * is not reported lost too), but no wait can succeed any more unless its keys
+ * already exist.  A client is used by one thread at a time. */
+HPCT_PRIVATE int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
+                  int readers, double deadline);
+/* Fetches n keys, waiting until all exist; value i must be exactly lens[i]
+ * bytes and is copied to bufs[i] (else HPCT_EPROTO naming the key, after the
+ * whole answer was read).  Counts as one read of each key. */
+int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
+                   const size_t *lens, double deadline);
+/* Adds delta to the counter `key` (created at 0) and returns the sum. */
+/* One key of any length, waiting until it exists: *val_out is malloc'd
+ * (free it), *len_out its length. */
+HPCT_PRIVATE int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out, size_t *len_out,
+		  double deadline);
+int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int64_t *value_out,
+                  double deadline);
+/* Returns once the counter `key` is >= value. */
+int hpct__std_wait_ge(struct hpct_std_client *c, const char *key, int64_t value, double deadline);
+
+#endif

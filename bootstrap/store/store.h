@@ -1,0 +1,88 @@
+/* The rootless store: a key-value store with no server to reach.  Every
+ * rank serves the keys whose hash falls to it, from a thread listening at
+ * its store port (its world port + HPCT_STORE_PORT_OFFSET: by default
+ * -HPCT_PORT_RANGE, the range just below hpct's, or +2 x HPCT_PORT_RANGE,
+ * after NCCL's, when there is no room below 1024), and asks a key's home
+ * rank directly.  What
+ * libhpct_torch.so puts under c10d::TCPStore.
+ *
+ * Keys live in namespaces (a u64 the caller derives from job, epoch and
+ * incarnation): a namespace never sees another's keys.  Values are bytes;
+ * ADD keeps a counter as ASCII decimal, as c10d does.
+ *
+ * Wire (integers big-endian): a frame is u32 length + body.
+ *   request: u8 op, u64 namespace, u32 key length, key, then
+ *     SET    u32 length, value          reply: status
+ *     GET    i64 wait ms                reply: status, u32 length, value
+ *     ADD    i64 delta                  reply: status, i64 counter
+ *     CAS    u32 len, expected, u32 len, desired
+ *                                       reply: status, u32 length, value now
+ *     CHECK  -                          reply: status, u8 exists
+ *     WAIT   i64 wait ms                reply: status
+ *     DEL    -                          reply: status, u8 existed
+ *     COUNT  - (empty key)              reply: status, i64 keys in namespace
+ *   reply: i32 status (0, HPCT_ETIMEDOUT, HPCT_EINVAL, HPCT_EPROTO) + fields.
+ * GET and WAIT on a missing key are parked until it is set or their wait
+ * passes.  A frame over HPCT_STORE_MAX_FRAME, an unknown op or a body that
+ * does not parse closes the connection. */
+#ifndef HPCT_STORE_H
+#define HPCT_STORE_H
+
+#include "bootstrap/base/private_api.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hpct/hpct.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HPCT_STORE_MAX_KEY   4096u
+#define HPCT_STORE_MAX_FRAME ((64u << 20) + 64u)
+
+struct hpct_store;
+
+/* A handle on namespace `ns` of world `world`'s store; starts this rank's
+ * store thread the first time (it then serves until the process ends).
+ * `timeout_s` bounds every wait of this handle (capped by HPCT_TIMEOUT).
+ * HPCT_EADDRINUSE names host:port; HPCT_ESTATE without a node list. */
+HPCT_PRIVATE int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s,
+                                  struct hpct_store **store_out);
+HPCT_PRIVATE void hpct__store_close(struct hpct_store *store);
+HPCT_PRIVATE void hpct__store_set_timeout(struct hpct_store *store, double timeout_s);
+HPCT_PRIVATE double hpct__store_timeout(const struct hpct_store *store);
+
+/* Every call is safe from several threads (one request at a time) and
+ * fails with a message naming the key, its home rank and host:port.
+ * Returned buffers are malloc'd: the caller frees them. */
+HPCT_PRIVATE int hpct__store_set(struct hpct_store *s, const char *key, const void *val,
+                                 size_t len);
+/* Waits for the key up to `timeout_s` (< 0: the handle's timeout). */
+HPCT_PRIVATE int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s,
+                                 void **val_out, size_t *len_out);
+HPCT_PRIVATE int hpct__store_add(struct hpct_store *s, const char *key, int64_t delta,
+                                 int64_t *value_out);
+/* c10d's compareSet: a missing key with an empty `expected` is created;
+ * the value returned is the one the key holds afterwards (or `expected`
+ * when it is missing and `expected` is not empty). */
+HPCT_PRIVATE int hpct__store_cas(struct hpct_store *s, const char *key, const void *expected,
+                                 size_t elen, const void *desired, size_t dlen, void **val_out,
+                                 size_t *len_out);
+HPCT_PRIVATE int hpct__store_check(struct hpct_store *s, const char *const *keys, int n,
+                                   int *all_out);
+HPCT_PRIVATE int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n,
+                                  double timeout_s);
+HPCT_PRIVATE int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out);
+/* Keys of the namespace, summed over every rank. */
+HPCT_PRIVATE int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out);
+
+/* The server's request parser on `data` as one connection's bytes, with
+ * no socket (tests/fuzz/fuzz_store.c); not for a process that serves. */
+HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

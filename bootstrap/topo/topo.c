@@ -1,0 +1,752 @@
+#include "bootstrap/topo/topo.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "bootstrap/topo/hostlist.h"
+#include "hpct/hpct.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/base/util.h"
+
+/* Far above any real job; keeps the per-rank arrays bounded. */
+#define MAX_WORLD (1 << 24)
+/* Host table lines: "RANK HOST:PORT" and a comment fit easily. */
+#define LINE_MAX_LEN 1024
+
+static const char *const rank_vars[] = { "HPCT_RANK", "RANK", "SLURM_PROCID",
+	                                 "OMPI_COMM_WORLD_RANK", NULL };
+static const char *const size_vars[] = { "HPCT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS",
+	                                 "OMPI_COMM_WORLD_SIZE", NULL };
+static const char *const local_vars[] = { "HPCT_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID",
+	                                  "OMPI_COMM_WORLD_LOCAL_RANK", NULL };
+static const char *const epoch_vars[] = { "HPCT_EPOCH", "TORCHELASTIC_RESTART_COUNT",
+	                                  "JOB_RESTART_COUNT", NULL };
+
+/* Where each item came from, for messages. */
+struct srcs {
+	const char *rank, *size, *tasks;
+};
+
+/* A node list of 10,000 hosts does not fit in one message: quote its start. */
+static const char *shorten(const char *v, char *buf, size_t len)
+{
+	if (strlen(v) < len)
+		return v;
+	snprintf(buf, len, "%.*s...", (int)len - 4, v);
+	return buf;
+}
+
+/* The first variable of vars that is set wins, even when malformed. */
+static int first_int(const struct hpct_env *env, const char *const *vars, long min, long max,
+                     long *out, const char **from)
+{
+	*from = NULL;
+	for (int i = 0; vars[i]; i++) {
+		if (!hpct__env_str(env, vars[i]))
+			continue;
+		*from = vars[i];
+		return hpct__env_int(env, vars[i], min, max, 0, out, NULL);
+	}
+	return 0;
+}
+
+static int no_memory(int size)
+{
+	return hpct__fail(HPCT_ENOMEM, HPCT_SUB_ENV, "out of memory reading the layout of %d ranks",
+	                  size);
+}
+
+static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
+{
+	long rank = 0, size = 0;
+	int rc = first_int(env, rank_vars, 0, INT_MAX, &rank, &src->rank);
+	if (rc)
+		return rc;
+	rc = first_int(env, size_vars, 1, MAX_WORLD, &size, &src->size);
+	if (rc)
+		return rc;
+	if (!src->rank && !src->size)
+		return hpct__fail(
+		        HPCT_ENOTOPO, HPCT_SUB_ENV,
+		        "rank and world size unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
+		        "OMPI_COMM_WORLD_RANK nor HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
+		        "OMPI_COMM_WORLD_SIZE is set");
+	if (!src->rank)
+		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
+		                  "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
+		                  "OMPI_COMM_WORLD_RANK is set");
+	if (!src->size)
+		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
+		                  "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
+		                  "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE is set");
+	if (rank >= size)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "%s=%ld is not below the world size %ld (from %s)", src->rank,
+		                  rank, size, src->size);
+	t->rank = (int)rank;
+	t->size = (int)size;
+	return 0;
+}
+
+static int read_job(const struct hpct_env *env, struct hpct_topo *t)
+{
+	long v = 0;
+	const char *from;
+	int rc = first_int(env, epoch_vars, 0, LONG_MAX, &v, &from);
+	if (rc)
+		return rc;
+	t->epoch = (uint64_t)v;
+
+	const char *addr = hpct__env_str(env, "MASTER_ADDR");
+	if (addr && !(t->master_addr = strdup(addr)))
+		return no_memory(t->size);
+	rc = hpct__env_int(env, "MASTER_PORT", 1, 65535, 0, &v, NULL);
+	if (rc)
+		return rc;
+	t->master_port = (int)v;
+
+	const char *job = hpct__env_str(env, "HPCT_JOB_ID");
+	if (!job) {
+		job = hpct__env_str(env, "TORCHELASTIC_RUN_ID");
+		/* torchrun's default run id: the same for every job, so no identity. */
+		if (job && strcmp(job, "none") == 0)
+			job = NULL;
+	}
+	if (!job)
+		job = hpct__env_str(env, "SLURM_JOB_ID");
+	char master[320];
+	if (!job && t->master_addr && t->master_port) {
+		snprintf(master, sizeof(master), "%s:%d", t->master_addr, t->master_port);
+		job = master;
+	}
+	if (!job)
+		job = "default";
+	size_t len = strlen(job);
+	if (len > sizeof(t->job_name) - 1)
+		len = sizeof(t->job_name) - 1;
+	memcpy(t->job_name, job, len);
+	t->job_name[len] = 0;
+	/* The full identity, not the truncated copy: long ids differing late
+	 * must still be different jobs. */
+	t->job = hpct__hash(job, strlen(job), 0);
+	return 0;
+}
+
+static int read_net(const struct hpct_env *env, struct hpct_topo *t)
+{
+	long base, range;
+	int rc = hpct__env_int(env, "HPCT_PORT_BASE", 1, 65535, 10000, &base, NULL);
+	if (rc)
+		return rc;
+	rc = hpct__env_int(env, "HPCT_PORT_RANGE", 1, 65535, 8192, &range, NULL);
+	if (rc)
+		return rc;
+	if (base + range - 1 > 65535)
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "HPCT_PORT_BASE=%ld with HPCT_PORT_RANGE=%ld ends at port %ld, above 65535",
+		        base, range, base + range - 1);
+	t->port_base = (int)base;
+	t->port_range = (int)range;
+
+	const char *fam = hpct__env_str(env, "HPCT_SOCKET_FAMILY");
+	if (!fam)
+		t->family = AF_UNSPEC;
+	else if (!strcasecmp(fam, "AF_INET") || !strcasecmp(fam, "inet") || !strcmp(fam, "4"))
+		t->family = AF_INET;
+	else if (!strcasecmp(fam, "AF_INET6") || !strcasecmp(fam, "inet6") || !strcmp(fam, "6"))
+		t->family = AF_INET6;
+	else
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "HPCT_SOCKET_FAMILY='%s' is not AF_INET, AF_INET6, inet, inet6, 4 or 6",
+		        fam);
+	const char *ifname = hpct__env_str(env, "HPCT_SOCKET_IFNAME");
+	if (ifname && !(t->ifname = strdup(ifname)))
+		return no_memory(t->size);
+	rc = hpct__env_bool(env, "HPCT_USE_ROOTLESS", &t->want_rootless, NULL);
+	if (rc)
+		return rc;
+	return hpct__env_seconds(env, "HPCT_TIMEOUT", &t->timeout_s, NULL);
+}
+
+static int file_fail(const char *path, int line, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static int file_fail(const char *path, int line, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (line > 0)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_HOSTFILE=%s line %d: %s", path,
+		                  line, msg);
+	return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_HOSTFILE=%s: %s", path, msg);
+}
+
+/* Splits "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address
+ * (no port) in place, after checking the token as written. */
+static int split_host_port(char *tok, char **host_out, int *port_out, char *why, size_t whylen)
+{
+	char *host = tok, *port = NULL, *cut = NULL;
+	if (tok[0] == '[') {
+		host = tok + 1;
+		cut = strchr(tok, ']');
+		if (!cut) {
+			snprintf(why, whylen, "unbalanced '[' in '%s'", tok);
+			return -1;
+		}
+		if (cut[1] && cut[1] != ':') {
+			snprintf(why, whylen, "text after ']' in '%s' is not ':PORT'", tok);
+			return -1;
+		}
+		port = cut[1] ? cut + 2 : NULL;
+	} else {
+		char *colon = strchr(tok, ':');
+		/* Two colons or more: a bare IPv6 address, which cannot carry a port. */
+		if (colon && !strchr(colon + 1, ':'))
+			cut = colon, port = colon + 1;
+	}
+	if (host == cut) {
+		snprintf(why, whylen, "empty host in '%s'", tok);
+		return -1;
+	}
+	long p = 0;
+	if (port) {
+		char *end;
+		errno = 0;
+		p = strtol(port, &end, 10);
+		if (errno || *port < '0' || *port > '9' || *end || p < 1 || p > 65535) {
+			snprintf(why, whylen, "port '%s' in '%s' is not in 1..65535", port, tok);
+			return -1;
+		}
+	}
+	if (cut)
+		*cut = 0;
+	*host_out = host;
+	*port_out = (int)p;
+	return 0;
+}
+
+/* Host name -> node index, so a table of 100,000 ranks stays linear. */
+struct hostmap {
+	int *slot; /* node index + 1; 0 = empty */
+	size_t mask;
+};
+
+static int hostmap_get(struct hostmap *m, struct hpct_topo *t, const char *host)
+{
+	size_t i = (size_t)hpct__hash(host, strlen(host), 0) & m->mask;
+	for (; m->slot[i]; i = (i + 1) & m->mask)
+		if (strcmp(t->hosts[m->slot[i] - 1], host) == 0)
+			return m->slot[i] - 1;
+	if (!(t->hosts[t->nnodes] = strdup(host)))
+		return -1;
+	m->slot[i] = ++t->nnodes;
+	return t->nnodes - 1;
+}
+
+/* Fills local_of, node, local_rank, local_size and max_local from node_of. */
+static void count_locals(struct hpct_topo *t, int *tasks)
+{
+	for (int k = 0; k < t->nnodes; k++)
+		tasks[k] = 0;
+	for (int r = 0; r < t->size; r++)
+		t->local_of[r] = tasks[t->node_of[r]]++;
+	t->max_local = 0;
+	for (int k = 0; k < t->nnodes; k++)
+		if (tasks[k] > t->max_local)
+			t->max_local = tasks[k];
+	t->node = t->node_of[t->rank];
+	t->local_rank = t->local_of[t->rank];
+	t->local_size = tasks[t->node];
+}
+
+struct table_ctx {
+	const char *path;
+	const struct srcs *src;
+	int *line_of; /* rank -> line it was listed on, 0 = not yet */
+	struct hostmap map;
+};
+
+static int table_line(struct table_ctx *c, struct hpct_topo *t, int line, char *rank_tok,
+                      char *host_tok)
+{
+	char *end, *host;
+	int port;
+	errno = 0;
+	long r = strtol(rank_tok, &end, 10);
+	if (errno || *end || rank_tok[0] < '0' || rank_tok[0] > '9')
+		return file_fail(c->path, line, "rank '%s' is not a number", rank_tok);
+	if (r >= t->size)
+		return file_fail(c->path, line, "rank %ld is not below the world size %d (from %s)",
+		                 r, t->size, c->src->size);
+	if (c->line_of[r])
+		return file_fail(c->path, line, "rank %ld listed twice (first at line %d)", r,
+		                 c->line_of[r]);
+	char why[LINE_MAX_LEN + 64];
+	if (split_host_port(host_tok, &host, &port, why, sizeof(why)))
+		return file_fail(c->path, line, "rank %ld: %s", r, why);
+	int node = hostmap_get(&c->map, t, host);
+	if (node < 0)
+		return no_memory(t->size);
+	c->line_of[r] = line;
+	t->node_of[r] = node;
+	t->port_of[r] = port;
+	return 0;
+}
+
+static int table_start(struct table_ctx *c, struct hpct_topo *t)
+{
+	size_t n = (size_t)t->size;
+	size_t cap = 16;
+	while (cap < 2 * n)
+		cap *= 2;
+	c->map.mask = cap - 1;
+	c->map.slot = calloc(cap, sizeof(int));
+	c->line_of = calloc(n, sizeof(int));
+	t->hosts = calloc(n, sizeof(char *));
+	t->node_of = malloc(n * sizeof(int));
+	t->local_of = malloc(n * sizeof(int));
+	t->port_of = calloc(n, sizeof(int));
+	if (!c->map.slot || !c->line_of || !t->hosts || !t->node_of || !t->local_of || !t->port_of)
+		return no_memory(t->size);
+	return 0;
+}
+
+static int table_finish(struct table_ctx *c, struct hpct_topo *t, int lines)
+{
+	for (int r = 0; r < t->size; r++)
+		if (!c->line_of[r])
+			return file_fail(
+			        c->path, 0,
+			        "rank %d is not listed (the table must list ranks 0..%d once "
+			        "each; %d lines read)",
+			        r, t->size - 1, lines);
+	int *tasks = malloc((size_t)t->nnodes * sizeof(int));
+	if (!tasks)
+		return no_memory(t->size);
+	count_locals(t, tasks);
+	free(tasks);
+	return 0;
+}
+
+/* Either a table (fills t) or plain lines (*plain_out, *nplain_out). */
+static int read_hostfile(const char *path, const struct srcs *src, struct hpct_topo *t,
+                         char ***plain_out, int *nplain_out)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return file_fail(path, 0, "cannot open (%s)", strerror(errno));
+	struct table_ctx c = { path, src, NULL, { NULL, 0 } };
+	char **plain = NULL;
+	int nplain = 0, cap = 0, line = 0, first = 0, is_table = 0, rc = 0;
+	char buf[LINE_MAX_LEN];
+	while (fgets(buf, sizeof(buf), f)) {
+		line++;
+		size_t len = strlen(buf);
+		int ch = len == sizeof(buf) - 1 && buf[len - 1] != '\n' ? getc(f) : EOF;
+		if (ch != EOF) {
+			rc = file_fail(path, line, "longer than %d characters", LINE_MAX_LEN - 2);
+			goto out;
+		}
+		buf[strcspn(buf, "#")] = 0;
+		char *save, *tok[3];
+		int ntok = 0;
+		for (char *p = strtok_r(buf, " \t\r\n", &save); p && ntok < 3;
+		     p = strtok_r(NULL, " \t\r\n", &save))
+			tok[ntok++] = p;
+		if (ntok == 0)
+			continue;
+		if (!first && ntok > 2) {
+			rc = file_fail(path, line, "expected one host or 'RANK HOST[:PORT]'");
+			goto out;
+		}
+		if (!first) {
+			first = line;
+			is_table = ntok == 2;
+			if (is_table && (rc = table_start(&c, t)))
+				goto out;
+		}
+		if (ntok != (is_table ? 2 : 1)) {
+			rc = file_fail(path, line, "expected %s (as on line %d)",
+			               is_table ? "'RANK HOST[:PORT]'" : "one host", first);
+			goto out;
+		}
+		if (is_table) {
+			if ((rc = table_line(&c, t, line, tok[0], tok[1])))
+				goto out;
+			continue;
+		}
+		char *host, why[LINE_MAX_LEN + 64];
+		int port;
+		if (split_host_port(tok[0], &host, &port, why, sizeof(why))) {
+			rc = file_fail(path, line, "%s", why);
+			goto out;
+		}
+		if (port) {
+			rc = file_fail(path, line, "a port needs the 'RANK HOST:PORT' form");
+			goto out;
+		}
+		if (nplain == t->size) {
+			rc = file_fail(path, line,
+			               "more hosts than the %d ranks of the world (from %s)",
+			               t->size, src->size);
+			goto out;
+		}
+		if (nplain == cap) {
+			cap = cap ? 2 * cap : 64;
+			if (cap > t->size)
+				cap = t->size;
+			char **p = realloc(plain, (size_t)cap * sizeof(*p));
+			if (!p) {
+				rc = no_memory(t->size);
+				goto out;
+			}
+			plain = p;
+		}
+		if (!(plain[nplain] = strdup(host))) {
+			rc = no_memory(t->size);
+			goto out;
+		}
+		nplain++;
+	}
+	if (ferror(f))
+		rc = file_fail(path, 0, "read error after line %d", line);
+	else if (!first)
+		rc = file_fail(path, 0, "no hosts in the file");
+	else if (is_table)
+		rc = table_finish(&c, t, line);
+out:
+	fclose(f);
+	free(c.map.slot);
+	free(c.line_of);
+	if (rc || is_table) {
+		hpct__strv_free(plain, nplain);
+		return rc;
+	}
+	*plain_out = plain;
+	*nplain_out = nplain;
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	int uniform; /* one count for every node, else a Slurm tasks-per-node list */
+} tasks_vars[] = {
+	{ "HPCT_TASKS_PER_NODE", 0 },
+	{ "LOCAL_WORLD_SIZE", 1 },
+	/* inside srun the step's own layout, which may use fewer nodes */
+	{ "SLURM_STEP_TASKS_PER_NODE", 0 },
+	{ "SLURM_TASKS_PER_NODE", 0 },
+	{ "OMPI_COMM_WORLD_LOCAL_SIZE", 1 },
+};
+
+/* Ranks on each node of a plain node list, by the precedence in topo.h. */
+static int read_tasks(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src,
+                      int **tasks_out)
+{
+	int n = t->nnodes, *tasks = NULL, rc;
+	char what[160] = "", sb[100], err[256];
+	long each = 0;
+	for (size_t i = 0; i < sizeof(tasks_vars) / sizeof(tasks_vars[0]) && !src->tasks; i++) {
+		const char *name = tasks_vars[i].name, *v = hpct__env_str(env, name);
+		if (!v)
+			continue;
+		src->tasks = name;
+		if (tasks_vars[i].uniform) {
+			if ((rc = hpct__env_int(env, name, 1, MAX_WORLD, 0, &each, NULL)))
+				return rc;
+			snprintf(what, sizeof(what), "%s=%ld", name, each);
+			break;
+		}
+		int ntasks;
+		rc = hpct__tasks_per_node_parse(v, n, &tasks, &ntasks, err, sizeof(err));
+		if (rc)
+			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s (node list: %s)", name,
+			                  shorten(v, sb, sizeof(sb)), err, t->nodelist_src);
+		snprintf(what, sizeof(what), "%s='%s'", name, shorten(v, sb, sizeof(sb)));
+	}
+	if (!src->tasks) {
+		if (t->size % n)
+			return hpct__fail(
+			        HPCT_ENOTOPO, HPCT_SUB_ENV,
+			        "cannot lay out the %d ranks (from %s) on the %d nodes of %s: "
+			        "set HPCT_TASKS_PER_NODE or LOCAL_WORLD_SIZE",
+			        t->size, src->size, n, t->nodelist_src);
+		each = t->size / n;
+	}
+	if (!tasks) {
+		if (!(tasks = malloc((size_t)n * sizeof(int))))
+			return no_memory(t->size);
+		for (int k = 0; k < n; k++)
+			tasks[k] = (int)each;
+	}
+	long long sum = 0;
+	for (int k = 0; k < n; k++)
+		sum += tasks[k];
+	if (sum != t->size) {
+		free(tasks);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "%s gives %lld ranks on the %d nodes of %s, but the world size is %d "
+		        "(from %s)",
+		        what, sum, n, t->nodelist_src, t->size, src->size);
+	}
+	*tasks_out = tasks;
+	return 0;
+}
+
+/* Node k holds ranks first_rank[k] .. first_rank[k] + tasks[k] - 1. */
+static int layout_blocks(struct hpct_topo *t, int *tasks)
+{
+	t->node_of = malloc((size_t)t->size * sizeof(int));
+	t->local_of = malloc((size_t)t->size * sizeof(int));
+	if (!t->node_of || !t->local_of)
+		return no_memory(t->size);
+	int r = 0;
+	for (int k = 0; k < t->nnodes; k++)
+		for (int j = 0; j < tasks[k]; j++)
+			t->node_of[r++] = k;
+	count_locals(t, tasks);
+	return 0;
+}
+
+static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
+{
+	static const char *const vars[] = { "HPCT_HOSTFILE",       "HPCT_HOSTS",
+		                            "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+		                            "SLURM_NODELIST",      NULL };
+	const char *v = NULL;
+	int i, rc, n = 0;
+	for (i = 0; vars[i] && !(v = hpct__env_str(env, vars[i])); i++)
+		;
+	/* torchrun on one node names no nodes: every rank is local, and the
+	 * node is MASTER_ADDR */
+	long lws = 0;
+	int lset = 0;
+	const char *ma = hpct__env_str(env, "MASTER_ADDR");
+	if (!v && ma && *ma &&
+	    hpct__env_int(env, "LOCAL_WORLD_SIZE", 1, INT_MAX, 0, &lws, &lset) == 0 && lset &&
+	    lws == t->size) {
+		v = ma;
+		i = 5; /* vars[5] is NULL: the name below */
+	}
+	if (!v) {
+		snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
+		         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST");
+		return 0;
+	}
+	t->nodelist_src = vars[i] ? vars[i] : "MASTER_ADDR (one node: LOCAL_WORLD_SIZE=WORLD_SIZE)";
+	char **hosts = NULL;
+	if (i == 0) {
+		if ((rc = read_hostfile(v, src, t, &hosts, &n)))
+			return rc;
+		if (t->node_of)
+			return 0;
+	} else {
+		char err[256], sb[100];
+		/* One more than the ranks, so that too many nodes gets its own message. */
+		rc = hpct__hostlist_parse(v, (size_t)t->size + 1, &hosts, &n, err, sizeof(err));
+		if (rc)
+			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s", vars[i] ? vars[i] : "MASTER_ADDR",
+			                  shorten(v, sb, sizeof(sb)), err);
+		if (n > t->size) {
+			hpct__strv_free(hosts, n);
+			return hpct__fail(
+			        HPCT_EBADENV, HPCT_SUB_ENV,
+			        "%s='%s' lists more nodes than the %d ranks of the world (from %s)",
+			        vars[i], shorten(v, sb, sizeof(sb)), t->size, src->size);
+		}
+	}
+	t->hosts = hosts;
+	t->nnodes = n;
+	int *tasks = NULL;
+	if ((rc = read_tasks(env, t, src, &tasks)))
+		return rc;
+	rc = layout_blocks(t, tasks);
+	free(tasks);
+	return rc;
+}
+
+static int check_local(const struct hpct_env *env, struct hpct_topo *t, const struct srcs *src)
+{
+	long v = 0, g = 0;
+	const char *from;
+	int rc = first_int(env, local_vars, 0, INT_MAX, &v, &from);
+	if (rc)
+		return rc;
+	if (!t->nnodes) {
+		static const char *const size_vars_local[] = { "LOCAL_WORLD_SIZE",
+			                                       "OMPI_COMM_WORLD_LOCAL_SIZE", NULL };
+		long ls = 1;
+		const char *lfrom;
+		if ((rc = first_int(env, size_vars_local, 1, MAX_WORLD, &ls, &lfrom)))
+			return rc;
+		if (!lfrom)
+			ls = 1;
+		else if (v >= ls)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "%s=%ld is not below %s=%ld",
+			                  from, v, lfrom, ls);
+		t->local_rank = (int)v;
+		t->local_size = t->max_local = (int)ls;
+		return 0;
+	}
+	char layout[128];
+	if (t->port_of)
+		snprintf(layout, sizeof(layout), "the table in %s", t->nodelist_src);
+	else if (src->tasks)
+		snprintf(layout, sizeof(layout), "%s and %s", t->nodelist_src, src->tasks);
+	else
+		snprintf(layout, sizeof(layout), "%s, ranks split evenly", t->nodelist_src);
+	if (from && v != t->local_rank)
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "%s=%ld disagrees with the layout: rank %d (from %s) is local rank %d "
+		        "of the %d ranks on node %d '%s' (%s)",
+		        from, v, t->rank, src->rank, t->local_rank, t->local_size, t->node,
+		        t->hosts[t->node], layout);
+	int set;
+	if ((rc = hpct__env_int(env, "GROUP_RANK", 0, INT_MAX, 0, &g, &set)))
+		return rc;
+	if (set && g != t->node)
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_ENV,
+		        "GROUP_RANK=%ld disagrees with the layout: rank %d (from %s) is on "
+		        "node %d '%s' (%s)",
+		        g, t->rank, src->rank, t->node, t->hosts[t->node], layout);
+	return 0;
+}
+
+static void warn_ephemeral(const struct hpct_topo *t)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	if (!f)
+		return;
+	int lo, hi, ok = fscanf(f, "%d %d", &lo, &hi) == 2;
+	fclose(f);
+	int last = t->port_base + t->port_range - 1;
+	if (ok && t->port_base <= hi && last >= lo)
+		HPCT_WARN(HPCT_SUB_ENV,
+		          "HPCT_PORT_BASE=%d, HPCT_PORT_RANGE=%d: ports %d-%d overlap the kernel's "
+		          "ephemeral ports %d-%d (net.ipv4.ip_local_port_range), so an outgoing "
+		          "connection may hold a port a rank must listen on",
+		          t->port_base, t->port_range, t->port_base, last, lo, hi);
+}
+
+static int check_ports(const struct hpct_topo *t)
+{
+	warn_ephemeral(t);
+	if (!t->nnodes)
+		return 0;
+	int derived = !t->port_of, busiest = -1;
+	for (int r = 0; r < t->size; r++) {
+		if (t->port_of && !t->port_of[r])
+			derived = 1;
+		if (busiest < 0 && t->local_of[r] == t->max_local - 1)
+			busiest = t->node_of[r];
+	}
+	const char *node = t->hosts[busiest < 0 ? 0 : busiest];
+	if (derived && t->port_range < t->max_local)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "HPCT_PORT_RANGE=%d cannot hold the %d ranks of node %s",
+		                  t->port_range, t->max_local, node);
+	if (derived && t->port_range < 2 * t->max_local)
+		HPCT_INFO(HPCT_SUB_ENV,
+		          "HPCT_PORT_RANGE=%d is less than twice the %d ranks of node %s: ports "
+		          "cannot rotate with the epoch",
+		          t->port_range, t->max_local, node);
+	return 0;
+}
+
+#define MAX_SECRET 4096
+
+/* HPCT_SECRET, or the first line of HPCT_SECRET_FILE (not both). */
+static int read_secret(const struct hpct_env *env, struct hpct_topo *t)
+{
+	const char *v = hpct__env_str(env, "HPCT_SECRET"), *file = hpct__env_str(env, "HPCT_SECRET_FILE");
+	if (v && file)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "HPCT_SECRET and HPCT_SECRET_FILE=%s are both set: set one", file);
+	char buf[MAX_SECRET + 2];
+	if (file) {
+		FILE *f = fopen(file, "r");
+		if (!f)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET_FILE=%s: %s", file,
+			                  strerror(errno));
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		buf[strcspn(buf, "\r\n")] = 0;
+		if (n > MAX_SECRET)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "HPCT_SECRET_FILE=%s: more than %d bytes", file, MAX_SECRET);
+		if (!buf[0])
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "HPCT_SECRET_FILE=%s: its first line is empty", file);
+		v = buf;
+		t->secret_src = "HPCT_SECRET_FILE";
+	} else if (v) {
+		if (strlen(v) > MAX_SECRET)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET: more than %d bytes",
+			                  MAX_SECRET);
+		t->secret_src = "HPCT_SECRET";
+	} else {
+		return 0;
+	}
+	t->secret_len = strlen(v);
+	if (!(t->secret = malloc(t->secret_len)))
+		return HPCT_ENOMEM;
+	memcpy(t->secret, v, t->secret_len);
+	return 0;
+}
+
+int hpct__topo_read(const struct hpct_env *env, struct hpct_topo *topo_out)
+{
+	struct hpct_topo t;
+	struct srcs src = { NULL, NULL, NULL };
+	memset(&t, 0, sizeof(t));
+	int rc = read_world(env, &t, &src);
+	if (!rc)
+		rc = read_job(env, &t);
+	if (!rc)
+		rc = read_net(env, &t);
+	if (!rc)
+		rc = read_nodes(env, &t, &src);
+	if (!rc)
+		rc = check_local(env, &t, &src);
+	if (!rc)
+		rc = check_ports(&t);
+	if (!rc)
+		rc = read_secret(env, &t);
+	if (rc) {
+		hpct__topo_free(&t);
+		memset(topo_out, 0, sizeof(*topo_out));
+		return rc;
+	}
+	*topo_out = t;
+	return 0;
+}
+
+void hpct__topo_free(struct hpct_topo *topo)
+{
+	if (!topo)
+		return;
+	hpct__strv_free(topo->hosts, topo->nnodes);
+	if (topo->secret)
+		memset(topo->secret, 0, topo->secret_len);
+	free(topo->secret);
+	free(topo->node_of);
+	free(topo->local_of);
+	free(topo->port_of);
+	free(topo->master_addr);
+	free(topo->ifname);
+	memset(topo, 0, sizeof(*topo));
+}
