@@ -38,6 +38,7 @@
 
 #include "hpct/hpct.h"
 #include "transport/transport.h"
+#include "bootstrap/base/bytes.h"
 
 /* The largest fabric message, header included: under rxm's eager limit
  * (FI_OFI_RXM_BUFFER_SIZE 1024 less its own header), so nothing waits on a
@@ -183,18 +184,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	p[0] = (unsigned char)(v >> 24);
-	p[1] = (unsigned char)(v >> 16);
-	p[2] = (unsigned char)(v >> 8);
-	p[3] = (unsigned char)v;
-}
 
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 static socklen_t sa_len(const struct sockaddr_storage *ss)
 {
@@ -338,11 +328,11 @@ static struct op *make_op(struct ofi_conn *c, int type, uint32_t seq, uint32_t t
 	o->len = HDR + len;
 	o->buf[0] = (unsigned char)type;
 	o->buf[1] = o->buf[2] = o->buf[3] = 0;
-	put32(o->buf + 4, c->peer_id);
-	put32(o->buf + 8, c->id);
-	put32(o->buf + 12, seq);
-	put32(o->buf + 16, total);
-	put32(o->buf + 20, off);
+	hpct__put32(o->buf + 4, c->peer_id);
+	hpct__put32(o->buf + 8, c->id);
+	hpct__put32(o->buf + 12, seq);
+	hpct__put32(o->buf + 16, total);
+	hpct__put32(o->buf + 20, off);
 	if (len)
 		memcpy(o->buf + HDR, data, len);
 	return o;
@@ -730,8 +720,8 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 	if (len < HDR)
 		return;
 	int type = m[0];
-	uint32_t dst = get32(m + 4), src = get32(m + 8), seq = get32(m + 12), total = get32(m + 16),
-	         off = get32(m + 20);
+	uint32_t dst = hpct__get32(m + 4), src = hpct__get32(m + 8), seq = hpct__get32(m + 12), total = hpct__get32(m + 16),
+	         off = hpct__get32(m + 20);
 	const unsigned char *p = m + HDR;
 	size_t plen = len - HDR;
 	if (type == W_SYN) { /* its payload: the sender's endpoint name */

@@ -8,6 +8,7 @@
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/base/bytes.h"
 
 static void frame(unsigned char out[HPCT_AUTH_LEN], uint16_t type, const struct hpct_auth_id *id,
                   uint32_t reason, const unsigned char *nonce, const unsigned char *mac)

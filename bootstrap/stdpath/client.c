@@ -19,6 +19,7 @@
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/base/bytes.h"
 
 #define RBUF      65536
 #define KEY_SHOWN 120 /* bytes of a key quoted in a message */

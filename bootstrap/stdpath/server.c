@@ -18,6 +18,7 @@
 #include "hpct/hpct.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/base/bytes.h"
 
 #define IN_CAP          (16 * 1024) /* holds the largest field parsed whole (a key) */
 #define OUT_HIGH        (4u << 20)  /* stop parsing a connection while this much is unsent */
@@ -101,21 +102,8 @@ struct hpct_std_server {
 	double stop_deadline;
 };
 
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
-static uint64_t get64(const unsigned char *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
 
-static void set64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (56 - 8 * i));
-}
 
 /* ---- hash table ---- */
 
@@ -300,7 +288,7 @@ static void put(struct conn *c, const void *p, size_t n)
 	c->olen += n;
 }
 
-static void put32(struct conn *c, uint32_t v)
+static void out32(struct conn *c, uint32_t v)
 {
 	unsigned char b[4] = { (unsigned char)(v >> 24), (unsigned char)(v >> 16),
 		               (unsigned char)(v >> 8), (unsigned char)v };
@@ -310,7 +298,7 @@ static void put32(struct conn *c, uint32_t v)
 static void reply_status(struct conn *c, int status)
 {
 	if (out_reserve(c, 4) == 0)
-		put32(c, (uint32_t)status);
+		out32(c, (uint32_t)status);
 	else
 		conn_close(c);
 	schedule(c);
@@ -320,8 +308,8 @@ static void reply_err(struct conn *c, int code, const char *msg)
 {
 	size_t len = strlen(msg);
 	if (out_reserve(c, 8 + len) == 0) {
-		put32(c, (uint32_t)code);
-		put32(c, (uint32_t)len);
+		out32(c, (uint32_t)code);
+		out32(c, (uint32_t)len);
 		put(c, msg, len);
 	} else {
 		conn_close(c);
@@ -444,9 +432,9 @@ static void mget_answer(struct conn *c)
 		conn_close(c);
 		return;
 	}
-	put32(c, 0);
+	out32(c, 0);
 	for (size_t i = 0; i < c->nkeys; i++) {
-		put32(c, c->ents[i]->vlen);
+		out32(c, c->ents[i]->vlen);
 		put(c, c->ents[i]->val, c->ents[i]->vlen);
 	}
 	/* Count the reads, then drop exhausted keys; a key named twice in one
@@ -514,7 +502,7 @@ static void waitge_try(struct conn *c)
 			reply_err(c, HPCT_EINVAL, msg);
 			return;
 		}
-		cur = (int64_t)get64(e->val);
+		cur = (int64_t)hpct__get64(e->val);
 	}
 	if (cur >= c->i64) {
 		req_done(c);
@@ -529,7 +517,7 @@ static void wake(struct entry *e, int was_absent)
 {
 	if (!e->waiters)
 		return;
-	if (!was_absent && !(e->vlen == 8 && (int64_t)get64(e->val) >= e->min_wait))
+	if (!was_absent && !(e->vlen == 8 && (int64_t)hpct__get64(e->val) >= e->min_wait))
 		return; /* only WAITGE waiters here, none satisfied yet */
 	struct conn *w = e->waiters;
 	e->waiters = NULL;
@@ -567,8 +555,8 @@ static void refuse(struct conn *c, const char *fmt, ...)
 static void exec_hello(struct conn *c, const unsigned char *p)
 {
 	struct hpct_std_server *s = c->s;
-	uint32_t magic = get32(p), size = get32(p + 4), r = c->reqrank;
-	uint64_t job = get64(p + 8);
+	uint32_t magic = hpct__get32(p), size = hpct__get32(p + 4), r = c->reqrank;
+	uint64_t job = hpct__get64(p + 8);
 	if (magic != HPCT_STD_MAGIC) {
 		conn_bad(c, "not an hpct rendezvous client (magic 0x%08x)", magic);
 		return;
@@ -647,13 +635,13 @@ static void exec_add(struct conn *c)
 		e->present = 1;
 		e->readers_left = 0;
 	}
-	uint64_t v = get64(e->val) + (uint64_t)c->i64; /* wraps instead of overflowing */
-	set64(e->val, v);
+	uint64_t v = hpct__get64(e->val) + (uint64_t)c->i64; /* wraps instead of overflowing */
+	hpct__put64(e->val, v);
 	req_done(c);
 	if (out_reserve(c, 12) == 0) {
 		unsigned char b[8];
-		set64(b, v);
-		put32(c, 0);
+		hpct__put64(b, v);
+		out32(c, 0);
 		put(c, b, 8);
 	}
 	schedule(c);
@@ -726,7 +714,7 @@ static void conn_progress(struct conn *c)
 			if (avail < 5)
 				goto more;
 			c->op = p[0];
-			c->reqrank = get32(p + 1);
+			c->reqrank = hpct__get32(p + 1);
 			c->ipos += 5;
 			if (c->op == HPCT_STD_HELLO) {
 				if (c->rank >= 0) {
@@ -768,7 +756,7 @@ static void conn_progress(struct conn *c)
 		case ST_N:
 			if (avail < 4)
 				goto more;
-			c->n = get32(p);
+			c->n = hpct__get32(p);
 			c->ipos += 4;
 			if (c->n > HPCT_STD_MAX_KEYS) {
 				conn_bad(c, "MGET of %u keys (limit %u)", c->n, HPCT_STD_MAX_KEYS);
@@ -781,7 +769,7 @@ static void conn_progress(struct conn *c)
 		case ST_KLEN:
 			if (avail < 4)
 				goto more;
-			c->klen = get32(p);
+			c->klen = hpct__get32(p);
 			c->ipos += 4;
 			if (c->klen > HPCT_STD_MAX_KEY) {
 				conn_bad(c, "key of %u bytes (limit %u)", c->klen,
@@ -810,8 +798,8 @@ static void conn_progress(struct conn *c)
 		case ST_SETHDR:
 			if (avail < 8)
 				goto more;
-			c->readers = get32(p);
-			c->vlen = get32(p + 4);
+			c->readers = hpct__get32(p);
+			c->vlen = hpct__get32(p + 4);
 			c->ipos += 8;
 			if (c->vlen > HPCT_STD_MAX_VALUE) {
 				conn_bad(c, "value of %u bytes for key '%.*s' (limit %u)", c->vlen,
@@ -842,7 +830,7 @@ static void conn_progress(struct conn *c)
 		case ST_I64:
 			if (avail < 8)
 				goto more;
-			c->i64 = (int64_t)get64(p);
+			c->i64 = (int64_t)hpct__get64(p);
 			c->ipos += 8;
 			exec(c);
 			break;

@@ -21,6 +21,7 @@
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/world.h"
+#include "bootstrap/base/bytes.h"
 
 enum { OP_SET = 1, OP_GET, OP_ADD, OP_CAS, OP_CHECK, OP_WAIT, OP_DEL, OP_COUNT };
 
