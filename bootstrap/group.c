@@ -7,6 +7,7 @@
 #include "bootstrap/base/log.h"
 #include "bootstrap/world.h"
 #include "bootstrap/world_access.h"
+#include "transport/transport.h"
 
 int hpct__group_fail(struct hpct_group *g, int err, const char *fmt, ...)
 {
@@ -110,8 +111,8 @@ HPCT_PRIVATE int hpct__group_create_keyed(struct hpct_group *parent, uint64_t ke
 
 void hpct__group_free(struct hpct_group *g)
 {
-	if (g->world->eng)
-		hpct__eng_forget_group(g->world->eng, g->id);
+	if (g->world->ops->forget_group)
+		g->world->ops->forget_group(g->world, g->id);
 	free(g->members);
 	free(g);
 }
@@ -186,8 +187,7 @@ HPCT_API int hpct_allgather(struct hpct_group *g, const void *item, size_t sz, v
 		rc = check_size(g, "allgather", sz);
 	if (rc)
 		return rc;
-	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_allgather(g, item, sz, out)
-	                                            : hpct__std_allgather(g, item, sz, out);
+	return g->world->ops->allgather(g, item, sz, out);
 }
 
 HPCT_API int hpct_barrier(struct hpct_group *g)
@@ -195,7 +195,7 @@ HPCT_API int hpct_barrier(struct hpct_group *g)
 	int rc = check(g, "barrier", "", NULL, 0);
 	if (rc)
 		return rc;
-	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_barrier(g) : hpct__std_barrier(g);
+	return g->world->ops->barrier(g);
 }
 
 HPCT_API int hpct_broadcast(struct hpct_group *g, void *buf, size_t len, int root)
@@ -214,8 +214,7 @@ HPCT_API int hpct_broadcast(struct hpct_group *g, void *buf, size_t len, int roo
 		                  "rank %d: broadcast on group %016llx: length %zu must be 1..%u",
 		                  g->world->topo.rank, (unsigned long long)g->id, len,
 		                  HPCT_TRANSPORT_MAX_MSG / 2);
-	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_broadcast(g, buf, len, root)
-	                                            : hpct__std_broadcast(g, buf, len, root);
+	return g->world->ops->broadcast(g, buf, len, root);
 }
 
 HPCT_API int hpct_alltoall(struct hpct_group *g, const void *items, size_t sz, void *out)
@@ -225,6 +224,5 @@ HPCT_API int hpct_alltoall(struct hpct_group *g, const void *items, size_t sz, v
 		rc = check_size(g, "alltoall", sz);
 	if (rc)
 		return rc;
-	return g->world->path == HPCT_PATH_ROOTLESS ? hpct__coll_alltoall(g, items, sz, out)
-	                                            : hpct__std_alltoall(g, items, sz, out);
+	return g->world->ops->alltoall(g, items, sz, out);
 }

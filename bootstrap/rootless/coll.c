@@ -8,6 +8,8 @@
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/rootless/coll.h"
+#include "bootstrap/rootless/engine.h"
 #include "bootstrap/world.h"
 
 /* How long a round waits for its sender before connecting to it itself,

@@ -7,6 +7,8 @@
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/stdpath/coll.h"
+#include "bootstrap/stdpath/stdpath.h"
 #include "bootstrap/world.h"
 
 #define KEYLEN 96
