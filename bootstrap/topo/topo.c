@@ -1,23 +1,26 @@
+/* The job's shape from the launcher's environment: rank and world size,
+ * job id and epoch, ports and socket settings, the node list (HPCT_HOSTS,
+ * Slurm, torchrun's one node) laid out by the tasks per node, checked
+ * against the launcher's local rank, and the secret.  HPCT_HOSTFILE is read
+ * in hostfile.c. */
 #include "bootstrap/topo/topo.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "bootstrap/topo/hostlist.h"
-#include "hpct/hpct.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/topo/hostlist.h"
+#include "bootstrap/topo/topo_internal.h"
+#include "hpct/hpct.h"
 
 /* Far above any real job; keeps the per-rank arrays bounded. */
 #define MAX_WORLD (1 << 24)
-/* Host table lines: "RANK HOST:PORT" and a comment fit easily. */
-#define LINE_MAX_LEN 1024
 
 static const char *const rank_vars[] = { "HPCT_RANK", "RANK", "SLURM_PROCID",
 	                                 "OMPI_COMM_WORLD_RANK", NULL };
@@ -56,10 +59,26 @@ static int first_int(const struct hpct_env *env, const char *const *vars, long m
 	return 0;
 }
 
-static int no_memory(int size)
+int hpct__topo_no_memory(int size)
 {
 	return hpct__fail(HPCT_ENOMEM, HPCT_SUB_ENV, "out of memory reading the layout of %d ranks",
 	                  size);
+}
+
+/* Fills local_of, node, local_rank, local_size and max_local from node_of. */
+void hpct__topo_count_locals(struct hpct_topo *t, int *tasks)
+{
+	for (int k = 0; k < t->nnodes; k++)
+		tasks[k] = 0;
+	for (int r = 0; r < t->size; r++)
+		t->local_of[r] = tasks[t->node_of[r]]++;
+	t->max_local = 0;
+	for (int k = 0; k < t->nnodes; k++)
+		if (tasks[k] > t->max_local)
+			t->max_local = tasks[k];
+	t->node = t->node_of[t->rank];
+	t->local_rank = t->local_of[t->rank];
+	t->local_size = tasks[t->node];
 }
 
 static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
@@ -105,7 +124,7 @@ static int read_job(const struct hpct_env *env, struct hpct_topo *t)
 
 	const char *addr = hpct__env_str(env, "MASTER_ADDR");
 	if (addr && !(t->master_addr = strdup(addr)))
-		return no_memory(t->size);
+		return hpct__topo_no_memory(t->size);
 	rc = hpct__env_int(env, "MASTER_PORT", 1, 65535, 0, &v, NULL);
 	if (rc)
 		return rc;
@@ -169,272 +188,11 @@ static int read_net(const struct hpct_env *env, struct hpct_topo *t)
 		        fam);
 	const char *ifname = hpct__env_str(env, "HPCT_SOCKET_IFNAME");
 	if (ifname && !(t->ifname = strdup(ifname)))
-		return no_memory(t->size);
+		return hpct__topo_no_memory(t->size);
 	rc = hpct__env_bool(env, "HPCT_USE_ROOTLESS", &t->want_rootless, NULL);
 	if (rc)
 		return rc;
 	return hpct__env_seconds(env, "HPCT_TIMEOUT", &t->timeout_s, NULL);
-}
-
-static int file_fail(const char *path, int line, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-static int file_fail(const char *path, int line, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (line > 0)
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_HOSTFILE=%s line %d: %s", path,
-		                  line, msg);
-	return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_HOSTFILE=%s: %s", path, msg);
-}
-
-/* Splits "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address
- * (no port) in place, after checking the token as written. */
-static int split_host_port(char *tok, char **host_out, int *port_out, char *why, size_t whylen)
-{
-	char *host = tok, *port = NULL, *cut = NULL;
-	if (tok[0] == '[') {
-		host = tok + 1;
-		cut = strchr(tok, ']');
-		if (!cut) {
-			snprintf(why, whylen, "unbalanced '[' in '%s'", tok);
-			return -1;
-		}
-		if (cut[1] && cut[1] != ':') {
-			snprintf(why, whylen, "text after ']' in '%s' is not ':PORT'", tok);
-			return -1;
-		}
-		port = cut[1] ? cut + 2 : NULL;
-	} else {
-		char *colon = strchr(tok, ':');
-		/* Two colons or more: a bare IPv6 address, which cannot carry a port. */
-		if (colon && !strchr(colon + 1, ':'))
-			cut = colon, port = colon + 1;
-	}
-	if (host == cut) {
-		snprintf(why, whylen, "empty host in '%s'", tok);
-		return -1;
-	}
-	long p = 0;
-	if (port) {
-		char *end;
-		errno = 0;
-		p = strtol(port, &end, 10);
-		if (errno || *port < '0' || *port > '9' || *end || p < 1 || p > 65535) {
-			snprintf(why, whylen, "port '%s' in '%s' is not in 1..65535", port, tok);
-			return -1;
-		}
-	}
-	if (cut)
-		*cut = 0;
-	*host_out = host;
-	*port_out = (int)p;
-	return 0;
-}
-
-/* Host name -> node index, so a table of 100,000 ranks stays linear. */
-struct hostmap {
-	int *slot; /* node index + 1; 0 = empty */
-	size_t mask;
-};
-
-static int hostmap_get(struct hostmap *m, struct hpct_topo *t, const char *host)
-{
-	size_t i = (size_t)hpct__hash(host, strlen(host), 0) & m->mask;
-	for (; m->slot[i]; i = (i + 1) & m->mask)
-		if (strcmp(t->hosts[m->slot[i] - 1], host) == 0)
-			return m->slot[i] - 1;
-	if (!(t->hosts[t->nnodes] = strdup(host)))
-		return -1;
-	m->slot[i] = ++t->nnodes;
-	return t->nnodes - 1;
-}
-
-/* Fills local_of, node, local_rank, local_size and max_local from node_of. */
-static void count_locals(struct hpct_topo *t, int *tasks)
-{
-	for (int k = 0; k < t->nnodes; k++)
-		tasks[k] = 0;
-	for (int r = 0; r < t->size; r++)
-		t->local_of[r] = tasks[t->node_of[r]]++;
-	t->max_local = 0;
-	for (int k = 0; k < t->nnodes; k++)
-		if (tasks[k] > t->max_local)
-			t->max_local = tasks[k];
-	t->node = t->node_of[t->rank];
-	t->local_rank = t->local_of[t->rank];
-	t->local_size = tasks[t->node];
-}
-
-struct table_ctx {
-	const char *path;
-	const struct srcs *src;
-	int *line_of; /* rank -> line it was listed on, 0 = not yet */
-	struct hostmap map;
-};
-
-static int table_line(struct table_ctx *c, struct hpct_topo *t, int line, char *rank_tok,
-                      char *host_tok)
-{
-	char *end, *host;
-	int port;
-	errno = 0;
-	long r = strtol(rank_tok, &end, 10);
-	if (errno || *end || rank_tok[0] < '0' || rank_tok[0] > '9')
-		return file_fail(c->path, line, "rank '%s' is not a number", rank_tok);
-	if (r >= t->size)
-		return file_fail(c->path, line, "rank %ld is not below the world size %d (from %s)",
-		                 r, t->size, c->src->size);
-	if (c->line_of[r])
-		return file_fail(c->path, line, "rank %ld listed twice (first at line %d)", r,
-		                 c->line_of[r]);
-	char why[LINE_MAX_LEN + 64];
-	if (split_host_port(host_tok, &host, &port, why, sizeof(why)))
-		return file_fail(c->path, line, "rank %ld: %s", r, why);
-	int node = hostmap_get(&c->map, t, host);
-	if (node < 0)
-		return no_memory(t->size);
-	c->line_of[r] = line;
-	t->node_of[r] = node;
-	t->port_of[r] = port;
-	return 0;
-}
-
-static int table_start(struct table_ctx *c, struct hpct_topo *t)
-{
-	size_t n = (size_t)t->size;
-	size_t cap = 16;
-	while (cap < 2 * n)
-		cap *= 2;
-	c->map.mask = cap - 1;
-	c->map.slot = calloc(cap, sizeof(int));
-	c->line_of = calloc(n, sizeof(int));
-	t->hosts = calloc(n, sizeof(char *));
-	t->node_of = malloc(n * sizeof(int));
-	t->local_of = malloc(n * sizeof(int));
-	t->port_of = calloc(n, sizeof(int));
-	if (!c->map.slot || !c->line_of || !t->hosts || !t->node_of || !t->local_of || !t->port_of)
-		return no_memory(t->size);
-	return 0;
-}
-
-static int table_finish(struct table_ctx *c, struct hpct_topo *t, int lines)
-{
-	for (int r = 0; r < t->size; r++)
-		if (!c->line_of[r])
-			return file_fail(
-			        c->path, 0,
-			        "rank %d is not listed (the table must list ranks 0..%d once "
-			        "each; %d lines read)",
-			        r, t->size - 1, lines);
-	int *tasks = malloc((size_t)t->nnodes * sizeof(int));
-	if (!tasks)
-		return no_memory(t->size);
-	count_locals(t, tasks);
-	free(tasks);
-	return 0;
-}
-
-/* Either a table (fills t) or plain lines (*plain_out, *nplain_out). */
-static int read_hostfile(const char *path, const struct srcs *src, struct hpct_topo *t,
-                         char ***plain_out, int *nplain_out)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return file_fail(path, 0, "cannot open (%s)", strerror(errno));
-	struct table_ctx c = { path, src, NULL, { NULL, 0 } };
-	char **plain = NULL;
-	int nplain = 0, cap = 0, line = 0, first = 0, is_table = 0, rc = 0;
-	char buf[LINE_MAX_LEN];
-	while (fgets(buf, sizeof(buf), f)) {
-		line++;
-		size_t len = strlen(buf);
-		int ch = len == sizeof(buf) - 1 && buf[len - 1] != '\n' ? getc(f) : EOF;
-		if (ch != EOF) {
-			rc = file_fail(path, line, "longer than %d characters", LINE_MAX_LEN - 2);
-			goto out;
-		}
-		buf[strcspn(buf, "#")] = 0;
-		char *save, *tok[3];
-		int ntok = 0;
-		for (char *p = strtok_r(buf, " \t\r\n", &save); p && ntok < 3;
-		     p = strtok_r(NULL, " \t\r\n", &save))
-			tok[ntok++] = p;
-		if (ntok == 0)
-			continue;
-		if (!first && ntok > 2) {
-			rc = file_fail(path, line, "expected one host or 'RANK HOST[:PORT]'");
-			goto out;
-		}
-		if (!first) {
-			first = line;
-			is_table = ntok == 2;
-			if (is_table && (rc = table_start(&c, t)))
-				goto out;
-		}
-		if (ntok != (is_table ? 2 : 1)) {
-			rc = file_fail(path, line, "expected %s (as on line %d)",
-			               is_table ? "'RANK HOST[:PORT]'" : "one host", first);
-			goto out;
-		}
-		if (is_table) {
-			if ((rc = table_line(&c, t, line, tok[0], tok[1])))
-				goto out;
-			continue;
-		}
-		char *host, why[LINE_MAX_LEN + 64];
-		int port;
-		if (split_host_port(tok[0], &host, &port, why, sizeof(why))) {
-			rc = file_fail(path, line, "%s", why);
-			goto out;
-		}
-		if (port) {
-			rc = file_fail(path, line, "a port needs the 'RANK HOST:PORT' form");
-			goto out;
-		}
-		if (nplain == t->size) {
-			rc = file_fail(path, line,
-			               "more hosts than the %d ranks of the world (from %s)",
-			               t->size, src->size);
-			goto out;
-		}
-		if (nplain == cap) {
-			cap = cap ? 2 * cap : 64;
-			if (cap > t->size)
-				cap = t->size;
-			char **p = realloc(plain, (size_t)cap * sizeof(*p));
-			if (!p) {
-				rc = no_memory(t->size);
-				goto out;
-			}
-			plain = p;
-		}
-		if (!(plain[nplain] = strdup(host))) {
-			rc = no_memory(t->size);
-			goto out;
-		}
-		nplain++;
-	}
-	if (ferror(f))
-		rc = file_fail(path, 0, "read error after line %d", line);
-	else if (!first)
-		rc = file_fail(path, 0, "no hosts in the file");
-	else if (is_table)
-		rc = table_finish(&c, t, line);
-out:
-	fclose(f);
-	free(c.map.slot);
-	free(c.line_of);
-	if (rc || is_table) {
-		hpct__strv_free(plain, nplain);
-		return rc;
-	}
-	*plain_out = plain;
-	*nplain_out = nplain;
-	return 0;
 }
 
 static const struct {
@@ -485,7 +243,7 @@ static int read_tasks(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	}
 	if (!tasks) {
 		if (!(tasks = malloc((size_t)n * sizeof(int))))
-			return no_memory(t->size);
+			return hpct__topo_no_memory(t->size);
 		for (int k = 0; k < n; k++)
 			tasks[k] = (int)each;
 	}
@@ -510,12 +268,12 @@ static int layout_blocks(struct hpct_topo *t, int *tasks)
 	t->node_of = malloc((size_t)t->size * sizeof(int));
 	t->local_of = malloc((size_t)t->size * sizeof(int));
 	if (!t->node_of || !t->local_of)
-		return no_memory(t->size);
+		return hpct__topo_no_memory(t->size);
 	int r = 0;
 	for (int k = 0; k < t->nnodes; k++)
 		for (int j = 0; j < tasks[k]; j++)
 			t->node_of[r++] = k;
-	count_locals(t, tasks);
+	hpct__topo_count_locals(t, tasks);
 	return 0;
 }
 
@@ -547,7 +305,7 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	t->nodelist_src = vars[i] ? vars[i] : "MASTER_ADDR (one node: LOCAL_WORLD_SIZE=WORLD_SIZE)";
 	char **hosts = NULL;
 	if (i == 0) {
-		if ((rc = read_hostfile(v, src, t, &hosts, &n)))
+		if ((rc = hpct__topo_read_hostfile(v, src->size, t, &hosts, &n)))
 			return rc;
 		if (t->node_of)
 			return 0;
@@ -556,7 +314,8 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		/* One more than the ranks, so that too many nodes gets its own message. */
 		rc = hpct__hostlist_parse(v, (size_t)t->size + 1, &hosts, &n, err, sizeof(err));
 		if (rc)
-			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s", vars[i] ? vars[i] : "MASTER_ADDR",
+			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s",
+			                  vars[i] ? vars[i] : "MASTER_ADDR",
 			                  shorten(v, sb, sizeof(sb)), err);
 		if (n > t->size) {
 			hpct__strv_free(hosts, n);
@@ -671,23 +430,26 @@ static int check_ports(const struct hpct_topo *t)
 /* HPCT_SECRET, or the first line of HPCT_SECRET_FILE (not both). */
 static int read_secret(const struct hpct_env *env, struct hpct_topo *t)
 {
-	const char *v = hpct__env_str(env, "HPCT_SECRET"), *file = hpct__env_str(env, "HPCT_SECRET_FILE");
+	const char *v = hpct__env_str(env, "HPCT_SECRET"),
+	           *file = hpct__env_str(env, "HPCT_SECRET_FILE");
 	if (v && file)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-		                  "HPCT_SECRET and HPCT_SECRET_FILE=%s are both set: set one", file);
+		                  "HPCT_SECRET and HPCT_SECRET_FILE=%s are both set: set one",
+		                  file);
 	char buf[MAX_SECRET + 2];
 	if (file) {
 		FILE *f = fopen(file, "r");
 		if (!f)
-			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET_FILE=%s: %s", file,
-			                  strerror(errno));
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET_FILE=%s: %s",
+			                  file, strerror(errno));
 		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
 		fclose(f);
 		buf[n] = 0;
 		buf[strcspn(buf, "\r\n")] = 0;
 		if (n > MAX_SECRET)
 			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-			                  "HPCT_SECRET_FILE=%s: more than %d bytes", file, MAX_SECRET);
+			                  "HPCT_SECRET_FILE=%s: more than %d bytes", file,
+			                  MAX_SECRET);
 		if (!buf[0])
 			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
 			                  "HPCT_SECRET_FILE=%s: its first line is empty", file);
@@ -695,8 +457,8 @@ static int read_secret(const struct hpct_env *env, struct hpct_topo *t)
 		t->secret_src = "HPCT_SECRET_FILE";
 	} else if (v) {
 		if (strlen(v) > MAX_SECRET)
-			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV, "HPCT_SECRET: more than %d bytes",
-			                  MAX_SECRET);
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "HPCT_SECRET: more than %d bytes", MAX_SECRET);
 		t->secret_src = "HPCT_SECRET";
 	} else {
 		return 0;

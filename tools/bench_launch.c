@@ -1,0 +1,331 @@
+/* hpct-bench's launcher: starts the ranks of one run on loopback nodes with
+ * the environment a launcher would give them, collects their reports,
+ * releases and reaps them, and times a cold run or a restart. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bootstrap/topo/loopback.h"
+#include "hpct/hpct.h"
+#include "tools/bench.h"
+#include "tools/bench_rank.h"
+
+/* set by main for the runs that follow (see bench.h) */
+const char *bench_transport;
+int bench_gate;
+
+static void setenv_int(const char *name, long v)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%ld", v);
+	setenv(name, buf, 1);
+}
+
+/* N ranks of one epoch, launched by this process: their report and
+ * release pipes, their pids. */
+struct batch {
+	int n, rep, rel; /* rep: read end of the reports; rel: write end of the release */
+	pid_t *pids;
+	int got, bad, max_conns;
+	int ready, gate; /* --gate: read end of "started", write end of "go"; else -1 */
+	long msgs;       /* messages the ranks reported sending */
+	long max_rss;    /* the largest resident memory a rank reported, kB */
+	double last;     /* latest finish time reported */
+};
+
+/* Launches N ranks of `scenario` on K nodes at `epoch`; 0 or -1. */
+static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                        int rootless, int port, int run_id, int epoch, double timeout,
+                        const int *only, int nonly);
+
+static int launch(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                  int rootless, int port, int run_id, int epoch, double timeout)
+{
+	return launch_ranks(b, self, scenario, n, nodes, rootless, port, run_id, epoch, timeout,
+	                    NULL, n);
+}
+
+/* Launches ranks only[0..nonly) (all when only is NULL) of an N-rank job. */
+static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                        int rootless, int port, int run_id, int epoch, double timeout,
+                        const int *only, int nonly)
+{
+	memset(b, 0, sizeof(*b));
+	b->ready = b->gate = -1;
+	int pfd[2], rel[2], rdy[2] = { -1, -1 }, go[2] = { -1, -1 };
+	if (bench_gate &&
+	    (pipe(rdy) < 0 || pipe2(go, O_CLOEXEC) < 0 || fcntl(go[0], F_SETFD, 0) < 0))
+		return -1;
+	if (pipe(pfd) < 0)
+		return -1;
+	/* only the read end of the release pipe reaches the ranks */
+	if (pipe2(rel, O_CLOEXEC) < 0 || fcntl(rel[0], F_SETFD, 0) < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return -1;
+	}
+	int per = layout_max_local(n, nodes);
+	char buf[4096];
+	layout_tasks(buf, sizeof(buf), n, nodes);
+	setenv("HPCT_TASKS_PER_NODE", buf, 1);
+	layout_hosts(buf, sizeof(buf), nodes);
+	setenv("HPCT_HOSTS", buf, 1);
+	setenv_int("WORLD_SIZE", n);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	setenv_int("MASTER_PORT", port);
+	setenv_int("HPCT_PORT_BASE", port + 1);
+	setenv_int("HPCT_PORT_RANGE", 2 * per);
+	snprintf(buf, sizeof(buf), "bench-%d-%d", (int)getpid(), run_id);
+	setenv("HPCT_JOB_ID", buf, 1);
+	setenv_int("HPCT_EPOCH", epoch);
+	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
+	if (bench_transport) {
+		setenv("HPCT_TRANSPORT", bench_transport, 1);
+		setenv("IPATH_NO_BACKTRACE", "1", 0); /* libfabric's libinfinipath */
+	} else {
+		unsetenv("HPCT_TRANSPORT");
+	}
+	setenv_int("HPCT_TIMEOUT", (long)timeout);
+	setenv_int("HPCT_BENCH_FD", pfd[1]);
+	setenv_int("HPCT_BENCH_RELEASE_FD", rel[0]);
+	if (bench_gate) {
+		setenv_int("HPCT_BENCH_READY_FD", rdy[1]);
+		setenv_int("HPCT_BENCH_GATE_FD", go[0]);
+	} else {
+		unsetenv("HPCT_BENCH_READY_FD");
+		unsetenv("HPCT_BENCH_GATE_FD");
+	}
+	unsetenv("LOCAL_WORLD_SIZE");
+
+	b->pids = calloc((size_t)nonly, sizeof(*b->pids));
+	int launched = 0;
+	for (int i = 0; i < nonly; i++) {
+		int r = only ? only[i] : i, node, local;
+		layout_place(n, nodes, r, &node, &local);
+		setenv_int("RANK", r);
+		setenv_int("LOCAL_RANK", local);
+		setenv_int("GROUP_RANK", node);
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(pfd[0]);
+			execl(self, self, "--as-rank", scenario, (char *)NULL);
+			_exit(127);
+		}
+		if (pid < 0) {
+			fprintf(stderr, "hpct-bench: fork of rank %d failed: %s\n", r,
+			        strerror(errno));
+			break;
+		}
+		b->pids[launched++] = pid;
+	}
+	close(pfd[1]);
+	close(rel[0]);
+	if (bench_gate) {
+		close(rdy[1]);
+		close(go[0]);
+		b->ready = rdy[0];
+		b->gate = go[1];
+	}
+	b->n = launched;
+	b->rep = pfd[0];
+	b->rel = rel[1];
+	return 0;
+}
+
+/* Reads every rank's report (or until all writers are gone). */
+static void collect(struct batch *b)
+{
+	struct record rec;
+	while (b->got < b->n) {
+		ssize_t k = read(b->rep, &rec, sizeof(rec));
+		if (k != (ssize_t)sizeof(rec))
+			break; /* every writer is gone */
+		b->got++;
+		if (rec.rc != 0)
+			b->bad++;
+		if (rec.done > b->last)
+			b->last = rec.done;
+		b->msgs += rec.msgs;
+		if (rec.rss_kb > b->max_rss)
+			b->max_rss = rec.rss_kb;
+		if (rec.conns > b->max_conns)
+			b->max_conns = rec.conns;
+	}
+}
+
+/* Releases the ranks (or kills them: kill_all) and reaps them; 0 when all
+ * reported success and, unless killed, exited 0. */
+static int finish(struct batch *b, int kill_all)
+{
+	close(b->rep);
+	if (kill_all)
+		for (int r = 0; r < b->n; r++)
+			if (b->pids[r] > 0)
+				kill(b->pids[r], SIGKILL);
+	close(b->rel);
+	for (int r = 0; r < b->n; r++) {
+		int st;
+		if (b->pids[r] > 0 && waitpid(b->pids[r], &st, 0) == b->pids[r] && !kill_all &&
+		    !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+			b->bad++;
+	}
+	free(b->pids);
+	return b->got < b->n || b->bad ? -1 : 0;
+}
+
+static void report_failure(const char *what, int rootless, const struct batch *b, int n)
+{
+	fprintf(stderr,
+	        "hpct-bench: %s %s run with %d ranks failed (%d of %d reported, %d failures)\n",
+	        rootless ? "rootless" : "standard", what, n, b->got, n, b->bad);
+}
+
+/* One run: N ranks on K loopback nodes; returns ms or -1. */
+double bench_run_once(const char *self, const char *scenario, int n, int nodes, int rootless,
+                      int port, int run_id, double timeout, int *max_conns, long *msgs,
+                      long *max_rss)
+{
+	struct batch b;
+	double t0 = mono();
+	if (launch(&b, self, scenario, n, nodes, rootless, port, run_id, 0, timeout) < 0)
+		return -1;
+	if (b.gate >= 0) { /* every rank started and ready: all go at once */
+		char c;
+		for (int k = 0; k < b.n && read(b.ready, &c, 1) == 1; k++)
+			;
+		close(b.ready);
+		t0 = mono();
+		close(b.gate);
+	}
+	collect(&b);
+	*max_conns = b.max_conns;
+	*msgs = b.msgs;
+	*max_rss = b.max_rss;
+	double last = b.last;
+	if (finish(&b, 0) < 0) {
+		report_failure(scenario, rootless, &b, n);
+		return -1;
+	}
+	return (last - t0) * 1000;
+}
+
+/* The ranks to kill: rank 0 first for kill-root, the rest at random from
+ * the seed, distinct, sorted (the order hpct_world_recover wants). */
+static int pick_victims(int n, int kills, int kill_root, unsigned seed, int run_id, int *out)
+{
+	unsigned x = seed * 2654435761u + (unsigned)run_id;
+	int k = 0;
+	if (kill_root)
+		out[k++] = 0;
+	while (k < kills) {
+		int v = (int)(((x = x * 1103515245u + 12345u) >> 8) % (unsigned)n), dup = 0;
+		for (int i = 0; i < k; i++)
+			dup |= out[i] == v;
+		if (!dup)
+			out[k++] = v;
+	}
+	for (int i = 1; i < k; i++) /* insertion sort: k is small */
+		for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+			int t = out[j];
+			out[j] = out[j - 1];
+			out[j - 1] = t;
+		}
+	return k;
+}
+
+/* restart / kill-root: N ranks at steady state (world allgather and barrier
+ * done at epoch 0); then the victims die by SIGKILL, and the job recovers
+ * at epoch 1: `full`, as torchrun does by default, stops every other rank
+ * and starts all N again; `inprocess` starts only the victims' replacements
+ * and tells the survivors (this launcher plays the job's agent), which call
+ * hpct_world_recover.  Timed from the kill until every rank finished the
+ * world allgather and barrier at the new epoch.  *max_conns gets the
+ * connections opened by the ranks of the new epoch (inprocess: by the
+ * survivors, new ones only; *repl_conns: by the replacements). */
+double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
+                          double timeout, int kill_root, int kills, unsigned seed, int inprocess,
+                          int *max_conns, int *repl_conns)
+{
+	int agent[2] = { -1, -1 };
+	if (inprocess) {
+		if (pipe2(agent, O_CLOEXEC) < 0 || fcntl(agent[0], F_SETFD, 0) < 0)
+			return -1;
+		setenv_int("HPCT_BENCH_AGENT_FD", agent[0]);
+	}
+	struct batch a, b;
+	int rc = launch(&a, self, inprocess ? "recover" : "cold", n, nodes, rootless, port, run_id,
+	                0, timeout);
+	if (agent[0] >= 0)
+		close(agent[0]);
+	if (rc < 0) {
+		if (agent[1] >= 0)
+			close(agent[1]);
+		return -1;
+	}
+	collect(&a);
+	if (a.got < n || a.bad) {
+		if (agent[1] >= 0)
+			close(agent[1]);
+		finish(&a, 1);
+		report_failure("steady-state", rootless, &a, n);
+		return -1;
+	}
+	int victims[64];
+	kills = pick_victims(n, kills, kill_root, seed, run_id, victims);
+	double t0 = mono();
+	for (int k = 0; k < kills; k++)
+		kill(a.pids[victims[k]], SIGKILL);
+	double last;
+	if (!inprocess) {
+		finish(&a, 1); /* the agent stops the rest: all start again */
+		if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout) < 0)
+			return -1;
+		collect(&b);
+		*max_conns = b.max_conns;
+		*repl_conns = 0;
+		last = b.last;
+		if (finish(&b, 0) < 0) {
+			report_failure("restarted", rootless, &b, n);
+			return -1;
+		}
+		return (last - t0) * 1000;
+	}
+	for (int k = 0; k < kills; k++) {
+		waitpid(a.pids[victims[k]], NULL, 0);
+		a.pids[victims[k]] = 0;
+	}
+	rc = launch_ranks(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout, victims,
+	                  kills);
+	/* the agent's word to every survivor */
+	struct agent_msg m = { .epoch = 1, .nreplaced = kills };
+	memcpy(m.replaced, victims, (size_t)kills * sizeof(int));
+	for (int i = 0; i < n - kills; i++)
+		if (write(agent[1], &m, sizeof(m)) != (ssize_t)sizeof(m))
+			rc = -1;
+	close(agent[1]);
+	a.n = n - kills; /* the survivors' second reports */
+	a.got = a.bad = a.max_conns = 0;
+	a.last = 0;
+	collect(&a);
+	if (rc == 0)
+		collect(&b);
+	last = a.last > b.last ? a.last : b.last;
+	*max_conns = a.max_conns;
+	*repl_conns = b.max_conns;
+	int bad = a.got < a.n || a.bad || b.got < b.n || b.bad;
+	a.n = n; /* every pid, the victims' now 0, is reaped */
+	a.got = n;
+	finish(&a, 0);
+	if (rc == 0)
+		finish(&b, 0);
+	if (bad || rc < 0) {
+		report_failure("in-process recovery", rootless, &b, kills);
+		return -1;
+	}
+	return (last - t0) * 1000;
+}

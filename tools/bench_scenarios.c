@@ -1,0 +1,207 @@
+/* hpct-bench's scenarios beyond a plain launch: the rank side of the
+ * scenarios this program plays itself (cold, and recover for restart
+ * --recovery inprocess), the table naming each scenario's rank program, the
+ * network namespace and environment of the torch scenario's ranks, and
+ * nccl-root, which runs in this process with no launch. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/nccl/nccl_internal.h"
+#include "hpct/hpct.h"
+#include "tools/bench.h"
+#include "tools/bench_rank.h"
+#include "tools/shim_path.h"
+
+/* A world allgather (checked) and a barrier. */
+static int world_exercise(hpct_world *w)
+{
+	hpct_group *g = hpct_world_group(w);
+	int n = hpct_group_size(g);
+	unsigned char item[64], *all = malloc((size_t)n * sizeof(item));
+	memset(item, hpct_group_rank(g) & 0xff, sizeof(item));
+	int rc = all ? hpct_allgather(g, item, sizeof(item), all) : HPCT_ENOMEM;
+	for (int r = 0; r < n && rc == 0; r++)
+		if (all[(size_t)r * sizeof(item)] != (unsigned char)(r & 0xff))
+			rc = HPCT_EPROTO;
+	if (rc == 0)
+		rc = hpct_barrier(g);
+	free(all);
+	return rc;
+}
+
+static int cold_rank(hpct_world *w)
+{
+	return settle(w, world_exercise(w));
+}
+
+/* A rank of an in-process restart: reports its cold start, then waits for
+ * the agent's word (none: just the release), recovers to the new epoch and
+ * reports again with the connections the recovery opened. */
+static int recover_rank(hpct_world *w)
+{
+	int rc = world_exercise(w);
+	if (report(rc, conns_of(w), msgs_of(w)) != 0 || rc)
+		return settle(w, rc);
+	struct agent_msg m;
+	ssize_t k;
+	while ((k = read(atoi(getenv("HPCT_BENCH_AGENT_FD")), &m, sizeof(m))) < 0 && errno == EINTR)
+		;
+	if (k != (ssize_t)sizeof(m)) {
+		wait_release();
+		return 0;
+	}
+	int before = conns_of(w);
+	rc = hpct_world_recover(w, m.epoch, m.replaced, m.nreplaced);
+	if (rc == 0)
+		rc = world_exercise(w);
+	return settle_conns(rc, conns_of(w) - before);
+}
+
+static const struct scenario scenarios[] = {
+	{ "cold", cold_rank, NULL },
+	{ "recover", recover_rank, NULL }, /* ranks of restart --recovery inprocess */
+	{ "gloo", NULL, "hpct-bench-gloo" },
+	{ "torch", NULL, "hpct-bench-torch.py" },
+};
+
+const struct scenario *bench_find_scenario(const char *name)
+{
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		if (strcmp(scenarios[i].name, name) == 0)
+			return &scenarios[i];
+	return NULL;
+}
+
+/* --scenario torch: stock PyTorch binds its store to the wildcard address,
+ * so the runs happen in a network namespace of their own (loopback only);
+ * 0, or -1 with the reason printed. */
+int bench_enter_netns(void)
+{
+	uid_t uid = getuid();
+	gid_t gid = getgid();
+	if (unshare(CLONE_NEWNET) != 0) {
+		char map[64];
+		int fd;
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) {
+			fprintf(stderr,
+			        "hpct-bench: --scenario torch: cannot make a network namespace "
+			        "(unshare: %s); stock PyTorch would bind the wildcard address\n",
+			        strerror(errno));
+			return -1;
+		}
+		if ((fd = open("/proc/self/setgroups", O_WRONLY)) >= 0) {
+			(void)!write(fd, "deny", 4);
+			close(fd);
+		}
+		snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+		if ((fd = open("/proc/self/uid_map", O_WRONLY)) >= 0) {
+			(void)!write(fd, map, strlen(map));
+			close(fd);
+		}
+		snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+		if ((fd = open("/proc/self/gid_map", O_WRONLY)) >= 0) {
+			(void)!write(fd, map, strlen(map));
+			close(fd);
+		}
+	}
+	int sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	int rc = sk < 0 || ioctl(sk, SIOCGIFFLAGS, &ifr) != 0 ? -1 : 0;
+	ifr.ifr_flags |= IFF_UP;
+	if (rc == 0)
+		rc = ioctl(sk, SIOCSIFFLAGS, &ifr);
+	if (sk >= 0)
+		close(sk);
+	if (rc != 0)
+		fprintf(stderr, "hpct-bench: --scenario torch: cannot bring lo up: %s\n",
+		        strerror(errno));
+	return rc;
+}
+
+/* The environment of a torch run's ranks: the same script either way, the
+ * shim preloaded for the rootless path. */
+void bench_torch_env(int rootless)
+{
+	static char lib[8192];
+	if (!lib[0])
+		hpct_shim_path(lib, sizeof(lib)); /* a missing one fails at exec, named */
+	if (rootless)
+		setenv("LD_PRELOAD", lib, 1);
+	else
+		unsetenv("LD_PRELOAD");
+	setenv("GLOO_SOCKET_IFNAME", "lo", 1); /* stock Gloo: the namespace's only interface */
+	setenv("OMP_NUM_THREADS", "1", 0);
+}
+
+/* --scenario nccl-root: N simulated ranks (the player the conformance tests
+ * use) until every one has its ring neighbour, against NCCL's own root (one,
+ * started by ncclGetUniqueId: what the standard path runs) or against hpct's
+ * micro-roots (one per rank: Tier 2).  All in this process, no launch: the
+ * roots and the ranks are the whole of it.  Ranks report in rank order, and
+ * with NCCL's root they hold back as NCCL's ranks do past 256 ranks a root
+ * (NCCL_UID_STAGGER_*'s defaults).  max_conns: the busiest root's
+ * connections, plus the 3 of the rank living in the same process. */
+double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *conns)
+{
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	if (!l) {
+		fprintf(stderr, "hpct-bench: %s\n", hpct_last_error());
+		return -1;
+	}
+	int nids = rootless ? n : 1, rc;
+	hpct_nccl_id *ids = calloc((size_t)nids, sizeof(*ids));
+	unsigned char *replies = malloc((size_t)n * HPCT_NCCL_RING_LEN);
+	struct hpct_nccl_roots *roots = NULL;
+	double t0 = mono();
+	if (rootless) {
+		struct sockaddr_in in = { .sin_family = AF_INET };
+		in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		for (int i = 0; i < n; i++) {
+			in.sin_port = htons((uint16_t)(port + i));
+			hpct__nccl_id_make(0x6863707462656e63ull, (struct sockaddr *)&in, 0, 1,
+			                   l->version, &ids[i]);
+		}
+		rc = hpct__nccl_roots_start(ids, n, n, timeout, 0, &roots);
+	} else {
+		rc = l->get_unique_id(&ids[0]) == 0 ? 0 : HPCT_ENCCL;
+	}
+	if (rc == 0)
+		rc = hpct__nccl_play_ranks(ids, nids, n, NULL, timeout, !rootless, replies, conns);
+	double ms = (mono() - t0) * 1000;
+	if (roots) {
+		int wrc = rc == 0 ? hpct__nccl_roots_wait(roots, NULL) : 0;
+		if (rc)
+			hpct__nccl_roots_stop(roots);
+		rc = rc ? rc : wrc;
+	}
+	unsigned char want[HPCT_NCCL_RING_LEN];
+	for (int r = 0; r < n && rc == 0; r++) {
+		hpct__nccl_test_ring((r + 1) % n, want);
+		if (memcmp(replies + (size_t)r * HPCT_NCCL_RING_LEN, want, sizeof(want)) != 0) {
+			fprintf(stderr, "hpct-bench: rank %d was not sent rank %d's ring info\n", r,
+			        (r + 1) % n);
+			rc = HPCT_EPROTO;
+		}
+	}
+	free(ids);
+	free(replies);
+	if (rc) {
+		fprintf(stderr, "hpct-bench: nccl-root with %d ranks (%s): %s\n", n,
+		        rootless ? "micro-roots" : "NCCL's root", hpct_last_error());
+		return -1;
+	}
+	*conns += 3;
+	return ms;
+}
