@@ -1,10 +1,10 @@
-/* Inside the rootless engine: the state engine.c and handshake.c share.
- * Nothing outside those two files includes this. */
+/* Inside the rootless engine: the state engine.c, peers.c, groups.c and
+ * handshake.c share.  Nothing outside those files includes this. */
 #ifndef HPCT_ENGINE_INTERNAL_H
 #define HPCT_ENGINE_INTERNAL_H
 
-#include "bootstrap/rootless/engine.h"
 #include "bootstrap/base/wire.h"
+#include "bootstrap/rootless/engine.h"
 
 enum out_state {
 	OUT_IDLE,
@@ -87,37 +87,43 @@ struct hpct_engine {
 
 /* Handshake lists (accepted conns waiting for a HELLO, ours waiting for the
  * answer), with the list a conn is on kept in the conn. */
-void eng_list_add(struct econn **list, struct econn *c);
-void eng_list_del(struct econn *c);
+void hpct__eng_list_add(struct econn **list, struct econn *c);
+void hpct__eng_list_del(struct econn *c);
 
 /* The entry of rank r, made on first use; NULL only when out of memory. */
-struct peer *eng_peer(struct hpct_engine *e, int r);
+struct peer *hpct__eng_peer(struct hpct_engine *e, int r);
 /* The entry of rank r if the engine has one, else NULL. */
-struct peer *eng_peer_find(const struct hpct_engine *e, int r);
+struct peer *hpct__eng_peer_find(const struct hpct_engine *e, int r);
 /* Every peer entry; the body must not make new ones. */
-#define ENG_FOR_EACH_PEER(e, p)                                     \
-	for (unsigned eng_i_ = 0; eng_i_ < (e)->pcap; eng_i_++)     \
+#define ENG_FOR_EACH_PEER(e, p)                                 \
+	for (unsigned eng_i_ = 0; eng_i_ < (e)->pcap; eng_i_++) \
 		for (struct peer *p = (e)->ptab[eng_i_]; p; p = NULL)
 
-void eng_schedule_retry(struct hpct_engine *e, struct peer *p, int err);
+void hpct__eng_schedule_retry(struct hpct_engine *e, struct peer *p, int err);
+/* Puts a peer on the backoff list (at most once). */
+void hpct__eng_backoff_push(struct hpct_engine *e, struct peer *p);
+/* Opens our connection to a peer, at its address (engine.c). */
+void hpct__eng_start_connect(struct hpct_engine *e, struct peer *p);
+/* The link messages to a peer go out on now, or NULL. */
+struct econn *hpct__eng_ready_conn(const struct hpct_engine *e, const struct peer *p);
 /* Drops a peer's queued messages, counting them lost. */
-void eng_drop_queue(struct hpct_engine *e, struct peer *p);
-void eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
-                    uint64_t group, uint32_t reason);
+void hpct__eng_drop_queue(struct hpct_engine *e, struct peer *p);
+void hpct__eng_send_hello(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                          uint64_t group, uint32_t reason);
 /* The same frame with a nonce and a MAC after it (HPCT_AUTH_LEN). */
-void eng_send_auth(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
-                   uint64_t group, const unsigned char *nonce, const unsigned char *mac);
+void hpct__eng_send_auth(struct hpct_engine *e, struct hpct_tconn *t, uint16_t type, uint32_t dst,
+                         uint64_t group, const unsigned char *nonce, const unsigned char *mac);
 /* Sends a peer's queued messages if a usable link exists. */
-void eng_maybe_flush(struct hpct_engine *e, struct peer *p);
-struct econn *eng_usable_in(const struct hpct_engine *e, const struct peer *p);
+void hpct__eng_maybe_flush(struct hpct_engine *e, struct peer *p);
+struct econn *hpct__eng_usable_in(const struct hpct_engine *e, const struct peer *p);
 /* A conn closed (the transport already closed it): peer state, then free. */
-void eng_on_closed(struct hpct_engine *e, struct econn *c, int err);
+void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err);
 
 /* handshake.c */
-void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
-void eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
+void hpct__eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
+void hpct__eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
 /* The AUTH that follows our CHALLENGE on an accepted conn. */
-void eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
-void eng_expire_handshakes(struct hpct_engine *e);
+void hpct__eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_t len);
+void hpct__eng_expire_handshakes(struct hpct_engine *e);
 
 #endif

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bootstrap/rootless/engine_internal.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/rootless/engine_internal.h"
 
 static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hello *h,
                    uint32_t reason)
@@ -19,13 +19,13 @@ static void refuse(struct hpct_engine *e, struct econn *c, const struct hpct_hel
 	          e->cfg.rank, from, h->src, (unsigned long long)h->job,
 	          (unsigned long long)h->epoch, h->size, h->dst, hpct__refuse_reason_str(reason),
 	          (unsigned long long)e->cfg.job, (unsigned long long)e->cfg.epoch, e->cfg.size);
-	eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, h->group, reason);
+	hpct__eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, h->group, reason);
 	e->stats.conns_refused++;
 }
 /* An accepted conn that was never admitted. */
 static void drop_accepted(struct hpct_engine *e, struct econn *c)
 {
-	eng_list_del(c);
+	hpct__eng_list_del(c);
 	e->cfg.ops->close(c->t);
 	free(c);
 }
@@ -33,12 +33,12 @@ static void drop_accepted(struct hpct_engine *e, struct econn *c)
  * connector is ready already (it proved the secret with its AUTH). */
 static void admit(struct hpct_engine *e, struct econn *c, const struct hpct_hello *h, int ack)
 {
-	struct peer *p = eng_peer(e, (int)h->src);
+	struct peer *p = hpct__eng_peer(e, (int)h->src);
 	if (!p) { /* no room to know it: as if it had not come */
 		drop_accepted(e, c);
 		return;
 	}
-	eng_list_del(c);
+	hpct__eng_list_del(c);
 	c->peer = (int)h->src;
 	c->auth_wait = 0;
 	p->in = c;
@@ -46,27 +46,27 @@ static void admit(struct hpct_engine *e, struct econn *c, const struct hpct_hell
 	e->cfg.ops->set_max_msg(c->t, HPCT_TRANSPORT_MAX_MSG);
 	e->stats.conns_accepted++;
 	if (ack)
-		eng_send_hello(e, c->t, HPCT_HELLO_ACK, h->src, h->group, 0);
+		hpct__eng_send_hello(e, c->t, HPCT_HELLO_ACK, h->src, h->group, 0);
 	HPCT_TRACE(HPCT_SUB_NET, "admitted rank %u (group %016llx)%s", h->src,
 	           (unsigned long long)h->group, e->cfg.secret ? ", secret proven" : "");
 	if (c->peer < e->cfg.rank && p->out && p->state != OUT_READY) {
 		/* Crossing connects: the lower rank's wins, and ours has carried
 		 * only its HELLO (messages wait in the queue until READY). */
-		eng_list_del(p->out);
+		hpct__eng_list_del(p->out);
 		e->cfg.ops->close(p->out->t);
 		free(p->out);
 		p->out = NULL;
 		p->state = OUT_IDLE;
 		p->pulling = 0;
 	}
-	eng_maybe_flush(e, p);
+	hpct__eng_maybe_flush(e, p);
 }
 
 /* Why a HELLO cannot be admitted, or HPCT_REFUSE_NONE. */
 static uint32_t refusal(struct hpct_engine *e, const struct hpct_hello *h, int proof)
 {
 	const struct peer *known =
-	        h->src < (uint32_t)e->cfg.size ? eng_peer_find(e, (int)h->src) : NULL;
+	        h->src < (uint32_t)e->cfg.size ? hpct__eng_peer_find(e, (int)h->src) : NULL;
 	if (h->job != e->cfg.job)
 		return HPCT_REFUSE_JOB;
 	if (h->epoch != e->cfg.epoch)
@@ -88,7 +88,7 @@ static uint32_t refusal(struct hpct_engine *e, const struct hpct_hello *h, int p
 
 /* The first message on an accepted conn: admit, refuse, or (with a
  * secret) challenge. */
-void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
+void hpct__eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
 	struct hpct_hello h;
 	char from[HPCT_ADDRSTRLEN];
@@ -122,10 +122,10 @@ void eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size
 	}
 	c->hello = h;
 	c->auth_wait = 1;
-	eng_send_auth(e, c->t, HPCT_HELLO_CHALLENGE, h.src, h.group, c->nonce, mac);
+	hpct__eng_send_auth(e, c->t, HPCT_HELLO_CHALLENGE, h.src, h.group, c->nonce, mac);
 }
 
-void eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
+void hpct__eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
 	struct hpct_hello h;
 	unsigned char mac[HPCT_AUTH_MAC], want[HPCT_AUTH_MAC];
@@ -147,8 +147,8 @@ void eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_
 		                  ? "it has no shared secret (HPCT_SECRET is set on one side only)"
 		                  : "it found our proof of the shared secret wrong (HPCT_SECRET "
 		                    "differs there?)");
-		eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, c->hello.src, c->hello.group,
-		               HPCT_REFUSE_AUTH);
+		hpct__eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, c->hello.src, c->hello.group,
+		                     HPCT_REFUSE_AUTH);
 		e->stats.conns_refused++;
 		drop_accepted(e, c);
 		return;
@@ -168,9 +168,9 @@ void eng_on_auth(struct hpct_engine *e, struct econn *c, const void *data, size_
  * is refused for good (unless ours was a pull, which carried nothing). */
 static void out_rejected(struct hpct_engine *e, struct econn *c)
 {
-	struct peer *p = eng_peer_find(e, c->peer);
+	struct peer *p = hpct__eng_peer_find(e, c->peer);
 	HPCT_INFO(HPCT_SUB_NET, "rank %d: rank %d at %s %s", e->cfg.rank, c->peer, p->addr, p->why);
-	eng_list_del(c);
+	hpct__eng_list_del(c);
 	p->out = NULL;
 	e->cfg.ops->close(c->t);
 	free(c);
@@ -178,23 +178,23 @@ static void out_rejected(struct hpct_engine *e, struct econn *c)
 		p->state = p->in ? OUT_CLOSED : OUT_IDLE;
 		p->pulling = 0;
 		p->why[0] = 0;
-		eng_maybe_flush(e, p);
+		hpct__eng_maybe_flush(e, p);
 		return;
 	}
 	p->state = OUT_REFUSED;
 	p->last_err = HPCT_EREFUSED;
-	eng_drop_queue(e, p);
+	hpct__eng_drop_queue(e, p);
 }
 /* Our link is ready: what waited for it goes out. */
 static void out_ready(struct hpct_engine *e, struct econn *c, struct peer *p)
 {
-	eng_list_del(c);
+	hpct__eng_list_del(c);
 	p->state = OUT_READY;
 	p->ever_up = 1;
 	p->pulling = 0;
 	e->cfg.ops->set_max_msg(c->t, HPCT_TRANSPORT_MAX_MSG);
 	e->stats.conns_opened++;
-	eng_maybe_flush(e, p);
+	hpct__eng_maybe_flush(e, p);
 }
 
 /* A CHALLENGE: check the acceptor's proof, give ours; then ready. */
@@ -207,10 +207,12 @@ static void on_challenge(struct hpct_engine *e, struct econn *c, struct peer *p,
 	/* a refusal says why before the close, so that the acceptor can tell
 	 * it from a connection merely given up (a link the other way won) */
 	if (!e->cfg.secret) {
-		snprintf(p->why, sizeof(p->why),
-		         "asked for a proof of a shared secret this rank does not have (HPCT_SECRET "
-		         "is set on one side only)");
-		eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, p->group, HPCT_REFUSE_NOAUTH);
+		snprintf(
+		        p->why, sizeof(p->why),
+		        "asked for a proof of a shared secret this rank does not have (HPCT_SECRET "
+		        "is set on one side only)");
+		hpct__eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, p->group,
+		                     HPCT_REFUSE_NOAUTH);
 		out_rejected(e, c);
 		return;
 	}
@@ -221,18 +223,19 @@ static void on_challenge(struct hpct_engine *e, struct econn *c, struct peer *p,
 	                   (uint32_t)e->cfg.rank, h->src, ours) < 0) {
 		snprintf(p->why, sizeof(p->why),
 		         "gave a wrong proof of the shared secret (HPCT_SECRET differs there?)");
-		eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, p->group, HPCT_REFUSE_AUTH);
+		hpct__eng_send_hello(e, c->t, HPCT_HELLO_REFUSE, h->src, p->group,
+		                     HPCT_REFUSE_AUTH);
 		out_rejected(e, c);
 		return;
 	}
-	eng_send_auth(e, c->t, HPCT_HELLO_AUTH, (uint32_t)c->peer, p->group, NULL, ours);
+	hpct__eng_send_auth(e, c->t, HPCT_HELLO_AUTH, (uint32_t)c->peer, p->group, NULL, ours);
 	out_ready(e, c, p);
 }
 
 /* The answer to our HELLO. */
-void eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
+void hpct__eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
-	struct peer *p = eng_peer_find(e, c->peer);
+	struct peer *p = hpct__eng_peer_find(e, c->peer);
 	struct hpct_hello h;
 	unsigned char nonce[HPCT_AUTH_NONCE], mac[HPCT_AUTH_MAC];
 	int rc = hpct__hello_decode_auth(data, len, &h, nonce, mac);
@@ -255,7 +258,8 @@ void eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t
 		on_challenge(e, c, p, &h, nonce, mac);
 	} else if (h.type == HPCT_HELLO_CHALLENGE || e->cfg.secret) {
 		snprintf(p->why, sizeof(p->why),
-		         "admitted us without a proof of the shared secret (HPCT_SECRET is set on one "
+		         "admitted us without a proof of the shared secret (HPCT_SECRET is set on "
+		         "one "
 		         "side only?)");
 		out_rejected(e, c);
 	} else {
@@ -264,7 +268,7 @@ void eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, size_t
 }
 
 /* Handshakes that stayed silent while we were listening. */
-void eng_expire_handshakes(struct hpct_engine *e)
+void hpct__eng_expire_handshakes(struct hpct_engine *e)
 {
 	for (struct econn *c = e->accepted, *next; c; c = next) {
 		next = c->next;
@@ -282,11 +286,11 @@ void eng_expire_handshakes(struct hpct_engine *e)
 			continue;
 		/* something accepted and never answered: a stopped process, or
 		 * not hpct; try again until the caller's deadline */
-		struct peer *p = eng_peer_find(e, c->peer);
-		eng_list_del(c);
+		struct peer *p = hpct__eng_peer_find(e, c->peer);
+		hpct__eng_list_del(c);
 		p->out = NULL;
 		e->cfg.ops->close(c->t);
 		free(c);
-		eng_schedule_retry(e, p, HPCT_ETIMEDOUT);
+		hpct__eng_schedule_retry(e, p, HPCT_ETIMEDOUT);
 	}
 }
