@@ -19,7 +19,10 @@
  * engine backs off).  A peer that died is found by the sends to it failing
  * for DEAD_AFTER with none of them completing and nothing heard from it; a
  * waiting side pings a silent peer to learn it.  Completions are waited for
- * on the completion queue's wait object: no busy polling. */
+ * on the completion queue's wait object: no busy polling.
+ *
+ * This file: loading libfabric, the endpoint and the transport's table;
+ * ofi_conn.c: the emulated connections. */
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -36,23 +39,10 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
-#include "hpct/hpct.h"
-#include "transport/transport.h"
 #include "bootstrap/base/bytes.h"
-
-/* The largest fabric message, header included: under rxm's eager limit
- * (FI_OFI_RXM_BUFFER_SIZE 1024 less its own header), so nothing waits on a
- * rendezvous. */
-#define FRAG              768
-#define NRX               32 /* receives kept posted */
-#define HDR               24
-#define SYN_REFUSED_AFTER 0.05 /* s of -FI_EAGAIN on a SYN: nobody listens there */
-#define DEAD_AFTER        0.5  /* s of failing sends to an open peer: it is gone */
-#define PING_AFTER        0.1  /* s of silence from a peer we wait on: ask */
-#define RETRY_MS          1
-
-enum { W_SYN = 1, W_SYNACK, W_DATA, W_FIN, W_PING };
-enum ostate { O_CONNECTING, O_OPEN, O_CLOSED };
+#include "hpct/hpct.h"
+#include "transport/ofi_internal.h"
+#include "transport/transport.h"
 
 static __thread char why[512];
 
@@ -118,73 +108,12 @@ static const char *ferr(int rc)
 	return lib.strerror ? lib.strerror(rc < 0 ? -rc : rc) : "?";
 }
 
-/* ------------------------------------------------------------ state */
-
-struct op { /* one fabric message, waiting for fi_send or in flight */
-	struct op *next;
-	uint32_t conn; /* its conn's id: the conn may be gone by its completion */
-	size_t len;
-	unsigned char buf[];
-};
-
-struct ofi_conn {
-	struct hpct_tconn base; /* first: the engine sees only this */
-	struct ofi_ctx *ctx;
-	uint32_t id, peer_id;
-	enum ostate state;
-	fi_addr_t addr;
-	struct sockaddr_storage peer;
-	size_t max_msg;
-	struct op *qhead, *qtail; /* not yet taken by fi_send, in order */
-	size_t queued;            /* their bytes */
-	struct op *held;          /* messages sent before the peer answered */
-	double failing_since;     /* fi_send of the head refused since, or 0 */
-	double last_heard, last_ping;
-	uint32_t tx_seq;    /* messages sent on it */
-	uint32_t rx_next;   /* the next message to hand on (from 1) */
-	uint32_t fin_after; /* a FIN came after this many messages; 0: none */
-	struct part *parts; /* messages being put together */
-};
-
-struct part {
-	struct part *next;
-	uint32_t seq, total, got;
-	unsigned char data[];
-};
-
-struct ofi_ctx {
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_cq *cq;
-	struct fid_ep *ep;
-	unsigned char name[HPCT_RAW_ADDR_MAX]; /* fi_getname: what a SYN carries */
-	size_t name_len;
-	struct ofi_conn **conns; /* by id - 1; NULL once forgotten */
-	uint32_t nconns;
-	size_t backlog;  /* bytes queued on every conn, not yet taken by fi_send */
-	size_t inflight; /* bytes taken by fi_send whose completion has not come */
-	unsigned char *rxbuf;
-	struct {
-		unsigned char name[HPCT_RAW_ADDR_MAX];
-		size_t len;
-		fi_addr_t addr;
-	} * avs;
-	size_t navs, capavs;
-	hpct_tevent_cb cb; /* during progress */
-	void *cbarg;
-	int nev;
-};
-
-static double now_s(void)
+double hpct__ofi_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
-
 
 static socklen_t sa_len(const struct sockaddr_storage *ss)
 {
@@ -235,7 +164,7 @@ static size_t name_of(const struct sockaddr_storage *ss, const unsigned char **b
 }
 
 /* The fabric address of a peer's endpoint, inserted once. */
-static int av_of(struct ofi_ctx *x, const unsigned char *name, size_t len, fi_addr_t *out)
+int hpct__ofi_av_of(struct ofi_ctx *x, const unsigned char *name, size_t len, fi_addr_t *out)
 {
 	if (len == 0 || len > HPCT_RAW_ADDR_MAX)
 		return -EINVAL;
@@ -260,155 +189,6 @@ static int av_of(struct ofi_ctx *x, const unsigned char *name, size_t len, fi_ad
 	x->avs[x->navs++].addr = a;
 	*out = a;
 	return 0;
-}
-
-static struct ofi_conn *conn_by_id(struct ofi_ctx *x, uint32_t id)
-{
-	return id >= 1 && id <= x->nconns ? x->conns[id - 1] : NULL;
-}
-
-static struct ofi_conn *conn_new(struct ofi_ctx *x, enum ostate st)
-{
-	struct ofi_conn **t = realloc(x->conns, (x->nconns + 1) * sizeof(*t));
-	struct ofi_conn *c = calloc(1, sizeof(*c));
-	if (!t || !c) {
-		free(c);
-		if (t)
-			x->conns = t;
-		return NULL;
-	}
-	x->conns = t;
-	x->conns[x->nconns++] = c;
-	c->ctx = x;
-	c->id = x->nconns;
-	c->state = st;
-	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
-	c->rx_next = 1;
-	c->last_heard = now_s();
-	return c;
-}
-
-static void drop_queue(struct ofi_conn *c)
-{
-	for (struct op *o = c->qhead, *n; o; o = n) {
-		n = o->next;
-		c->ctx->backlog -= o->len;
-		free(o);
-	}
-	for (struct op *o = c->held, *n; o; o = n) {
-		n = o->next;
-		free(o);
-	}
-	c->qhead = c->qtail = c->held = NULL;
-	c->queued = 0;
-}
-
-/* Forgets a conn: no event for it again; its slot stays empty. */
-static void conn_free(struct ofi_conn *c)
-{
-	drop_queue(c);
-	for (struct part *q = c->parts, *n; q; q = n) {
-		n = q->next;
-		free(q);
-	}
-	c->ctx->conns[c->id - 1] = NULL;
-	free(c);
-}
-
-/* One fabric message of a conn: header (type, ids, the message's number,
- * its length and this piece's offset), then payload bytes. */
-static struct op *make_op(struct ofi_conn *c, int type, uint32_t seq, uint32_t total, uint32_t off,
-                          const void *data, size_t len)
-{
-	struct op *o = malloc(sizeof(*o) + HDR + len);
-	if (!o)
-		return NULL;
-	o->next = NULL;
-	o->conn = c->id;
-	o->len = HDR + len;
-	o->buf[0] = (unsigned char)type;
-	o->buf[1] = o->buf[2] = o->buf[3] = 0;
-	hpct__put32(o->buf + 4, c->peer_id);
-	hpct__put32(o->buf + 8, c->id);
-	hpct__put32(o->buf + 12, seq);
-	hpct__put32(o->buf + 16, total);
-	hpct__put32(o->buf + 20, off);
-	if (len)
-		memcpy(o->buf + HDR, data, len);
-	return o;
-}
-
-/* Queues one fabric message on a conn. */
-static int enqueue(struct ofi_conn *c, int type, uint32_t seq, uint32_t total, uint32_t off,
-                   const void *data, size_t len)
-{
-	struct op *o = make_op(c, type, seq, total, off, data, len);
-	if (!o)
-		return -ENOMEM;
-	if (c->qtail)
-		c->qtail->next = o;
-	else
-		c->qhead = o;
-	c->qtail = o;
-	c->queued += o->len;
-	c->ctx->backlog += o->len;
-	return 0;
-}
-
-/* One engine message as DATA fragments. */
-static int enqueue_msg(struct ofi_conn *c, const unsigned char *data, size_t len)
-{
-	size_t off = 0;
-	uint32_t seq = ++c->tx_seq;
-	do {
-		size_t k = len - off < FRAG - HDR ? len - off : FRAG - HDR;
-		int rc = enqueue(c, W_DATA, seq, (uint32_t)len, (uint32_t)off, data + off, k);
-		if (rc < 0)
-			return rc;
-		off += k;
-	} while (off < len);
-	return 0;
-}
-
-static void emit(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_type type, int err,
-                 const void *data, size_t len)
-{
-	struct hpct_tevent ev = {
-		.type = type, .conn = &c->base, .err = err, .data = data, .len = len
-	};
-	if (type == HPCT_TEV_ACCEPTED) {
-		ev.peer = (const struct sockaddr *)&c->peer;
-		ev.peer_len = sizeof(c->peer);
-	}
-	x->nev++;
-	x->cb(x->cbarg, &ev);
-}
-
-/* Tells the peer we closed, if it can be told at once; the FIN's
- * completion refers to no conn. */
-static void send_fin(struct ofi_conn *c)
-{
-	if (c->state != O_OPEN || !c->peer_id)
-		return;
-	struct op *fin = make_op(c, W_FIN, c->tx_seq, 0, 0, NULL, 0);
-	if (!fin)
-		return;
-	fin->conn = 0;
-	if (fi_send(c->ctx->ep, fin->buf, fin->len, NULL, c->addr, fin) == 0)
-		c->ctx->inflight += fin->len;
-	else
-		free(fin); /* then the peer learns it when its sends fail */
-}
-
-/* The conn failed or the peer left: one event, then it is forgotten. */
-static void fail_conn(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_type type, int err)
-{
-	if (c->state == O_CLOSED)
-		return;
-	c->state = O_CLOSED;
-	drop_queue(c);
-	emit(x, c, type, err, NULL, 0);
-	conn_free(c);
 }
 
 /* ------------------------------------------------------------ ops */
@@ -454,7 +234,7 @@ static void ofi_destroy(void *arg)
 	struct ofi_ctx *x = arg;
 	for (uint32_t i = 0; i < x->nconns; i++)
 		if (x->conns[i])
-			conn_free(x->conns[i]);
+			hpct__ofi_conn_free(x->conns[i]);
 	if (x->ep)
 		fi_close(&x->ep->fid);
 	if (x->cq)
@@ -473,7 +253,7 @@ static void ofi_destroy(void *arg)
 	free(x);
 }
 
-static int post_recv(struct ofi_ctx *x, int slot)
+int hpct__ofi_post_recv(struct ofi_ctx *x, int slot)
 {
 	ssize_t rc = -FI_EAGAIN;
 	for (int i = 0; i < 1000 && rc == -FI_EAGAIN; i++) {
@@ -558,7 +338,7 @@ static int ofi_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 	if (!x->rxbuf)
 		return -ENOMEM;
 	for (int i = 0; i < NRX; i++)
-		if ((rc = post_recv(x, i)) != 0) {
+		if ((rc = hpct__ofi_post_recv(x, i)) != 0) {
 			snprintf(why, sizeof(why), "provider %s: fi_recv: %s",
 			         x->info->fabric_attr->prov_name, ferr(rc));
 			return -EIO;
@@ -574,25 +354,23 @@ static int ofi_connect(void *arg, const struct sockaddr *addr, socklen_t len, vo
 		return -ENOTCONN;
 	struct sockaddr_storage ss = { 0 };
 	memcpy(&ss, addr, len);
-	struct ofi_conn *c = conn_new(x, O_CONNECTING);
+	struct ofi_conn *c = hpct__ofi_conn_new(x, O_CONNECTING);
 	if (!c)
 		return -ENOMEM;
 	c->peer = ss;
 	c->base.user = user;
 	const unsigned char *name;
 	size_t nlen = name_of(&ss, &name);
-	int rc = av_of(x, name, nlen, &c->addr);
+	int rc = hpct__ofi_av_of(x, name, nlen, &c->addr);
 	if (rc == 0)
-		rc = enqueue(c, W_SYN, 0, 0, 0, x->name, x->name_len);
+		rc = hpct__ofi_enqueue(c, W_SYN, 0, 0, 0, x->name, x->name_len);
 	if (rc < 0) {
-		conn_free(c);
+		hpct__ofi_conn_free(c);
 		return rc;
 	}
 	*conn_out = &c->base;
 	return 0;
 }
-
-static int try_send(struct ofi_ctx *x, struct ofi_conn *c);
 
 static int ofi_send(struct hpct_tconn *conn, const void *buf, size_t len)
 {
@@ -613,9 +391,9 @@ static int ofi_send(struct hpct_tconn *conn, const void *buf, size_t len)
 		*pp = o;
 		return 0;
 	}
-	int rc = enqueue_msg(c, buf, len);
+	int rc = hpct__ofi_enqueue_msg(c, buf, len);
 	if (rc == 0)
-		try_send(c->ctx, c); /* at once, as TCP writes: a close may follow */
+		hpct__ofi_try_send(c->ctx, c); /* at once, as TCP writes: a close may follow */
 	return rc;
 }
 
@@ -642,9 +420,9 @@ static void ofi_close(struct hpct_tconn *conn)
 	struct ofi_conn *c = (struct ofi_conn *)conn;
 	if (c->state == O_CLOSED)
 		return;
-	send_fin(c);
+	hpct__ofi_send_fin(c);
 	c->state = O_CLOSED;
-	conn_free(c);
+	hpct__ofi_conn_free(c);
 }
 
 static int ofi_name(void *arg, void *buf, size_t *len)
@@ -664,281 +442,6 @@ static void ofi_peer_name(struct hpct_tconn *conn, char *buf, size_t len)
 	sa_text(&((struct ofi_conn *)conn)->peer, buf, len);
 }
 
-/* ------------------------------------------------------------ progress */
-
-/* A DATA piece into its message; 0 when it does not fit what the message
- * said it is (the peer is broken). */
-static int take_piece(struct ofi_conn *c, uint32_t seq, uint32_t total, uint32_t off,
-                      const unsigned char *p, size_t plen)
-{
-	if (seq < c->rx_next || (size_t)off + plen > total)
-		return 0;
-	struct part *q = c->parts;
-	while (q && q->seq != seq)
-		q = q->next;
-	if (!q) {
-		if (!(q = malloc(sizeof(*q) + (total ? total : 1))))
-			return 0;
-		q->seq = seq;
-		q->total = total;
-		q->got = 0;
-		q->next = c->parts;
-		c->parts = q;
-	}
-	if (q->total != total || q->got + plen > total)
-		return 0;
-	memcpy(q->data + off, p, plen);
-	q->got += (uint32_t)plen;
-	return 1;
-}
-
-/* Hands on the messages that are whole, in the order they were sent, then
- * a FIN that came after the last of them. */
-static void hand_on(struct ofi_ctx *x, struct ofi_conn *c)
-{
-	for (;;) {
-		struct part **pp = &c->parts;
-		while (*pp && (*pp)->seq != c->rx_next)
-			pp = &(*pp)->next;
-		struct part *q = *pp;
-		if (!q || q->got != q->total)
-			break;
-		*pp = q->next;
-		c->rx_next++;
-		uint32_t id = c->id;
-		emit(x, c, HPCT_TEV_MESSAGE, 0, q->data, q->total);
-		free(q);
-		if (conn_by_id(x, id) != c || c->state == O_CLOSED)
-			return; /* the engine closed it meanwhile */
-	}
-	if (c->fin_after && c->rx_next >= c->fin_after)
-		fail_conn(x, c, HPCT_TEV_CLOSED, 0);
-}
-
-static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
-{
-	if (len < HDR)
-		return;
-	int type = m[0];
-	uint32_t dst = hpct__get32(m + 4), src = hpct__get32(m + 8), seq = hpct__get32(m + 12), total = hpct__get32(m + 16),
-	         off = hpct__get32(m + 20);
-	const unsigned char *p = m + HDR;
-	size_t plen = len - HDR;
-	if (type == W_SYN) { /* its payload: the sender's endpoint name */
-		if (plen == 0 || plen > HPCT_RAW_ADDR_MAX)
-			return;
-		struct ofi_conn *s = conn_new(x, O_OPEN);
-		if (!s)
-			return;
-		struct hpct_raw_addr *ra = (struct hpct_raw_addr *)&s->peer;
-		ra->family = AF_UNSPEC;
-		ra->len = (uint16_t)plen;
-		memcpy(ra->bytes, p, plen);
-		s->peer_id = src;
-		if (av_of(x, p, plen, &s->addr) < 0 || enqueue(s, W_SYNACK, 0, 0, 0, NULL, 0) < 0) {
-			conn_free(s);
-			return;
-		}
-		emit(x, s, HPCT_TEV_ACCEPTED, 0, NULL, 0);
-		return;
-	}
-	struct ofi_conn *c = conn_by_id(x, dst);
-	if (!c || c->state == O_CLOSED)
-		return;
-	c->last_heard = now_s();
-	switch (type) {
-	case W_SYNACK:
-		if (c->state != O_CONNECTING)
-			return;
-		c->peer_id = src;
-		c->state = O_OPEN;
-		c->failing_since = 0;
-		/* the SYN is done: what waited goes out in order */
-		for (struct op *o = c->held, *n; o; o = n) {
-			n = o->next;
-			enqueue_msg(c, o->buf, o->len);
-			free(o);
-		}
-		c->held = NULL;
-		emit(x, c, HPCT_TEV_CONNECTED, 0, NULL, 0);
-		break;
-	case W_DATA:
-		if (total > c->max_msg) { /* closed for its size, as over TCP */
-			send_fin(c);
-			fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
-			return;
-		}
-		if (!take_piece(c, seq, total, off, p, plen)) {
-			fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
-			return;
-		}
-		hand_on(x, c);
-		break;
-	case W_FIN:
-		c->fin_after = seq + 1; /* +1: 0 means none */
-		hand_on(x, c);
-		break;
-	case W_PING:
-		break;
-	}
-}
-
-/* Hands a conn's queued fabric messages to fi_send, in order, until the
- * provider says not now: 0 when all went, -FI_EAGAIN, or another error. */
-static int try_send(struct ofi_ctx *x, struct ofi_conn *c)
-{
-	while (c->qhead) {
-		struct op *o = c->qhead;
-		ssize_t rc = fi_send(x->ep, o->buf, o->len, NULL, c->addr, o);
-		if (rc == -FI_ENOENT)
-			rc = -FI_EAGAIN; /* the sockets provider's word for a peer not up yet */
-		if (rc == -FI_EAGAIN)
-			return (int)rc;
-		c->failing_since = 0;
-		c->qhead = o->next;
-		if (!c->qhead)
-			c->qtail = NULL;
-		c->queued -= o->len;
-		x->backlog -= o->len;
-		if (rc == 0)
-			x->inflight += o->len;
-		if (rc != 0) {
-			free(o);
-			return (int)rc;
-		}
-	}
-	return 0;
-}
-
-/* Retries every conn's queued messages; a conn refused for too long
- * failed: its SYN (nobody listens) or its peer (gone). */
-static void push_sends(struct ofi_ctx *x, double now)
-{
-	for (uint32_t i = 0; i < x->nconns && x->backlog; i++) {
-		struct ofi_conn *c = x->conns[i];
-		if (!c || !c->qhead)
-			continue;
-		int rc = try_send(x, c);
-		if (rc == -FI_EAGAIN) {
-			if (!c->failing_since)
-				c->failing_since = now;
-			int syn = c->state == O_CONNECTING;
-			/* a peer we still hear from is alive: the provider is only out
-			 * of room (its queues also carry rendezvous traffic) */
-			double quiet = now - (c->last_heard > c->failing_since ? c->last_heard
-			                                                       : c->failing_since);
-			if (syn ? now - c->failing_since > SYN_REFUSED_AFTER : quiet > DEAD_AFTER)
-				fail_conn(x, c, syn ? HPCT_TEV_CONNECT_FAILED : HPCT_TEV_CLOSED,
-				          syn ? -ECONNREFUSED : -ECONNRESET);
-		} else if (rc != 0) {
-			fail_conn(x, c, HPCT_TEV_CLOSED, -EIO);
-		}
-	}
-}
-
-/* Peers we have not heard from lately get a PING: a send to a dead one
- * starts failing, which is how it is found. */
-static void ping_silent(struct ofi_ctx *x, double now)
-{
-	for (uint32_t i = 0; i < x->nconns; i++) {
-		struct ofi_conn *c = x->conns[i];
-		if (!c || c->state != O_OPEN || c->qhead)
-			continue;
-		if (now - c->last_heard > PING_AFTER && now - c->last_ping > PING_AFTER) {
-			c->last_ping = now;
-			enqueue(c, W_PING, 0, 0, 0, NULL, 0);
-		}
-	}
-}
-
-/* A send completed: the peer takes what we send, so a provider that says
- * -FI_EAGAIN meanwhile is only out of room, not talking to the dead. */
-static void send_done(struct ofi_ctx *x, struct op *o)
-{
-	x->inflight -= o->len;
-	struct ofi_conn *c = conn_by_id(x, o->conn);
-	if (c)
-		c->failing_since = 0;
-	free(o);
-}
-
-/* A receive (its slot is posted again) or a send, completed. */
-static void on_completion(struct ofi_ctx *x, const struct fi_cq_msg_entry *e)
-{
-	if (e->flags & FI_RECV) {
-		int slot = (int)(intptr_t)e->op_context - 1;
-		on_message(x, x->rxbuf + (size_t)slot * FRAG, e->len);
-		post_recv(x, slot);
-	} else {
-		send_done(x, e->op_context);
-	}
-}
-
-static void drain_cq(struct ofi_ctx *x)
-{
-	struct fi_cq_msg_entry e[16];
-	for (;;) {
-		ssize_t n = fi_cq_read(x->cq, e, 16);
-		if (n == -FI_EAVAIL) {
-			struct fi_cq_err_entry er = { 0 };
-			if (fi_cq_readerr(x->cq, &er, 0) <= 0)
-				return;
-			intptr_t slot = (intptr_t)er.op_context;
-			if (er.flags & FI_RECV) {
-				if (slot >= 1 && slot <= NRX)
-					post_recv(x, (int)slot - 1);
-			} else if (er.op_context) {
-				struct op *o = er.op_context;
-				struct ofi_conn *c = conn_by_id(x, o->conn);
-				x->inflight -= o->len;
-				free(o);
-				if (c)
-					fail_conn(x, c, HPCT_TEV_CLOSED, -EIO);
-			}
-			continue;
-		}
-		if (n <= 0)
-			return;
-		for (ssize_t i = 0; i < n; i++)
-			on_completion(x, &e[i]);
-	}
-}
-
-static int ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg)
-{
-	struct ofi_ctx *x = arg;
-	if (!x->ep)
-		return 0;
-	x->cb = cb;
-	x->cbarg = cbarg;
-	x->nev = 0;
-	double now = now_s();
-	push_sends(x, now);
-	drain_cq(x);
-	if (x->nev == 0 && timeout_ms != 0) {
-		if (timeout_ms > 0)
-			ping_silent(x, now);
-		push_sends(x, now);
-		int wait = timeout_ms;
-		if (x->backlog && (wait < 0 || wait > RETRY_MS))
-			wait = RETRY_MS;
-		/* rxm accepts incoming connections only while we call into it,
-		 * and its connection requests do not wake fi_cq_sread: come
-		 * round often (at 100 ms, 64 ranks took ~225 ms gated; at 10,
-		 * ~160; at 2 the wakeups cost more than they save) */
-		if (wait < 0 || wait > 10)
-			wait = 10;
-		struct fi_cq_msg_entry e;
-		ssize_t n = fi_cq_sread(x->cq, &e, 1, NULL, wait);
-		if (n == 1)
-			on_completion(x, &e);
-		drain_cq(x);
-		push_sends(x, now_s());
-	}
-	x->cb = NULL;
-	return x->nev;
-}
-
 const struct hpct_transport_ops hpct_transport_ofi = {
 	.name = "ofi",
 	.create = ofi_create,
@@ -949,7 +452,7 @@ const struct hpct_transport_ops hpct_transport_ofi = {
 	.set_max_msg = ofi_set_max_msg,
 	.pending = ofi_pending,
 	.backlog = ofi_backlog,
-	.progress = ofi_progress,
+	.progress = hpct__ofi_progress,
 	.close = ofi_close,
 	.peer_name = ofi_peer_name,
 	.why = ofi_why,
