@@ -149,20 +149,6 @@ HPCT_PRIVATE void hpct__nccl_roots_detach(struct hpct_nccl_roots *r);
 /* Stops the set at once and frees it; accepts NULL. */
 HPCT_PRIVATE void hpct__nccl_roots_stop(struct hpct_nccl_roots *r);
 
-/* The rank side of the exchange, for tests and hpct-bench: plays ranks
- * 0..nranks-1 against the roots of ids[0..nids-1] the way NCCL's ranks do
- * (each to its root, the first rank of each root also to the previous
- * root), in the given order (NULL: rank order), and collects what each
- * rank is sent.  Rank r offers hpct__nccl_test_ring(r) as its ring info.
- * With `stagger`, ranks of a root with more than 256 ranks hold back as
- * NCCL's do by default (local id / 7000 s), so an order is best sorted.
- * replies_out: nranks * HPCT_NCCL_RING_LEN bytes.  root_conns_out (may
- * be NULL) gets the connections of the busiest root as the ranks counted
- * them: reports sent to it and answers that came from it. */
-HPCT_PRIVATE int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks,
-                                       const int *order, double timeout_s, int stagger,
-                                       unsigned char *replies_out, int *root_conns_out);
-HPCT_PRIVATE void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN]);
 /* For tests/fuzz/fuzz_nccl_root.c (see root.c). */
 HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len);
 
