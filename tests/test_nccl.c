@@ -10,10 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap/nccl/nccl_internal.h"
 #include "bootstrap/base/util.h"
-#include "tests/harness.h"
+#include "bootstrap/nccl/nccl_internal.h"
+#include "bootstrap/nccl/player.h"
 #include "hpct/nccl.h"
+#include "tests/harness.h"
 
 TestSuite(nccl, .timeout = 120);
 
@@ -304,7 +305,8 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 
 	struct hpct_nccl_roots *roots;
 	loopback_ids(ids, nroots, port, 0x5eed0000u + seed);
-	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, n, 30, 0, &roots), 0, "%s", hpct_last_error());
+	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, n, 30, 0, &roots), 0, "%s",
+	             hpct_last_error());
 	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, ours, NULL), 0,
 	             "against hpct's roots: %s", hpct_last_error());
 	struct hpct_nccl_root_stats st;

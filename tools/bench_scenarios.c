@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bootstrap/nccl/nccl_internal.h"
+#include "bootstrap/nccl/player.h"
 #include "hpct/hpct.h"
 #include "tools/bench.h"
 #include "tools/bench_rank.h"

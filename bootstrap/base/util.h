@@ -21,7 +21,7 @@ uint64_t hpct__hash(const void *data, size_t len, uint64_t seed);
 HPCT_PRIVATE uint64_t hpct__hash_u64(uint64_t seed, uint64_t v);
 
 /* "10.0.0.3:12012" or "[fd00::3]:12012". */
-void hpct__addr_str(const struct sockaddr *sa, char *buf, size_t len);
+HPCT_PRIVATE void hpct__addr_str(const struct sockaddr *sa, char *buf, size_t len);
 
 /* Resolves host (name or literal) with the given family (AF_UNSPEC: first
  * answer) and sets the port.  HPCT_ERESOLVE with a message naming host. */

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "hpct/nccl.h"
 #include "bootstrap/topo/topo.h"
+#include "hpct/nccl.h"
 
 struct hpct_group;
 
@@ -110,19 +110,13 @@ HPCT_PRIVATE void hpct__nccl_getenv_route(void);
 HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
 HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
 
-/* --- NCCL's root protocol (2.23 to 2.28), see nccl_root.c ------------- */
+/* --- NCCL's root protocol (2.23 to 2.28): root_wire.h, root.c -------- */
 
 #define HPCT_NCCL_ROOT_MIN_VERSION 22300
 #define HPCT_NCCL_ROOT_MAX_VERSION 22899
 #define HPCT_NCCL_ADDR_LEN         28  /* union ncclSocketAddress */
 #define HPCT_NCCL_RING_LEN         128 /* union ringConnectInfo */
 #define HPCT_NCCL_EXTINFO_LEN      172 /* rank, nranks, iroot, nroots, address, ring info */
-
-/* How NCCL splits ranks among roots: contiguous blocks, the first
- * nranks % nroots roots one rank longer. */
-int hpct__nccl_root_of(int rank, int nranks, int nroots);
-int hpct__nccl_first_of(int root, int nranks, int nroots);
-int hpct__nccl_count_of(int root, int nranks, int nroots);
 
 /* Roots served by one thread: each listens at its id's address (bound
  * without SO_REUSEPORT: a port held by anyone, a stale NCCL root included,
@@ -141,8 +135,7 @@ struct hpct_nccl_root_stats {
  * keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): a
  * connection with another magic is then logged, naming its address. */
 HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks,
-                                        double timeout_s, int keyed,
-                                        struct hpct_nccl_roots **out);
+                                        double timeout_s, int keyed, struct hpct_nccl_roots **out);
 /* 0 when a root could listen at the id's address now (it is then closed
  * again), else the error hpct__nccl_roots_start would give, logged. */
 HPCT_PRIVATE int hpct__nccl_port_check(const hpct_nccl_id *id);
@@ -156,21 +149,7 @@ HPCT_PRIVATE void hpct__nccl_roots_detach(struct hpct_nccl_roots *r);
 /* Stops the set at once and frees it; accepts NULL. */
 HPCT_PRIVATE void hpct__nccl_roots_stop(struct hpct_nccl_roots *r);
 
-/* The rank side of the exchange, for tests and hpct-bench: plays ranks
- * 0..nranks-1 against the roots of ids[0..nids-1] the way NCCL's ranks do
- * (each to its root, the first rank of each root also to the previous
- * root), in the given order (NULL: rank order), and collects what each
- * rank is sent.  Rank r offers hpct__nccl_test_ring(r) as its ring info.
- * With `stagger`, ranks of a root with more than 256 ranks hold back as
- * NCCL's do by default (local id / 7000 s), so an order is best sorted.
- * replies_out: nranks * HPCT_NCCL_RING_LEN bytes.  root_conns_out (may
- * be NULL) gets the connections of the busiest root as the ranks counted
- * them: reports sent to it and answers that came from it. */
-HPCT_PRIVATE int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks,
-                                       const int *order, double timeout_s, int stagger,
-                                       unsigned char *replies_out, int *root_conns_out);
-HPCT_PRIVATE void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN]);
-/* For tests/fuzz/fuzz_nccl_root.c (see nccl_root.c). */
+/* For tests/fuzz/fuzz_nccl_root.c (see root.c). */
 HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len);
 
 #endif

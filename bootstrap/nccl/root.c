@@ -1,15 +1,6 @@
-/* NCCL's bootstrap root, spoken by hpct (NCCL 2.23 to 2.28).
- *
- * The wire, as NCCL's sockets have it: whoever connects first sends the
- * 8-byte magic of the id and the 4-byte socket type (1, bootstrap), with no
- * answer; an acceptor drops a connection with the wrong magic unseen.  Then
- * messages are a 4-byte size and the bytes.  A rank sends its root a
- * 172-byte report {rank, nranks, iroot, nroots, the address where it waits
- * for the root, its ring info}; the root connects to that address and sends
- * the rank the ring info of the next rank.  With several roots, ranks are
- * cut in contiguous blocks and the first rank of each block also reports to
- * the previous block's root, so every root knows the next rank of its last.
- * Integers are in host order: roots and ranks share an architecture.
+/* hpct's NCCL bootstrap roots (NCCL 2.23 to 2.28): a thread that hosts
+ * roots, takes the ranks' reports and answers each rank with its ring
+ * neighbour's info.  The wire is in root_wire.h.
  *
  * Every root here is one listener in a poll loop: a peer that connects and
  * sends nothing, or sends slowly, holds only its own connection. */
@@ -18,9 +9,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,109 +19,7 @@
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
-
-#define SOCK_TYPE_BOOTSTRAP 1
-#define HDR_LEN             16 /* magic, type, size */
-#define REPORT_LEN          (HDR_LEN + HPCT_NCCL_EXTINFO_LEN)
-
-int hpct__nccl_first_of(int root, int nranks, int nroots)
-{
-	int per = nranks / nroots, extra = nranks % nroots;
-	return root * per + (root < extra ? root : extra);
-}
-
-int hpct__nccl_count_of(int root, int nranks, int nroots)
-{
-	root = (root % nroots + nroots) % nroots;
-	return nranks / nroots + (root < nranks % nroots ? 1 : 0);
-}
-
-int hpct__nccl_root_of(int rank, int nranks, int nroots)
-{
-	int per = nranks / nroots, extra = nranks % nroots;
-	int longer = extra * (per + 1); /* ranks in the longer blocks */
-	return rank < longer ? rank / (per + 1) : extra + (rank - longer) / per;
-}
-
-void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN])
-{
-	/* an AF_INET address no root would invent, then a pattern of the rank */
-	memset(out, 0, HPCT_NCCL_RING_LEN);
-	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons(40000 + rank % 20000) };
-	in.sin_addr.s_addr = htonl(0x0a000000u | ((unsigned)rank & 0xffffff));
-	memcpy(out, &in, sizeof(in));
-	for (int i = HPCT_NCCL_ADDR_LEN; i < HPCT_NCCL_RING_LEN; i++)
-		out[i] = (unsigned char)(rank * 7 + i);
-}
-
-static void put32(unsigned char *p, int32_t v)
-{
-	memcpy(p, &v, 4);
-}
-
-static int32_t get32(const unsigned char *p)
-{
-	int32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static void header(unsigned char *p, uint64_t magic, int32_t size)
-{
-	memcpy(p, &magic, 8);
-	put32(p + 8, SOCK_TYPE_BOOTSTRAP);
-	put32(p + 12, size);
-}
-
-static socklen_t addr_len(const struct sockaddr *sa)
-{
-	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-}
-
-/* Writes all of buf to fd (blocking, bounded by SO_SNDTIMEO). */
-static int send_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EPIPE;
-		p += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
-/* A blocking connect bounded by `timeout_s`; ECONNREFUSED is retried
- * (the listener may not be up yet) with a short sleep until then. */
-static int connect_to(const struct sockaddr *sa, double timeout_s, int *fd_out)
-{
-	double deadline = hpct__now() + timeout_s;
-	for (;;) {
-		int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return -errno;
-		struct timeval tv = { .tv_sec = (long)timeout_s,
-			              .tv_usec = (long)((timeout_s - (long)timeout_s) * 1e6) };
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-		int one = 1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (connect(fd, sa, addr_len(sa)) == 0) {
-			*fd_out = fd;
-			return 0;
-		}
-		int err = errno;
-		close(fd);
-		if ((err != ECONNREFUSED && err != EINTR) || hpct__now() >= deadline)
-			return -err;
-		usleep(2000);
-	}
-}
-
-/* --- roots ------------------------------------------------------------- */
+#include "bootstrap/nccl/root_wire.h"
 
 struct report_conn {
 	int fd;
@@ -138,7 +27,7 @@ struct report_conn {
 	size_t got;
 	double deadline;
 	char from[80]; /* the peer's address, for messages */
-	unsigned char buf[REPORT_LEN];
+	unsigned char buf[HPCT_NCCL_REPORT_LEN];
 };
 
 struct root {
@@ -214,12 +103,14 @@ static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 		                "NCCL root at %s: rank %d of %d gave no usable address (family %d)",
 		                rt->where, rank, rt->nranks, ss.ss_family);
 	double left = s->deadline - hpct__now();
-	rc = s->fuzz ? 0 : connect_to((struct sockaddr *)&ss, left > 0.05 ? left : 0.05, &fd);
+	rc = s->fuzz ? 0
+	             : hpct__nccl_connect_to((struct sockaddr *)&ss, left > 0.05 ? left : 0.05,
+	                                     &fd);
 	if (rc == 0 && !s->fuzz) {
-		unsigned char msg[HDR_LEN + HPCT_NCCL_RING_LEN];
-		header(msg, rt->magic, HPCT_NCCL_RING_LEN);
-		memcpy(msg + HDR_LEN, rt->ring[next], HPCT_NCCL_RING_LEN);
-		rc = send_all(fd, msg, sizeof(msg));
+		unsigned char msg[HPCT_NCCL_HDR_LEN + HPCT_NCCL_RING_LEN];
+		hpct__nccl_header(msg, rt->magic, HPCT_NCCL_RING_LEN);
+		memcpy(msg + HPCT_NCCL_HDR_LEN, rt->ring[next], HPCT_NCCL_RING_LEN);
+		rc = hpct__nccl_send_all(fd, msg, sizeof(msg));
 		close(fd);
 	}
 	if (rc < 0)
@@ -248,8 +139,9 @@ static void try_reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 static void take_report(struct hpct_nccl_roots *s, struct root *rt, const unsigned char *b,
                         const char *from)
 {
-	const unsigned char *e = b + HDR_LEN;
-	int rank = get32(e), nranks = get32(e + 4), iroot = get32(e + 8), nroots = get32(e + 12);
+	const unsigned char *e = b + HPCT_NCCL_HDR_LEN;
+	int rank = hpct__nccl_get32(e), nranks = hpct__nccl_get32(e + 4),
+	    iroot = hpct__nccl_get32(e + 8), nroots = hpct__nccl_get32(e + 12);
 	if (!rt->known) {
 		if (nranks != s->nranks || nroots < 1 || nroots > nranks || iroot < 0 ||
 		    iroot >= nroots) {
@@ -337,24 +229,25 @@ static int examine(struct hpct_nccl_roots *s, struct root *rt, struct report_con
 		return 1;
 	}
 	const char *from = c->from;
-	if (c->got >= 12 && get32(c->buf + 8) != SOCK_TYPE_BOOTSTRAP) {
+	if (c->got >= 12 && hpct__nccl_get32(c->buf + 8) != HPCT_NCCL_SOCK_TYPE_BOOTSTRAP) {
 		HPCT_WARN(HPCT_SUB_NCCL,
 		          "NCCL root at %s: connection from %s has socket type %d, not %d "
 		          "(bootstrap): dropped",
-		          rt->where, from, get32(c->buf + 8), SOCK_TYPE_BOOTSTRAP);
+		          rt->where, from, hpct__nccl_get32(c->buf + 8),
+		          HPCT_NCCL_SOCK_TYPE_BOOTSTRAP);
 		s->stats.ignored++;
 		return 1;
 	}
-	if (c->got >= HDR_LEN && get32(c->buf + 12) != HPCT_NCCL_EXTINFO_LEN) {
+	if (c->got >= HPCT_NCCL_HDR_LEN && hpct__nccl_get32(c->buf + 12) != HPCT_NCCL_EXTINFO_LEN) {
 		HPCT_WARN(HPCT_SUB_NCCL,
 		          "NCCL root at %s: report from %s is %d bytes, not %d (NCCL 2.23-2.28 "
 		          "ranks send %d): dropped",
-		          rt->where, from, get32(c->buf + 12), HPCT_NCCL_EXTINFO_LEN,
+		          rt->where, from, hpct__nccl_get32(c->buf + 12), HPCT_NCCL_EXTINFO_LEN,
 		          HPCT_NCCL_EXTINFO_LEN);
 		s->stats.ignored++;
 		return 1;
 	}
-	if (c->got == REPORT_LEN) {
+	if (c->got == HPCT_NCCL_REPORT_LEN) {
 		rt->conns++;
 		if (rt->lfd >= 0)
 			take_report(s, rt, c->buf, from);
@@ -368,7 +261,7 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 {
 	struct root *rt = &s->roots[c->root];
 	for (;;) {
-		ssize_t k = recv(c->fd, c->buf + c->got, REPORT_LEN - c->got, 0);
+		ssize_t k = recv(c->fd, c->buf + c->got, HPCT_NCCL_REPORT_LEN - c->got, 0);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -384,7 +277,7 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 }
 
 /* For the fuzz target: `data` as the bytes of successive connections to one
- * root (REPORT_LEN each, the last maybe short) of magic 0x0123456789abcdef
+ * root (HPCT_NCCL_REPORT_LEN each, the last maybe short) of magic 0x0123456789abcdef
  * for a communicator of 4 ranks, taken as the thread would, answers not
  * sent. */
 HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len)
@@ -397,7 +290,7 @@ HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len
 	s.deadline = hpct__now() + 1;
 	while (len > 0 && s.result == 0) {
 		struct report_conn c = { .fd = -1 };
-		c.got = len < REPORT_LEN ? len : REPORT_LEN;
+		c.got = len < HPCT_NCCL_REPORT_LEN ? len : HPCT_NCCL_REPORT_LEN;
 		memcpy(c.buf, data, c.got);
 		snprintf(c.from, sizeof(c.from), "fuzz");
 		examine(&s, &rt, &c);
@@ -565,7 +458,7 @@ static int listen_at(const hpct_nccl_id *id, int *fd_out, char *where, size_t wl
 		                  strerror(errno));
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, addr_len((struct sockaddr *)&ss)) < 0) {
+	if (bind(fd, (struct sockaddr *)&ss, hpct__nccl_addr_len((struct sockaddr *)&ss)) < 0) {
 		int err = errno;
 		close(fd);
 		return hpct__fail(err == EADDRINUSE ? HPCT_EADDRINUSE : -err, HPCT_SUB_NCCL,
@@ -593,8 +486,8 @@ int hpct__nccl_port_check(const hpct_nccl_id *id)
 	return rc;
 }
 
-int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double timeout_s,
-                           int keyed, struct hpct_nccl_roots **out)
+int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double timeout_s, int keyed,
+                           struct hpct_nccl_roots **out)
 {
 	struct hpct_nccl_roots *s = calloc(1, sizeof(*s));
 	if (!s || !(s->roots = calloc((size_t)n, sizeof(*s->roots)))) {
@@ -689,212 +582,4 @@ void hpct__nccl_roots_stop(struct hpct_nccl_roots *s)
 	}
 	pthread_join(s->thread, NULL);
 	roots_free(s);
-}
-
-/* --- the rank side, for tests and the benchmark ------------------------- */
-
-/* NCCL_UID_STAGGER_THRESHOLD and NCCL_UID_STAGGER_RATE's defaults: ranks of
- * a root with more ranks than this wait local id / rate seconds first. */
-#define STAGGER_THRESHOLD 256
-#define STAGGER_RATE      7000.0
-
-struct player {
-	int lfd, fd; /* our listener for the root's answer; the answer's conn */
-	size_t got;
-	int done;
-	unsigned char buf[HDR_LEN + HPCT_NCCL_RING_LEN];
-};
-
-static int id_addr(const hpct_nccl_id *id, struct sockaddr_storage *ss)
-{
-	memset(ss, 0, sizeof(*ss));
-	memcpy(ss, id->internal + 8, HPCT_NCCL_ADDR_LEN);
-	return ss->ss_family == AF_INET || ss->ss_family == AF_INET6 ? 0 : HPCT_EINVAL;
-}
-
-static uint64_t id_magic(const hpct_nccl_id *id)
-{
-	uint64_t m;
-	memcpy(&m, id->internal, 8);
-	return m;
-}
-
-/* Rank `rank` tells root `root` about itself as rank `as`. */
-static int report(const hpct_nccl_id *ids, int nids, int nranks, int root, int as,
-                  const struct sockaddr_storage *mine, const unsigned char *ring, double deadline)
-{
-	struct sockaddr_storage to;
-	id_addr(&ids[root], &to);
-	unsigned char msg[REPORT_LEN];
-	memset(msg, 0, sizeof(msg));
-	header(msg, id_magic(&ids[root]), HPCT_NCCL_EXTINFO_LEN);
-	put32(msg + HDR_LEN, as);
-	put32(msg + HDR_LEN + 4, nranks);
-	put32(msg + HDR_LEN + 8, root);
-	put32(msg + HDR_LEN + 12, nids);
-	memcpy(msg + HDR_LEN + 16, mine, addr_len((const struct sockaddr *)mine));
-	memcpy(msg + HDR_LEN + 16 + HPCT_NCCL_ADDR_LEN, ring, HPCT_NCCL_RING_LEN);
-	int fd, rc;
-	double left = deadline - hpct__now();
-	if ((rc = connect_to((struct sockaddr *)&to, left > 0.05 ? left : 0.05, &fd)) == 0) {
-		rc = send_all(fd, msg, sizeof(msg));
-		close(fd);
-	}
-	if (rc < 0) {
-		char where[80];
-		hpct__addr_str((struct sockaddr *)&to, where, sizeof(where));
-		return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NCCL,
-		                  "simulated rank %d: cannot report to NCCL root %d at %s: %s", as,
-		                  root, where, hpct_strerror(rc));
-	}
-	return 0;
-}
-
-/* Takes the answers to every player; 0 when all came. */
-static int collect(const hpct_nccl_id *ids, int nids, int nranks, struct player *p, double deadline)
-{
-	struct pollfd *pf = calloc((size_t)nranks, sizeof(*pf));
-	if (!pf)
-		return HPCT_ENOMEM;
-	int left = nranks, rc = 0;
-	while (left > 0 && rc == 0) {
-		for (int r = 0; r < nranks; r++) {
-			pf[r].fd = p[r].done ? -1 : p[r].fd >= 0 ? p[r].fd : p[r].lfd;
-			pf[r].events = POLLIN;
-			pf[r].revents = 0;
-		}
-		double t = deadline - hpct__now();
-		if (t <= 0) {
-			int first = -1;
-			for (int r = 0; r < nranks && first < 0; r++)
-				if (!p[r].done)
-					first = r;
-			rc = hpct__fail(HPCT_ETIMEDOUT, HPCT_SUB_NCCL,
-			                "simulated ranks: %d of %d got no answer from their root "
-			                "(rank %d among them)",
-			                left, nranks, first);
-			break;
-		}
-		if (poll(pf, (nfds_t)nranks, t > 0.1 ? 100 : (int)(t * 1000) + 1) < 0 &&
-		    errno != EINTR)
-			break;
-		for (int r = 0; r < nranks && rc == 0; r++) {
-			struct player *q = &p[r];
-			if (q->done || !pf[r].revents)
-				continue;
-			if (q->fd < 0) {
-				q->fd = accept4(q->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-				continue;
-			}
-			ssize_t k = recv(q->fd, q->buf + q->got, sizeof(q->buf) - q->got, 0);
-			if (k < 0 && (errno == EAGAIN || errno == EINTR))
-				continue;
-			if (k <= 0) {
-				rc = hpct__fail(
-				        HPCT_EPROTO, HPCT_SUB_NCCL,
-				        "simulated rank %d: the root's answer broke off after %zu "
-				        "bytes",
-				        r, q->got);
-				break;
-			}
-			q->got += (size_t)k;
-			if (q->got < sizeof(q->buf))
-				continue;
-			uint64_t want = id_magic(&ids[hpct__nccl_root_of(r, nranks, nids)]);
-			if (memcmp(q->buf, &want, 8) != 0 || get32(q->buf + 8) != 1 ||
-			    get32(q->buf + 12) != HPCT_NCCL_RING_LEN)
-				rc = hpct__fail(
-				        HPCT_EPROTO, HPCT_SUB_NCCL,
-				        "simulated rank %d: the root's answer has magic, type or "
-				        "size wrong (type %d, size %d)",
-				        r, get32(q->buf + 8), get32(q->buf + 12));
-			q->done = 1;
-			left--;
-		}
-	}
-	free(pf);
-	return rc;
-}
-
-int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const int *order,
-                          double timeout_s, int stagger, unsigned char *replies,
-                          int *root_conns_out)
-{
-	if (nids < 1 || nranks < nids)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
-		                  "simulated ranks: %d ranks cannot use %d roots", nranks, nids);
-	double deadline = hpct__now() + timeout_s;
-	struct player *p = calloc((size_t)nranks, sizeof(*p));
-	struct sockaddr_storage *mine = calloc((size_t)nranks, sizeof(*mine));
-	int *per_root = calloc((size_t)nids, sizeof(int)); /* connections, seen from here */
-	int rc = p && mine && per_root ? 0 : HPCT_ENOMEM;
-	for (int r = 0; r < nranks; r++)
-		p[r].lfd = p[r].fd = -1;
-	/* every rank waits for its root where the root is: the same address */
-	for (int r = 0; r < nranks && rc == 0; r++) {
-		struct sockaddr_storage *ss = &mine[r];
-		if (id_addr(&ids[hpct__nccl_root_of(r, nranks, nids)], ss) < 0) {
-			rc = hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
-			                "simulated rank %d: bad root id", r);
-			break;
-		}
-		if (ss->ss_family == AF_INET)
-			((struct sockaddr_in *)ss)->sin_port = 0;
-		else
-			((struct sockaddr_in6 *)ss)->sin6_port = 0;
-		socklen_t len = addr_len((struct sockaddr *)ss);
-		p[r].lfd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (p[r].lfd < 0 || bind(p[r].lfd, (struct sockaddr *)ss, len) < 0 ||
-		    listen(p[r].lfd, 4) < 0 ||
-		    getsockname(p[r].lfd, (struct sockaddr *)ss, &len) < 0)
-			rc = hpct__fail(-errno, HPCT_SUB_NCCL, "simulated rank %d: listener: %s", r,
-			                strerror(errno));
-	}
-	unsigned char ring[HPCT_NCCL_RING_LEN];
-	double t0 = hpct__now();
-	for (int k = 0; k < nranks && rc == 0; k++) {
-		int r = order ? order[k] : k;
-		int root = hpct__nccl_root_of(r, nranks, nids);
-		if (stagger && hpct__nccl_count_of(root, nranks, nids) > STAGGER_THRESHOLD) {
-			/* NCCL's ranks hold back by their place in the root's block */
-			double at =
-			        t0 + (r - hpct__nccl_first_of(root, nranks, nids)) / STAGGER_RATE;
-			double wait = at - hpct__now();
-			if (wait > 0)
-				usleep((useconds_t)(wait * 1e6));
-		}
-		hpct__nccl_test_ring(r, ring);
-		rc = report(ids, nids, nranks, root, r, &mine[r], ring, deadline);
-		per_root[root]++;
-		if (rc == 0 && nids > 1 && r == hpct__nccl_first_of(root, nranks, nids)) {
-			int prev = (r - 1 + nranks) % nranks;
-			int proot = hpct__nccl_root_of(prev, nranks, nids);
-			rc = report(ids, nids, nranks, proot, prev + 1, &mine[r], ring, deadline);
-			per_root[proot]++;
-		}
-	}
-	if (rc == 0)
-		rc = collect(ids, nids, nranks, p, deadline);
-	for (int r = 0; rc == 0 && r < nranks; r++)
-		memcpy(replies + (size_t)r * HPCT_NCCL_RING_LEN, p[r].buf + HDR_LEN,
-		       HPCT_NCCL_RING_LEN);
-	if (rc == 0 && root_conns_out) {
-		/* every answer came: one more connection per rank to its root */
-		*root_conns_out = 0;
-		for (int r = 0; r < nranks; r++)
-			per_root[hpct__nccl_root_of(r, nranks, nids)]++;
-		for (int k = 0; k < nids; k++)
-			if (per_root[k] > *root_conns_out)
-				*root_conns_out = per_root[k];
-	}
-	for (int r = 0; p && r < nranks; r++) {
-		if (p[r].lfd >= 0)
-			close(p[r].lfd);
-		if (p[r].fd >= 0)
-			close(p[r].fd);
-	}
-	free(p);
-	free(mine);
-	free(per_root);
-	return rc;
 }

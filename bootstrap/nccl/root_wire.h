@@ -1,0 +1,70 @@
+/* The wire of NCCL's bootstrap root (NCCL 2.23 to 2.28), shared by hpct's
+ * roots (root.c) and the rank-side player of tests and hpct-bench
+ * (player.c).
+ *
+ * As NCCL's sockets have it: whoever connects first sends the 8-byte magic
+ * of the id and the 4-byte socket type (1, bootstrap), with no answer; an
+ * acceptor drops a connection with the wrong magic unseen.  Then messages
+ * are a 4-byte size and the bytes.  A rank sends its root a 172-byte report
+ * {rank, nranks, iroot, nroots, the address where it waits for the root,
+ * its ring info}; the root connects to that address and sends the rank the
+ * ring info of the next rank.  With several roots, ranks are cut in
+ * contiguous blocks and the first rank of each block also reports to the
+ * previous block's root, so every root knows the next rank of its last.
+ * Integers are in host order: roots and ranks share an architecture. */
+#ifndef HPCT_NCCL_ROOT_WIRE_H
+#define HPCT_NCCL_ROOT_WIRE_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "bootstrap/nccl/nccl_internal.h"
+
+#define HPCT_NCCL_SOCK_TYPE_BOOTSTRAP 1
+#define HPCT_NCCL_HDR_LEN             16 /* magic, type, size */
+#define HPCT_NCCL_REPORT_LEN          (HPCT_NCCL_HDR_LEN + HPCT_NCCL_EXTINFO_LEN)
+
+/* How NCCL splits ranks among roots: contiguous blocks, the first
+ * nranks % nroots roots one rank longer. */
+int hpct__nccl_root_of(int rank, int nranks, int nroots);
+int hpct__nccl_first_of(int root, int nranks, int nroots);
+int hpct__nccl_count_of(int root, int nranks, int nroots);
+
+static inline void hpct__nccl_put32(unsigned char *p, int32_t v)
+{
+	memcpy(p, &v, 4);
+}
+
+static inline int32_t hpct__nccl_get32(const unsigned char *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* The 16 bytes that open a message: magic, socket type (bootstrap), size. */
+static inline void hpct__nccl_header(unsigned char *p, uint64_t magic, int32_t size)
+{
+	memcpy(p, &magic, 8);
+	hpct__nccl_put32(p + 8, HPCT_NCCL_SOCK_TYPE_BOOTSTRAP);
+	hpct__nccl_put32(p + 12, size);
+}
+
+static inline socklen_t hpct__nccl_addr_len(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/* Writes all of buf to fd (blocking, bounded by SO_SNDTIMEO): 0, or
+ * -errno (-EPIPE when the peer closed). */
+int hpct__nccl_send_all(int fd, const void *buf, size_t len);
+/* A blocking connect bounded by `timeout_s`; ECONNREFUSED is retried (the
+ * listener may not be up yet) with a short sleep until then.  *fd_out:
+ * the connected socket, SO_SNDTIMEO and SO_RCVTIMEO set to timeout_s, on
+ * success; else -errno. */
+int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, int *fd_out);
+
+#endif
