@@ -1,4 +1,4 @@
-/* The rootless store (bootstrap/store.c), as libhpct_torch.so uses it:
+/* The rootless store (bootstrap/store/), as libhpct_torch.so uses it:
  * every operation across ranks on two loopback nodes, namespaces apart,
  * a wait that times out naming the key, its home and the rank that is
  * gone, and a stranger's garbage on a rank's store port (moved by
@@ -18,11 +18,11 @@
 
 #include "bootstrap/base/auth.h"
 #include "bootstrap/base/sock.h"
-#include "bootstrap/store/store.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/store/store.h"
 #include "bootstrap/world.h"
-#include "tests/harness.h"
 #include "hpct/hpct.h"
+#include "tests/harness.h"
 
 TestSuite(store, .timeout = 120);
 
@@ -89,8 +89,8 @@ static int ops(int rank, void *arg)
 	if (rank == 0) {
 		void *cur = NULL;
 		size_t len = 0;
-		int bad = hpct__store_cas(s, "cas", "", 0, "first", 5, &cur, &len) != 0 || len != 5 ||
-		          memcmp(cur, "first", 5) != 0;
+		int bad = hpct__store_cas(s, "cas", "", 0, "first", 5, &cur, &len) != 0 ||
+		          len != 5 || memcmp(cur, "first", 5) != 0;
 		free(cur);
 		bad = bad || hpct__store_cas(s, "cas", "nope", 4, "x", 1, &cur, &len) != 0 ||
 		      len != 5 || memcmp(cur, "first", 5) != 0;
@@ -130,7 +130,8 @@ static int ops(int rank, void *arg)
 	if (rank == 0) { /* a counter that would overflow is refused and kept */
 		if (hpct__store_add(s, "big", INT64_MAX, &v) != 0 || v != INT64_MAX ||
 		    hpct__store_add(s, "big", 1, &v) != HPCT_EINVAL ||
-		    !strstr(hpct_last_error(), "overflow") || !get_is(s, "big", "9223372036854775807"))
+		    !strstr(hpct_last_error(), "overflow") ||
+		    !get_is(s, "big", "9223372036854775807"))
 			return 27;
 	}
 	if (rank == 1) {
@@ -178,7 +179,7 @@ static int waits(int rank, void *arg)
 			return 12;
 		/* the rank that is gone is named either way */
 		if (!strstr(why, "rank 2 ") && !strstr(why, "does not answer (died or never "
-		                                              "started): 2 (127.0.0."))
+		                                            "started): 2 (127.0.0."))
 			return 13;
 	}
 	hpct__store_close(s);
@@ -253,6 +254,40 @@ Test(store, garbage_from_a_stranger_closes_only_its_connection)
 	run_job(3, 2, env_offset, garbage);
 }
 
+/* A store port offset that is not one is named, as every setting is, and
+ * no store is opened: a word, zero (the rank's own port), out of range; one
+ * each rank (a process's failed store start stays failed). */
+static const char *const bad_offsets[] = { "ten", "0", "70000" };
+static const char *const bad_offset_says[] = {
+	"HPCT_STORE_PORT_OFFSET='ten' is not an integer",
+	"HPCT_STORE_PORT_OFFSET=0 is not a port offset",
+	"HPCT_STORE_PORT_OFFSET=70000 is out of range",
+};
+
+static int bad_offset(int rank, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0)
+		return 70;
+	setenv("HPCT_STORE_PORT_OFFSET", bad_offsets[rank], 1);
+	struct hpct_store *s = NULL;
+	int err = hpct__store_open(w, 11, 5.0, &s), rc = 0;
+	if (err != HPCT_EBADENV || s || !strstr(hpct_last_error(), bad_offset_says[rank])) {
+		fprintf(stderr, "rank %d: HPCT_STORE_PORT_OFFSET=%s gave %s: %s\n", rank,
+		        bad_offsets[rank], hpct_errname(err), hpct_last_error());
+		rc = 71;
+	}
+	hpct__store_close(s);
+	hpct_world_destroy(w);
+	return rc;
+}
+
+Test(store, a_bad_port_offset_is_named)
+{
+	run_job(3, 1, env, bad_offset); /* slot 1 again: its job is long gone */
+}
+
 /* With HPCT_SECRET on every rank: every operation works (each connection
  * proves the secret first); on rank 0, at rank 1's store: a request
  * without a proof gets a REFUSE frame and the connection closes; a proof
@@ -312,11 +347,12 @@ static int secret_strangers(int rank, void *arg)
 		} else if (k == 2) {
 			struct hpct_auth_id other = id;
 			other.job ^= 1;
-			if (hpct__auth_client(fd, "s3cret", 6, &other, deadline, "rank 1's store") !=
-			            HPCT_EREFUSED ||
+			if (hpct__auth_client(fd, "s3cret", 6, &other, deadline,
+			                      "rank 1's store") != HPCT_EREFUSED ||
 			    !strstr(hpct_last_error(), "rank 1's store refused us: another job"))
 				return 64;
-		} else if (hpct__auth_client(fd, "s3cret", 6, &id, deadline, "rank 1's store") != 0) {
+		} else if (hpct__auth_client(fd, "s3cret", 6, &id, deadline, "rank 1's store") !=
+		           0) {
 			return 65;
 		}
 		close(fd);

@@ -1,0 +1,468 @@
+/* The rootless store's client (see store.h): finds a key's home rank by
+ * hash, connects to that rank's store (starting this rank's server first),
+ * and asks it; a timeout names the key, its home and the ranks that do not
+ * answer. */
+#include "bootstrap/store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/base/auth.h"
+#include "bootstrap/base/bytes.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/base/param.h"
+#include "bootstrap/base/sock.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/store/store_internal.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/world.h"
+
+#define KEY_SHOWN 100
+#define SLACK_S   5.0 /* past a parked wait, before the client gives up */
+#define PROBE_S   0.3 /* to find ranks that do not answer, after a timeout */
+
+int hpct__store_addr(struct hpct_world *w, int rank, struct sockaddr_storage *ss, socklen_t *sl,
+                     char *text, size_t tlen)
+{
+	int rc = hpct__world_node_addr(w, rank, ss, sl);
+	if (rc)
+		return rc;
+	/* the range just below hpct's (clear of the kernel's ephemeral ports
+	 * with the defaults), else the one after NCCL's */
+	long range = w->topo.port_range;
+	long off;
+	int set;
+	rc = hpct__env_int(hpct__env_process(), "HPCT_STORE_PORT_OFFSET", -65535, 65535,
+	                   w->topo.port_base - range >= 1024 ? -range : 2 * range, &off, &set);
+	if (rc)
+		return rc;
+	if (set && off == 0)
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_NET,
+		        "HPCT_STORE_PORT_OFFSET=0 is not a port offset (+-1 to 65535): the "
+		        "store would take the rank's own port");
+	long port = hpct__derive_port(&w->topo, rank) + off;
+	if (port < 1 || port > 65535)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_NET,
+		                  "rank %d's store port %ld (world port %d %+ld, "
+		                  "HPCT_STORE_PORT_OFFSET) is not a port",
+		                  rank, port, hpct__derive_port(&w->topo, rank), off);
+	if (ss->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+	else
+		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+	hpct__addr_str((struct sockaddr *)ss, text, tlen);
+	return 0;
+}
+
+/* What a store connection's proof is bound to.  The epoch is left out: a
+ * rank's one store server outlives in-process recoveries, and its keys'
+ * namespaces carry the epoch already. */
+struct hpct_auth_id hpct__store_auth_id(const struct hpct_world *w, int client, int home)
+{
+	return (struct hpct_auth_id){ .job = w->topo.job,
+		                      .epoch = 0,
+		                      .service = HPCT_AUTH_SERVICE_STORE,
+		                      .client = (uint32_t)client,
+		                      .server = (uint32_t)home,
+		                      .size = (uint32_t)w->topo.size };
+}
+
+struct hpct_store {
+	struct hpct_world *w;
+	uint64_t ns;
+	double timeout;
+	pthread_mutex_t mu;
+	int *fd; /* per home rank, -1 until first used */
+};
+
+static double cap_timeout(const struct hpct_store *s, double t)
+{
+	double lim = s->w->topo.timeout_s;
+	return t < 0 || t > lim ? lim : t;
+}
+
+int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hpct_store **out)
+{
+	struct hpct_world *w = (struct hpct_world *)world;
+	*out = NULL;
+	if (!w->topo.nnodes)
+		return hpct__fail(HPCT_ESTATE, HPCT_SUB_NET,
+		                  "the rootless store needs a node list (%s)",
+		                  w->topo.why_not_rootless);
+	int rc = hpct__store_server_start(w);
+	if (rc)
+		return rc;
+	struct hpct_store *s = calloc(1, sizeof(*s));
+	if (!s || !(s->fd = malloc((size_t)w->topo.size * sizeof(int)))) {
+		free(s);
+		return HPCT_ENOMEM;
+	}
+	for (int i = 0; i < w->topo.size; i++)
+		s->fd[i] = -1;
+	s->w = w;
+	s->ns = ns;
+	s->timeout = timeout_s;
+	pthread_mutex_init(&s->mu, NULL);
+	*out = s;
+	return 0;
+}
+
+void hpct__store_close(struct hpct_store *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->w->topo.size; i++)
+		if (s->fd[i] >= 0)
+			close(s->fd[i]);
+	pthread_mutex_destroy(&s->mu);
+	free(s->fd);
+	free(s);
+}
+
+void hpct__store_set_timeout(struct hpct_store *s, double timeout_s)
+{
+	s->timeout = timeout_s;
+}
+
+double hpct__store_timeout(const struct hpct_store *s)
+{
+	return cap_timeout(s, s->timeout);
+}
+
+static int home_of(const struct hpct_store *s, const char *key)
+{
+	return (int)(hpct__hash(key, strlen(key), s->ns ^ 0x73746f7265ull) %
+	             (uint64_t)s->w->topo.size);
+}
+
+static const char *shown(const char *key, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.*s%s", KEY_SHOWN, key, strlen(key) > KEY_SHOWN ? "..." : "");
+	return buf;
+}
+
+/* Ranks whose store does not take a connection now, as "3 (host:port),
+ * ..." in buf; how many. */
+static int unreachable(struct hpct_store *s, char *buf, size_t len)
+{
+	int n = 0;
+	size_t used = 0;
+	buf[0] = 0;
+	double until = hpct__now() + PROBE_S;
+	for (int r = 0; r < s->w->topo.size && hpct__now() < until; r++) {
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		char text[HPCT_ADDRSTRLEN];
+		if (hpct__store_addr(s->w, r, &ss, &sl, text, sizeof(text)) != 0)
+			continue;
+		int fd = hpct__sock_connect(&ss, sl, hpct__now() + 0.05);
+		if (fd >= 0) {
+			close(fd);
+			continue;
+		}
+		if (n++ < 8 && used < len)
+			used += (size_t)snprintf(buf + used, len - used, "%s%d (%s)",
+			                         n > 1 ? ", " : "", r, text);
+	}
+	return n;
+}
+
+/* Connects to `home`'s store, retrying while nobody listens there yet. */
+static int ensure(struct hpct_store *s, int home, const char *what, double deadline)
+{
+	if (s->fd[home] >= 0)
+		return 0;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char text[HPCT_ADDRSTRLEN];
+	int rc = hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+	if (rc)
+		return rc;
+	double nap = 0.001, t0 = hpct__now();
+	for (;;) {
+		int fd = hpct__sock_connect(&ss, sl, deadline);
+		if (fd >= 0 && s->w->topo.secret) {
+			char who[HPCT_ADDRSTRLEN + 64];
+			snprintf(who, sizeof(who), "store: %s: rank %d (the key's home) at %s",
+			         what, home, text);
+			struct hpct_auth_id id = hpct__store_auth_id(s->w, s->w->topo.rank, home);
+			rc = hpct__auth_client(fd, s->w->topo.secret, s->w->topo.secret_len, &id,
+			                       deadline, who);
+			if (rc) {
+				close(fd);
+				return rc;
+			}
+		}
+		if (fd >= 0) {
+			s->fd[home] = fd;
+			return 0;
+		}
+		double now = hpct__now();
+		if (fd == HPCT_ETIMEDOUT || !hpct__sock_retryable(-fd) || now >= deadline)
+			return hpct__fail(fd == HPCT_ETIMEDOUT || hpct__sock_retryable(-fd)
+			                          ? HPCT_ETIMEDOUT
+			                          : fd,
+			                  HPCT_SUB_NET,
+			                  "store: %s: rank %d (the key's home) at %s did not "
+			                  "answer within %.1f s "
+			                  "(%s): it has not started, or it died",
+			                  what, home, text, now - t0,
+			                  fd < 0 && fd > -4096 ? strerror(-fd) : "no answer");
+		hpct__sleep(nap < deadline - now ? nap : deadline - now);
+		nap = nap * 2 > 0.05 ? 0.05 : nap * 2;
+	}
+}
+
+/* One request to `home`; the reply's status (or the failure) in the
+ * return value, its fields in *rep (malloc'd, the caller frees). */
+static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, const char *key,
+               const void *a, size_t alen, const void *b, size_t blen, double wait_s,
+               unsigned char **rep, size_t *replen)
+{
+	*rep = NULL;
+	*replen = 0;
+	size_t klen = strlen(key);
+	if (klen > HPCT_STORE_MAX_KEY)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
+		                  "store: %s: key of %zu bytes (at most %u)", what, klen,
+		                  HPCT_STORE_MAX_KEY);
+	if (alen + blen > HPCT_STORE_MAX_FRAME - HDR - klen - 64)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
+		                  "store: %s: value of %zu bytes (at most %zu)", what, alen + blen,
+		                  (size_t)HPCT_STORE_MAX_FRAME - HDR - klen - 64);
+	size_t flen = HDR + klen + alen + blen;
+	unsigned char *f = malloc(4 + flen);
+	if (!f)
+		return HPCT_ENOMEM;
+	hpct__put32(f, (uint32_t)flen);
+	f[4] = op;
+	hpct__put64(f + 5, s->ns);
+	hpct__put32(f + 13, (uint32_t)klen);
+	memcpy(f + 4 + HDR, key, klen);
+	if (alen)
+		memcpy(f + 4 + HDR + klen, a, alen);
+	if (blen)
+		memcpy(f + 4 + HDR + klen + alen, b, blen);
+	double t = cap_timeout(s, s->timeout);
+	double deadline = hpct__now() + (wait_s > 0 ? wait_s + SLACK_S : t);
+	pthread_mutex_lock(&s->mu);
+	int rc = ensure(s, home, what, hpct__now() + t), io = rc;
+	unsigned char h[8];
+	/* io: the exchange itself failed (the stream is then out of step or
+	 * gone); rc: the answer's status otherwise */
+	if (io == 0 && (io = hpct__sock_send_all(s->fd[home], f, 4 + flen, deadline)) == 0 &&
+	    (io = hpct__sock_recv_all(s->fd[home], h, 8, deadline)) == 0) {
+		uint32_t len = hpct__get32(h);
+		if (hpct__auth_is_frame(h, sizeof(h)) && !s->w->topo.secret)
+			io = HPCT_EREFUSED; /* a REFUSE: it wants a proof */
+		else if (len < 4 || len > HPCT_STORE_MAX_FRAME)
+			io = HPCT_EPROTO;
+		else if (len > 4 && !(*rep = malloc(len - 4)))
+			io = HPCT_ENOMEM;
+		else if ((io = hpct__sock_recv_all(s->fd[home], *rep, len - 4, deadline)) == 0) {
+			*replen = len - 4;
+			rc = (int32_t)hpct__get32(h + 4);
+		}
+	}
+	free(f);
+	if (io && rc == 0) {
+		char text[HPCT_ADDRSTRLEN] = "?";
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+		close(s->fd[home]);
+		s->fd[home] = -1;
+		rc = hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM ||
+		                                io == HPCT_EREFUSED
+		                        ? io
+		                        : HPCT_EPEERDEAD,
+		                HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)",
+		                what, home, text,
+		                io == HPCT_EREFUSED
+		                        ? "refused us: it has a shared secret (HPCT_SECRET) "
+		                          "and this rank has none"
+		                : io == HPCT_EPROTO    ? "answered something malformed"
+		                : io == HPCT_ETIMEDOUT ? "did not answer in time"
+		                : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
+		                                       : "closed its connection: it died or left",
+		                hpct_strerror(io));
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rc && *rep) {
+		free(*rep);
+		*rep = NULL;
+	}
+	return rc;
+}
+
+static int timed_out(struct hpct_store *s, const char *what, const char *key, int home, double t)
+{
+	char text[HPCT_ADDRSTRLEN] = "?", dead[600], kb[KEY_SHOWN + 8];
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+	int n = unreachable(s, dead, sizeof(dead));
+	return hpct__fail(
+	        HPCT_ETIMEDOUT, HPCT_SUB_NET,
+	        "store: %s: key '%s' (home rank %d at %s) was not set within %.1f s%s%s%s", what,
+	        shown(key, kb, sizeof(kb)), home, text, t,
+	        n ? "; ranks whose store does not answer (died or never started): " : "", dead,
+	        n > 8 ? ", ..." : "");
+}
+
+int hpct__store_set(struct hpct_store *s, const char *key, const void *val, size_t len)
+{
+	unsigned char l[4], *rep;
+	size_t rl;
+	hpct__put32(l, (uint32_t)len);
+	int rc = rpc(s, home_of(s, key), "set", OP_SET, key, l, 4, val, len, 0, &rep, &rl);
+	free(rep);
+	return rc;
+}
+
+static int take_value(unsigned char *rep, size_t rl, void **val_out, size_t *len_out)
+{
+	if (rl < 4 || hpct__get32(rep) != rl - 4) {
+		free(rep);
+		return HPCT_EPROTO;
+	}
+	memmove(rep, rep + 4, rl - 4);
+	*val_out = rep;
+	*len_out = rl - 4;
+	return 0;
+}
+
+int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
+                    size_t *len_out)
+{
+	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
+	unsigned char ms[8], *rep;
+	size_t rl;
+	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
+	int home = home_of(s, key);
+	int rc = rpc(s, home, "get", OP_GET, key, ms, 8, NULL, 0, t, &rep, &rl);
+	if (rc == HPCT_ETIMEDOUT)
+		return timed_out(s, "get", key, home, t);
+	return rc ? rc : take_value(rep, rl, val_out, len_out);
+}
+
+int hpct__store_add(struct hpct_store *s, const char *key, int64_t delta, int64_t *value_out)
+{
+	unsigned char d[8], *rep;
+	size_t rl;
+	hpct__put64(d, (uint64_t)delta);
+	int home = home_of(s, key);
+	int rc = rpc(s, home, "add", OP_ADD, key, d, 8, NULL, 0, 0, &rep, &rl);
+	if (rc == HPCT_EINVAL) {
+		char kb[KEY_SHOWN + 8];
+		return hpct__fail(rc, HPCT_SUB_NET,
+		                  "store: add: key '%s' holds a value that is not a counter, or "
+		                  "adding %lld would overflow it",
+		                  shown(key, kb, sizeof(kb)), (long long)delta);
+	}
+	if (rc == 0 && rl == 8)
+		*value_out = (int64_t)hpct__get64(rep);
+	else if (rc == 0)
+		rc = HPCT_EPROTO;
+	free(rep);
+	return rc;
+}
+
+int hpct__store_cas(struct hpct_store *s, const char *key, const void *expected, size_t elen,
+                    const void *desired, size_t dlen, void **val_out, size_t *len_out)
+{
+	size_t n = 8 + elen + dlen;
+	unsigned char *body = malloc(n), *rep;
+	size_t rl;
+	if (!body)
+		return HPCT_ENOMEM;
+	hpct__put32(body, (uint32_t)elen);
+	if (elen)
+		memcpy(body + 4, expected, elen);
+	hpct__put32(body + 4 + elen, (uint32_t)dlen);
+	if (dlen)
+		memcpy(body + 8 + elen, desired, dlen);
+	int rc =
+	        rpc(s, home_of(s, key), "compare_set", OP_CAS, key, body, n, NULL, 0, 0, &rep, &rl);
+	free(body);
+	return rc ? rc : take_value(rep, rl, val_out, len_out);
+}
+
+static int flag_op(struct hpct_store *s, uint8_t op, const char *what, const char *key, int *out)
+{
+	unsigned char *rep;
+	size_t rl;
+	int rc = rpc(s, home_of(s, key), what, op, key, NULL, 0, NULL, 0, 0, &rep, &rl);
+	if (rc == 0 && rl != 1)
+		rc = HPCT_EPROTO;
+	if (rc == 0)
+		*out = rep[0] != 0;
+	free(rep);
+	return rc;
+}
+
+int hpct__store_check(struct hpct_store *s, const char *const *keys, int n, int *all_out)
+{
+	*all_out = 1;
+	for (int i = 0; i < n && *all_out; i++) {
+		int rc = flag_op(s, OP_CHECK, "check", keys[i], all_out);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n, double timeout_s)
+{
+	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
+	double deadline = hpct__now() + t;
+	for (int i = 0; i < n; i++) {
+		double left = deadline - hpct__now();
+		unsigned char ms[8], *rep;
+		size_t rl;
+		hpct__put64(ms, (uint64_t)(int64_t)((left > 0 ? left : 0) * 1000));
+		int home = home_of(s, keys[i]);
+		int rc = rpc(s, home, "wait", OP_WAIT, keys[i], ms, 8, NULL, 0,
+		             left > 0 ? left : 0.001, &rep, &rl);
+		free(rep);
+		if (rc == HPCT_ETIMEDOUT)
+			return timed_out(s, "wait", keys[i], home, t);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out)
+{
+	return flag_op(s, OP_DEL, "delete_key", key, existed_out);
+}
+
+int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out)
+{
+	*n_out = 0;
+	for (int r = 0; r < s->w->topo.size; r++) {
+		unsigned char *rep;
+		size_t rl;
+		int rc = rpc(s, r, "num_keys", OP_COUNT, "", NULL, 0, NULL, 0, 0, &rep, &rl);
+		if (rc == 0 && rl != 8)
+			rc = HPCT_EPROTO;
+		if (rc == 0)
+			*n_out += (int64_t)hpct__get64(rep);
+		free(rep);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

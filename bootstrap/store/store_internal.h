@@ -1,0 +1,27 @@
+/* Inside the rootless store: what its server (server.c) and its client
+ * (client.c) share: the wire's operations and header, where a rank's store
+ * listens, and what a connection's proof is bound to. */
+#ifndef HPCT_STORE_INTERNAL_H
+#define HPCT_STORE_INTERNAL_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "bootstrap/base/auth.h"
+#include "bootstrap/world.h"
+
+enum { OP_SET = 1, OP_GET, OP_ADD, OP_CAS, OP_CHECK, OP_WAIT, OP_DEL, OP_COUNT };
+
+#define HDR 13 /* op, namespace, key length */
+
+/* The store address of world rank `rank`: its node, its world port plus
+ * HPCT_STORE_PORT_OFFSET (client.c). */
+int hpct__store_addr(struct hpct_world *w, int rank, struct sockaddr_storage *ss, socklen_t *sl,
+                     char *text, size_t tlen);
+/* What a store connection's proof is bound to (client.c). */
+struct hpct_auth_id hpct__store_auth_id(const struct hpct_world *w, int client, int home);
+/* Starts this process's server thread once, at this rank's store address
+ * (server.c); later calls return the first one's result. */
+int hpct__store_server_start(struct hpct_world *w);
+
+#endif
