@@ -15,11 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hpct/hpct.h"
+#include "bootstrap/base/bytes.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
-#include "bootstrap/base/bytes.h"
+#include "hpct/hpct.h"
 
 #define RBUF      65536
 #define KEY_SHOWN 120 /* bytes of a key quoted in a message */
@@ -160,10 +160,11 @@ static int rpc(struct hpct_std_client *c, struct iovec *iov, int niov, const cha
 	if (hpct__auth_is_frame(st, 4)) { /* a REFUSE: it wants a proof */
 		set_broken(c);
 		snprintf(c->why, sizeof(c->why), "refused: no shared secret here");
-		return hpct__fail(HPCT_EREFUSED, HPCT_SUB_STD,
-		                  "rank %d: the rendezvous at %s refused %s: it has a shared secret "
-		                  "(HPCT_SECRET) and this rank has none",
-		                  c->rank, c->addr, what);
+		return hpct__fail(
+		        HPCT_EREFUSED, HPCT_SUB_STD,
+		        "rank %d: the rendezvous at %s refused %s: it has a shared secret "
+		        "(HPCT_SECRET) and this rank has none",
+		        c->rank, c->addr, what);
 	}
 	char msg[1024];
 	unsigned char lb[4];
@@ -456,8 +457,8 @@ static int mget(struct hpct_std_client *c, const char *const *keys, int n, void 
 			if (!dst) {
 				set_broken(c);
 				return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD,
-				                  "rank %d: out of memory for a %u-byte value", c->rank,
-				                  len);
+				                  "rank %d: out of memory for a %u-byte value",
+				                  c->rank, len);
 			}
 		}
 		if ((rc = recv_exact(c, dst, len, deadline)))

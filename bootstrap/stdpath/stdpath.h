@@ -43,10 +43,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HPCT_STD_MAGIC     0x48504331u /* "HPC1" */
-#define HPCT_STD_MAX_KEY   4096u       /* bytes in a key */
-#define HPCT_STD_MAX_VALUE (64u << 20) /* bytes in a value */
-#define HPCT_STD_MAX_KEYS  1000000u    /* keys in one MGET */
+#define HPCT_STD_MAGIC     0x48504331u           /* "HPC1" */
+#define HPCT_STD_MAX_KEY   4096u                 /* bytes in a key */
+#define HPCT_STD_MAX_VALUE (64u << 20)           /* bytes in a value */
+#define HPCT_STD_MAX_KEYS  1000000u              /* keys in one MGET */
 #define HPCT_STD_FUZZ_JOB  0x66757a7a6a6f6221ull /* hpct__std_fuzz_one's job */
 
 enum hpct_std_op {
@@ -77,7 +77,7 @@ void hpct__std_server_stop(struct hpct_std_server *server, double deadline);
 
 /* Keys the store holds now (for tests: finished collectives leave none). */
 size_t hpct__std_server_keys(const struct hpct_std_server *server);
-/* For tests/fuzz/fuzz_stdpath.c (see stdpath_server.c). */
+/* For tests/fuzz/fuzz_stdpath.c (see server.c). */
 HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len);
 
 /* Connects to the server, retrying with capped backoff until `deadline`,
@@ -101,18 +101,18 @@ void hpct__std_client_close(struct hpct_std_client *client);
  * after HPCT_EINVAL, it stays usable (and close still says BYE, so this rank
  * is not reported lost too), but no wait can succeed any more unless its keys
  * already exist.  A client is used by one thread at a time. */
-HPCT_PRIVATE int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val, size_t len,
-                  int readers, double deadline);
+HPCT_PRIVATE int hpct__std_set(struct hpct_std_client *c, const char *key, const void *val,
+                               size_t len, int readers, double deadline);
 /* Fetches n keys, waiting until all exist; value i must be exactly lens[i]
  * bytes and is copied to bufs[i] (else HPCT_EPROTO naming the key, after the
  * whole answer was read).  Counts as one read of each key. */
 int hpct__std_mget(struct hpct_std_client *c, const char *const *keys, int n, void *const *bufs,
                    const size_t *lens, double deadline);
-/* Adds delta to the counter `key` (created at 0) and returns the sum. */
 /* One key of any length, waiting until it exists: *val_out is malloc'd
  * (free it), *len_out its length. */
-HPCT_PRIVATE int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out, size_t *len_out,
-		  double deadline);
+HPCT_PRIVATE int hpct__std_get(struct hpct_std_client *c, const char *key, void **val_out,
+                               size_t *len_out, double deadline);
+/* Adds delta to the counter `key` (created at 0) and returns the sum. */
 int hpct__std_add(struct hpct_std_client *c, const char *key, int64_t delta, int64_t *value_out,
                   double deadline);
 /* Returns once the counter `key` is >= value. */

@@ -1,0 +1,331 @@
+/* The rendezvous server's requests: the parser, a state machine fed by
+ * whatever bytes arrived, and the operations (HELLO, SET, MGET, ADD, WAITGE,
+ * BYE) it runs once a request is whole. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/base/bytes.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/stdpath/server_internal.h"
+#include "bootstrap/stdpath/stdpath.h"
+#include "hpct/hpct.h"
+
+static void refuse(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse(struct conn *c, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: refused %s claiming rank %u: %s", c->s->addr,
+	          c->peer, c->reqrank, msg);
+	c->closing = 1;
+	hpct__stdsrv_reply_err(c, HPCT_EREFUSED, msg);
+}
+
+static void exec_hello(struct conn *c, const unsigned char *p)
+{
+	struct hpct_std_server *s = c->s;
+	uint32_t magic = hpct__get32(p), size = hpct__get32(p + 4), r = c->reqrank;
+	uint64_t job = hpct__get64(p + 8);
+	if (magic != HPCT_STD_MAGIC) {
+		hpct__stdsrv_conn_bad(c, "not an hpct rendezvous client (magic 0x%08x)", magic);
+		return;
+	}
+	if (job != s->job) {
+		refuse(c,
+		       "job hash %016llx differs from the rendezvous's %016llx (another job, or a "
+		       "stale rank of an earlier run?)",
+		       (unsigned long long)job, (unsigned long long)s->job);
+		return;
+	}
+	if (size != (uint32_t)s->nranks) {
+		refuse(c, "world size %u differs from the rendezvous's %d", size, s->nranks);
+		return;
+	}
+	if (r >= (uint32_t)s->nranks) {
+		refuse(c, "rank %u is out of range for world size %d", r, s->nranks);
+		return;
+	}
+	if (s->by_rank[r]) {
+		refuse(c, "rank %u is already connected from %s", r, s->by_rank[r]->peer);
+		return;
+	}
+	c->rank = (int)r;
+	s->by_rank[r] = c;
+	HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %u joined from %s", s->addr, r, c->peer);
+	if (++s->joined == s->nranks)
+		HPCT_INFO(HPCT_SUB_STD, "rendezvous %s: all %d ranks connected after %.3f s",
+		          s->addr, s->nranks, hpct__now() - s->t0);
+	hpct__stdsrv_reply_status(c, 0);
+}
+
+static void exec_set(struct conn *c)
+{
+	struct entry *e = hpct__stdsrv_tab_get(&c->s->tab, hpct__stdsrv_ckey(c, 0), c->klens[0]);
+	if (!e) {
+		hpct__stdsrv_conn_close(c);
+		return;
+	}
+	int was_absent = !e->present;
+	free(e->val);
+	e->val = c->val; /* the entry owns the value from here */
+	c->val = NULL;
+	e->vlen = c->vlen;
+	e->present = 1;
+	e->readers_left = c->readers;
+	hpct__stdsrv_req_done(c);
+	hpct__stdsrv_reply_status(c, 0);
+	hpct__stdsrv_wake(e, was_absent);
+}
+
+static void exec_add(struct conn *c)
+{
+	struct entry *e = hpct__stdsrv_tab_get(&c->s->tab, hpct__stdsrv_ckey(c, 0), c->klens[0]);
+	if (!e) {
+		hpct__stdsrv_conn_close(c);
+		return;
+	}
+	if (e->present && e->vlen != 8) {
+		char msg[KEY_SHOWN + 80];
+		snprintf(msg, sizeof(msg), "key '%.*s' holds a %u-byte value, not a counter",
+		         (int)(e->klen < KEY_SHOWN ? e->klen : KEY_SHOWN), e->key, e->vlen);
+		hpct__stdsrv_req_done(c);
+		hpct__stdsrv_reply_err(c, HPCT_EINVAL, msg);
+		return;
+	}
+	int was_absent = !e->present;
+	if (was_absent) {
+		e->val = calloc(1, 8);
+		if (!e->val) {
+			hpct__stdsrv_entry_clear(&c->s->tab, e);
+			hpct__stdsrv_conn_close(c);
+			return;
+		}
+		e->vlen = 8;
+		e->present = 1;
+		e->readers_left = 0;
+	}
+	uint64_t v = hpct__get64(e->val) + (uint64_t)c->i64; /* wraps instead of overflowing */
+	hpct__put64(e->val, v);
+	hpct__stdsrv_req_done(c);
+	if (hpct__stdsrv_out_reserve(c, 12) == 0) {
+		unsigned char b[8];
+		hpct__put64(b, v);
+		hpct__stdsrv_out32(c, 0);
+		hpct__stdsrv_put(c, b, 8);
+	}
+	hpct__stdsrv_schedule(c);
+	hpct__stdsrv_wake(e, was_absent);
+}
+
+static void exec(struct conn *c)
+{
+	c->st = ST_OP;
+	switch (c->op) {
+	case HPCT_STD_SET:
+		exec_set(c);
+		return;
+	case HPCT_STD_MGET:
+		hpct__stdsrv_mget_try(c);
+		return;
+	case HPCT_STD_ADD:
+		exec_add(c);
+		return;
+	case HPCT_STD_WAITGE:
+		hpct__stdsrv_waitge_try(c);
+		return;
+	}
+}
+
+/* Appends the key of length c->klen at p to the request's key list. */
+static int add_key(struct conn *c, const unsigned char *p)
+{
+	if (c->nkeys == c->keycap) {
+		size_t cap = c->keycap ? c->keycap * 2 : 8;
+		size_t *o = realloc(c->koff, cap * sizeof(*o));
+		if (o)
+			c->koff = o;
+		uint32_t *l = realloc(c->klens, cap * sizeof(*l));
+		if (l)
+			c->klens = l;
+		struct entry **e = realloc(c->ents, cap * sizeof(*e));
+		if (e)
+			c->ents = e;
+		if (!o || !l || !e)
+			return -1;
+		c->keycap = cap;
+	}
+	if (c->kused + c->klen + 1 > c->kcap) {
+		size_t cap = c->kcap ? c->kcap : 256;
+		while (cap < c->kused + c->klen + 1)
+			cap *= 2;
+		char *k = realloc(c->kbuf, cap);
+		if (!k)
+			return -1;
+		c->kbuf = k;
+		c->kcap = cap;
+	}
+	memcpy(c->kbuf + c->kused, p, c->klen);
+	c->kbuf[c->kused + c->klen] = 0;
+	c->koff[c->nkeys] = c->kused;
+	c->klens[c->nkeys++] = c->klen;
+	c->kused += c->klen + 1;
+	return 0;
+}
+
+/* Parses and runs whatever complete fields the input buffer holds. */
+void hpct__stdsrv_conn_progress(struct conn *c)
+{
+	while (!c->dead && !c->parked && !c->closing && c->olen - c->opos < OUT_HIGH) {
+		size_t avail = c->ilen - c->ipos;
+		const unsigned char *p = c->in + c->ipos;
+		switch (c->st) {
+		case ST_OP:
+			if (avail < 5)
+				goto more;
+			c->op = p[0];
+			c->reqrank = hpct__get32(p + 1);
+			c->ipos += 5;
+			if (c->op == HPCT_STD_HELLO) {
+				if (c->rank >= 0) {
+					hpct__stdsrv_conn_bad(c, "second HELLO");
+					return;
+				}
+				c->st = ST_HELLO;
+				break;
+			}
+			if (c->rank < 0) {
+				hpct__stdsrv_conn_bad(c, "request %u before HELLO", c->op);
+				return;
+			}
+			if (c->op == HPCT_STD_BYE) {
+				HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %d left", c->s->addr,
+				           c->rank);
+				c->said_bye = 1;
+				c->closing = 1;
+				hpct__stdsrv_schedule(c);
+				return;
+			}
+			if (c->op == HPCT_STD_MGET)
+				c->st = ST_N;
+			else if (c->op == HPCT_STD_SET || c->op == HPCT_STD_ADD ||
+			         c->op == HPCT_STD_WAITGE)
+				c->st = ST_KLEN;
+			else {
+				hpct__stdsrv_conn_bad(c, "unknown request %u", c->op);
+				return;
+			}
+			break;
+		case ST_HELLO:
+			if (avail < 16)
+				goto more;
+			c->ipos += 16;
+			c->st = ST_OP;
+			exec_hello(c, p);
+			break;
+		case ST_N:
+			if (avail < 4)
+				goto more;
+			c->n = hpct__get32(p);
+			c->ipos += 4;
+			if (c->n > HPCT_STD_MAX_KEYS) {
+				hpct__stdsrv_conn_bad(c, "MGET of %u keys (limit %u)", c->n,
+				                      HPCT_STD_MAX_KEYS);
+				return;
+			}
+			c->st = ST_KLEN;
+			if (c->n == 0)
+				exec(c);
+			break;
+		case ST_KLEN:
+			if (avail < 4)
+				goto more;
+			c->klen = hpct__get32(p);
+			c->ipos += 4;
+			if (c->klen > HPCT_STD_MAX_KEY) {
+				hpct__stdsrv_conn_bad(c, "key of %u bytes (limit %u)", c->klen,
+				                      HPCT_STD_MAX_KEY);
+				return;
+			}
+			c->st = ST_KEY;
+			break;
+		case ST_KEY:
+			if (avail < c->klen)
+				goto more;
+			if (add_key(c, p) != 0) {
+				hpct__stdsrv_conn_bad(c, "out of memory for %zu keys", c->nkeys);
+				return;
+			}
+			c->ipos += c->klen;
+			if (c->op == HPCT_STD_SET)
+				c->st = ST_SETHDR;
+			else if (c->op != HPCT_STD_MGET)
+				c->st = ST_I64;
+			else if (c->nkeys < c->n)
+				c->st = ST_KLEN;
+			else
+				exec(c);
+			break;
+		case ST_SETHDR:
+			if (avail < 8)
+				goto more;
+			c->readers = hpct__get32(p);
+			c->vlen = hpct__get32(p + 4);
+			c->ipos += 8;
+			if (c->vlen > HPCT_STD_MAX_VALUE) {
+				hpct__stdsrv_conn_bad(
+				        c, "value of %u bytes for key '%.*s' (limit %u)", c->vlen,
+				        (int)(c->klens[0] < KEY_SHOWN ? c->klens[0] : KEY_SHOWN),
+				        hpct__stdsrv_ckey(c, 0), HPCT_STD_MAX_VALUE);
+				return;
+			}
+			c->val = malloc(c->vlen ? c->vlen : 1);
+			if (!c->val) {
+				hpct__stdsrv_conn_bad(c, "out of memory for a value of %u bytes",
+				                      c->vlen);
+				return;
+			}
+			c->vgot = 0;
+			c->st = ST_VAL;
+			break;
+		case ST_VAL: {
+			size_t take = c->vlen - c->vgot;
+			if (take > avail)
+				take = avail;
+			memcpy(c->val + c->vgot, p, take);
+			c->vgot += (uint32_t)take;
+			c->ipos += take;
+			if (c->vgot < c->vlen)
+				goto more;
+			exec(c);
+			break;
+		}
+		case ST_I64:
+			if (avail < 8)
+				goto more;
+			c->i64 = (int64_t)hpct__get64(p);
+			c->ipos += 8;
+			exec(c);
+			break;
+		}
+	}
+more:
+	if (c->ipos > 0) {
+		memmove(c->in, c->in + c->ipos, c->ilen - c->ipos);
+		c->ilen -= c->ipos;
+		c->ipos = 0;
+	}
+}
