@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/topo/derive.h"
 #include "bootstrap/base/log.h"
+#include "bootstrap/topo/derive.h"
 #include "bootstrap/world.h"
 #include "bootstrap/world_access.h"
 #include "transport/transport.h"
@@ -76,16 +76,16 @@ static int check_members(struct hpct_group *parent, const int *members, int n, c
 	struct hpct_world *w = parent->world;
 	if (n < 1 || n > parent->size)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-		                  "rank %d: %s: %d members for a parent of size %d", w->topo.rank, fn,
-		                  n, parent->size);
+		                  "rank %d: %s: %d members for a parent of size %d", w->topo.rank,
+		                  fn, n, parent->size);
 	for (int i = 0; i < n; i++)
 		if (members[i] < 0 || members[i] >= parent->size ||
 		    (i > 0 && members[i] <= members[i - 1]))
-			return hpct__fail(
-			        HPCT_EINVAL, HPCT_SUB_COLL,
-			        "rank %d: %s: member %d is %d; members must be increasing ranks below "
-			        "the parent's size %d",
-			        w->topo.rank, fn, i, members[i], parent->size);
+			return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
+			                  "rank %d: %s: member %d is %d; members must be "
+			                  "increasing ranks below "
+			                  "the parent's size %d",
+			                  w->topo.rank, fn, i, members[i], parent->size);
 	return 0;
 }
 

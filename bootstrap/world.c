@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/topo/derive.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
-#include "bootstrap/world.h"
 #include "bootstrap/base/wire.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/world.h"
 #include "bootstrap/world_access.h"
 
 /* Resolves a node once; later calls reuse the answer (or the error). */
@@ -45,8 +45,9 @@ HPCT_PRIVATE int hpct__rootless_possible(char *why, size_t len)
 	int ok = rc == 0 && t.want_rootless && t.nnodes > 0;
 	if (!ok)
 		snprintf(why, len, "%s",
-		         rc ? hpct_last_error()
-		            : !t.want_rootless ? "HPCT_USE_ROOTLESS is not 1" : t.why_not_rootless);
+		         rc                 ? hpct_last_error()
+		         : !t.want_rootless ? "HPCT_USE_ROOTLESS is not 1"
+		                            : t.why_not_rootless);
 	if (rc == 0)
 		hpct__topo_free(&t);
 	return ok;

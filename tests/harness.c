@@ -1,6 +1,6 @@
 #include "tests/harness.h"
-#include "bootstrap/topo/loopback.h"
 #include "bootstrap/base/rss.h"
+#include "bootstrap/topo/loopback.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -24,9 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/harness.h"
 #include "hpct/gloo.h"
 #include "hpct/hpct.h"
+#include "tests/harness.h"
 
 struct mark {
 	int fds;
@@ -133,8 +133,8 @@ static int grew(int me, const char *phase, struct mark a, struct mark b, long sl
 		return 1;
 	}
 	if (b.fds != a.fds) {
-		fprintf(stderr, "soak rank %d: %s left %d descriptors open: before%s; after%s\n", me,
-		        phase, b.fds - a.fds, a.what, b.what);
+		fprintf(stderr, "soak rank %d: %s left %d descriptors open: before%s; after%s\n",
+		        me, phase, b.fds - a.fds, a.what, b.what);
 		return 1;
 	}
 	if (slack >= 0 && b.rss - a.rss > slack) {
@@ -202,9 +202,11 @@ int main(int argc, char **argv)
 
 	printf("soak rank %d groups %ld fds %d -> %d rss %ld -> %ld kB contexts %ld fds %d -> %d "
 	       "rss %ld -> %ld kB\n",
-	       me, groups, g0.fds, g1.fds, g0.rss, g1.rss, contexts, c0.fds, c1.fds, c0.rss, c1.rss);
+	       me, groups, g0.fds, g1.fds, g0.rss, g1.rss, contexts, c0.fds, c1.fds, c0.rss,
+	       c1.rss);
 	fflush(stdout);
-	rc = grew(me, "the group cycles", g0, g1, slack) | grew(me, "the context cycles", c0, c1, slack);
+	rc = grew(me, "the group cycles", g0, g1, slack) |
+	     grew(me, "the context cycles", c0, c1, slack);
 	hpct_world_destroy(w);
 	return rc;
 }

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/harness.h"
 #include "hpct/hpct.h"
+#include "tests/harness.h"
 
 struct cfg {
 	int n, nodes, port, rootless;

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/harness.h"
 #include "hpct/hpct.h"
+#include "tests/harness.h"
 
 struct cfg {
 	int n, port, rootless, victim;

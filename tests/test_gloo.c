@@ -76,24 +76,24 @@ static int subgroups_main(int r, void *arg)
 		return gt_why(30, "rank %d: group_create: %s", r, hpct_last_error());
 	if ((ge != NULL) != (r % 2 == 0) || (go != NULL) != (r % 2 == 1) ||
 	    (gx != NULL) != (r == 0 || r == c->n - 1))
-		return gt_why(31, "rank %d: membership wrong: evens %p odds %p ends %p", r, (void *)ge,
-		           (void *)go, (void *)gx);
+		return gt_why(31, "rank %d: membership wrong: evens %p odds %p ends %p", r,
+		              (void *)ge, (void *)go, (void *)gx);
 	hpct_group *half = ge ? ge : go;
 	hpct_gloo_context *hc;
 	if ((rc = hpct_gloo_context_create(p.dev, half, &hc)) != 0)
 		return gt_why(32, "rank %d: context on %s: %s: %s", r, ge ? "evens" : "odds",
-		           hpct_errname(rc), hpct_last_error());
+		              hpct_errname(rc), hpct_last_error());
 	if (hpct_gloo_context_size(hc) != (ge ? ne : no) ||
 	    hpct_gloo_context_rank(hc) != hpct_group_rank(half))
 		return gt_why(33, "rank %d: half context rank %d size %d", r,
-		           hpct_gloo_context_rank(hc), hpct_gloo_context_size(hc));
+		              hpct_gloo_context_rank(hc), hpct_gloo_context_size(hc));
 	/* each half sums its world ranks: a context crossing halves would show */
 	int32_t s = r, want = 0;
 	for (int i = r % 2; i < c->n; i += 2)
 		want += i;
 	if ((rc = hpct_gloo_allreduce(hc, &s, 1, HPCT_GLOO_I32, HPCT_GLOO_SUM)) != 0)
 		return gt_why(34, "rank %d: half allreduce: %s: %s", r, hpct_errname(rc),
-		           hpct_last_error());
+		              hpct_last_error());
 	if (s != want)
 		return gt_why(35, "rank %d: half sum %d, want %d", r, (int)s, (int)want);
 	if ((rc = gt_exercise(hc, 40, r % 2)) != 0)
@@ -102,8 +102,8 @@ static int subgroups_main(int r, void *arg)
 	if (gx) {
 		hpct_gloo_context *xc;
 		if ((rc = hpct_gloo_context_create(p.dev, gx, &xc)) != 0)
-			return gt_why(36, "rank %d: context on {0, n-1}: %s: %s", r, hpct_errname(rc),
-			           hpct_last_error());
+			return gt_why(36, "rank %d: context on {0, n-1}: %s: %s", r,
+			              hpct_errname(rc), hpct_last_error());
 		if ((rc = gt_exercise(xc, 50, 7)) != 0)
 			return rc;
 		hpct_gloo_context_destroy(xc);
@@ -111,7 +111,7 @@ static int subgroups_main(int r, void *arg)
 	/* the non-members of {0, n-1} waited here all along */
 	if ((rc = hpct_barrier(world)) != 0)
 		return gt_why(37, "rank %d: world barrier: %s: %s", r, hpct_errname(rc),
-		           hpct_last_error());
+		              hpct_last_error());
 	if ((rc = gt_quick_sum(p.ctx, 60, 11)) != 0 || (rc = gt_check_barrier(p.ctx, 62)) != 0)
 		return rc;
 	hpct_group_destroy(ge);
@@ -144,11 +144,11 @@ static int clone_main(int r, void *arg)
 	hpct_gloo_context *c1, *c2, *c3;
 	if ((rc = hpct_gloo_context_clone(p.ctx, &c1)) != 0)
 		return gt_why(70, "rank %d: clone: %s: %s", p.rank, hpct_errname(rc),
-		           hpct_last_error());
+		              hpct_last_error());
 	if (hpct_gloo_context_rank(c1) != p.rank ||
 	    hpct_gloo_context_size(c1) != hpct_gloo_context_size(p.ctx))
-		return gt_why(71, "rank %d: clone rank %d size %d", p.rank, hpct_gloo_context_rank(c1),
-		           hpct_gloo_context_size(c1));
+		return gt_why(71, "rank %d: clone rank %d size %d", p.rank,
+		              hpct_gloo_context_rank(c1), hpct_gloo_context_size(c1));
 	for (int i = 0; i < 4; i++) {
 		if ((rc = gt_quick_sum(i % 2 ? p.ctx : c1, 72, i)) != 0)
 			return rc;
@@ -157,7 +157,7 @@ static int clone_main(int r, void *arg)
 		return rc;
 	if ((rc = hpct_gloo_context_clone(c1, &c2)) != 0)
 		return gt_why(74, "rank %d: clone of a clone: %s: %s", p.rank, hpct_errname(rc),
-		           hpct_last_error());
+		              hpct_last_error());
 	if ((rc = gt_quick_sum(c2, 75, 1)) != 0 || (rc = gt_quick_sum(c1, 75, 2)) != 0 ||
 	    (rc = gt_quick_sum(p.ctx, 75, 3)) != 0)
 		return rc;
@@ -166,7 +166,7 @@ static int clone_main(int r, void *arg)
 		return rc;
 	if ((rc = hpct_gloo_context_clone(p.ctx, &c3)) != 0)
 		return gt_why(79, "rank %d: second clone: %s: %s", p.rank, hpct_errname(rc),
-		           hpct_last_error());
+		              hpct_last_error());
 	hpct_gloo_context_destroy(p.ctx);
 	p.ctx = NULL;
 	if ((rc = gt_quick_sum(c3, 80, 6)) != 0 || (rc = gt_check_barrier(c3, 82)) != 0 ||
@@ -177,7 +177,7 @@ static int clone_main(int r, void *arg)
 		hpct_gloo_context *next;
 		if ((rc = hpct_gloo_context_clone(c3, &next)) != 0)
 			return gt_why(85, "rank %d: chained clone %d: %s: %s", p.rank, k,
-			           hpct_errname(rc), hpct_last_error());
+			              hpct_errname(rc), hpct_last_error());
 		hpct_gloo_context_destroy(c3);
 		c3 = next;
 	}
@@ -218,7 +218,7 @@ static int recreate_main(int r, void *arg)
 		hpct_gloo_context *ctx;
 		if ((rc = hpct_gloo_context_create(p.dev, hpct_world_group(p.w), &ctx)) != 0)
 			return gt_why(86, "rank %d: round %d: context: %s: %s", r, round,
-			           hpct_errname(rc), hpct_last_error());
+			              hpct_errname(rc), hpct_last_error());
 		if ((rc = gt_quick_sum(ctx, 87, 100 * round)) != 0 ||
 		    (rc = gt_check_broadcast(ctx, 89, round)) != 0)
 			return rc;
@@ -227,7 +227,7 @@ static int recreate_main(int r, void *arg)
 		if (g) {
 			if ((rc = hpct_gloo_context_create(p.dev, g, &ctx)) != 0)
 				return gt_why(91, "rank %d: round %d: subgroup context: %s: %s", r,
-				           round, hpct_errname(rc), hpct_last_error());
+				              round, hpct_errname(rc), hpct_last_error());
 			if ((rc = gt_quick_sum(ctx, 92, 10 * round)) != 0)
 				return rc;
 			hpct_gloo_context_destroy(ctx);

@@ -174,8 +174,8 @@ static int badargs_main(int r, void *arg)
 	if ((rc = hpct_gloo_context_create(p.dev, NULL, &none)) != HPCT_EINVAL ||
 	    none != (hpct_gloo_context *)&none)
 		return gt_why(163, "rank %d: context_create on a NULL group: %s, out %s", r,
-		           hpct_errname(rc),
-		           none == (hpct_gloo_context *)&none ? "untouched" : "set");
+		              hpct_errname(rc),
+		              none == (hpct_gloo_context *)&none ? "untouched" : "set");
 #undef BAD
 	/* the context is as good as before */
 	if ((rc = gt_quick_sum(x, 170, 9)) != 0 || (rc = gt_exercise(x, 10, 0)) != 0)
@@ -291,7 +291,7 @@ static int stolen_main(int r, void *arg)
 		snprintf(want, sizeof(want), "is connected to %s, not to rank 1", thief_from);
 		if (rc != HPCT_EREFUSED || !strstr(hpct_last_error(), want))
 			return gt_why(4, "rank 0: %s (%s), wanted HPCT_EREFUSED with '%s'",
-			           hpct_errname(rc), hpct_last_error(), want);
+			              hpct_errname(rc), hpct_last_error(), want);
 		close(thief_fd);
 	} else if (rc == 0) {
 		return gt_why(5, "rank 1 connected its pair all the same");

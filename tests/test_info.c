@@ -340,14 +340,18 @@ Test(info, rootless_without_node_list_says_why)
 Test(info, secret_is_reported_never_shown)
 {
 	static const char *const args[] = { NULL };
-	static const char *const envp[] = { "RANK=1", "WORLD_SIZE=2", "HPCT_USE_ROOTLESS=1",
-		                            "HPCT_HOSTS=127.0.0.1", "HPCT_SECRET=hush-7f3a", NULL };
+	static const char *const envp[] = { "RANK=1",
+		                            "WORLD_SIZE=2",
+		                            "HPCT_USE_ROOTLESS=1",
+		                            "HPCT_HOSTS=127.0.0.1",
+		                            "HPCT_SECRET=hush-7f3a",
+		                            NULL };
 	struct result res;
 	run(&res, args, envp);
 	cr_assert_eq(res.code, 0, "hpct-info exited %d: %s", res.code, res.err);
 	char line[1024];
-	cr_assert_not_null(line_starting(res.out, "peers ", line, sizeof(line)), "no peers line:\n%s",
-	                   res.out);
+	cr_assert_not_null(line_starting(res.out, "peers ", line, sizeof(line)),
+	                   "no peers line:\n%s", res.out);
 	cr_assert(strstr(line, "authenticated") && strstr(line, "HPCT_SECRET") &&
 	                  !strstr(line, "not authenticated"),
 	          "peers line '%s'", line);
@@ -359,9 +363,12 @@ Test(info, secret_is_reported_never_shown)
 	check_row(&res, "HPCT_SECRET", "string", "-", "(hidden)", "shared secret");
 	cr_assert_null(strstr(res.out, "hush-7f3a"), "--env printed the secret:\n%s", res.out);
 
-	static const char *const bad_env[] = { "RANK=1", "WORLD_SIZE=2", "HPCT_USE_ROOTLESS=1",
+	static const char *const bad_env[] = { "RANK=1",
+		                               "WORLD_SIZE=2",
+		                               "HPCT_USE_ROOTLESS=1",
 		                               "HPCT_HOSTS=127.0.0.1",
-		                               "HPCT_SECRET_FILE=/nonexistent/hpct-secret", NULL };
+		                               "HPCT_SECRET_FILE=/nonexistent/hpct-secret",
+		                               NULL };
 	run(&res, args, bad_env);
 	cr_assert_neq(res.code, 0, "an unreadable secret file was accepted:\n%s", res.out);
 	cr_assert(strstr(res.err, "HPCT_SECRET_FILE=/nonexistent/hpct-secret"),

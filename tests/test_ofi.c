@@ -14,8 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tests/harness.h"
 #include "hpct/hpct.h"
+#include "tests/harness.h"
 
 TestSuite(ofi, .timeout = 120);
 

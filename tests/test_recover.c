@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/harness.h"
 #include "hpct/hpct.h"
+#include "tests/harness.h"
 
 TestSuite(recover, .timeout = 120);
 

@@ -2,9 +2,9 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "bootstrap/topo/derive.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/base/wire.h"
+#include "bootstrap/topo/derive.h"
 #include "hpct/hpct.h"
 
 Test(wire, hello_roundtrip)
@@ -55,8 +55,13 @@ Test(wire, hello_rejects_garbage)
 Test(wire, auth_frames_and_proofs)
 {
 	cr_assert(hpct__auth_available(), "libcrypto.so.3 could not be loaded");
-	struct hpct_hello h = { .type = HPCT_HELLO_CHALLENGE, .job = 1, .epoch = 2, .group = 3,
-		                .src = 4, .dst = 5, .size = 8 };
+	struct hpct_hello h = { .type = HPCT_HELLO_CHALLENGE,
+		                .job = 1,
+		                .epoch = 2,
+		                .group = 3,
+		                .src = 4,
+		                .dst = 5,
+		                .size = 8 };
 	unsigned char frame[HPCT_AUTH_LEN], nonce[HPCT_AUTH_NONCE], mac[HPCT_AUTH_MAC];
 	unsigned char n1[HPCT_AUTH_NONCE], n2[HPCT_AUTH_NONCE], got_n[HPCT_AUTH_NONCE],
 	        got_m[HPCT_AUTH_MAC];
@@ -76,8 +81,10 @@ Test(wire, auth_frames_and_proofs)
 	memset(nonce, 0, sizeof(nonce));
 	cr_assert(memcmp(got_n, nonce, sizeof(nonce)) == 0);
 	/* any other length is not a handshake */
-	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_AUTH_LEN - 1, &d, NULL, NULL), HPCT_EPROTO);
-	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_HELLO_LEN + 1, &d, NULL, NULL), HPCT_EPROTO);
+	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_AUTH_LEN - 1, &d, NULL, NULL),
+	             HPCT_EPROTO);
+	cr_assert_eq(hpct__hello_decode_auth(frame, HPCT_HELLO_LEN + 1, &d, NULL, NULL),
+	             HPCT_EPROTO);
 
 	unsigned char other[HPCT_AUTH_MAC];
 	struct hpct_hello h2 = h;

@@ -12,14 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hpct/hpct.h"
 #include "bootstrap/base/rss.h"
+#include "hpct/hpct.h"
 
 struct record {
 	double done; /* CLOCK_MONOTONIC when the scenario's work finished */
 	int conns;   /* hpct connections opened + accepted by the rank */
 	int rc;
-	long msgs; /* hpct messages the rank sent (hpct_world_stats.msgs_sent) */
+	long msgs;   /* hpct messages the rank sent (hpct_world_stats.msgs_sent) */
 	long rss_kb; /* the rank's resident memory when it reported */
 };
 
@@ -57,8 +57,9 @@ static inline int report(int rc, int conns, long msgs)
 {
 	double done = mono();
 	long kb = hpct_self_rss_kb();
-	struct record rec = { .done = done, .rc = rc, .conns = conns, .msgs = msgs,
-		              .rss_kb = kb < 0 ? 0 : kb };
+	struct record rec = {
+		.done = done, .rc = rc, .conns = conns, .msgs = msgs, .rss_kb = kb < 0 ? 0 : kb
+	};
 	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
 		return 3;
 	return 0;

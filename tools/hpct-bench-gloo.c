@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/bench_rank.h"
 #include "hpct/gloo.h"
+#include "tools/bench_rank.h"
 
 #define GLOO_COUNT 1024
 

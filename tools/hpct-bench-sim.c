@@ -218,8 +218,9 @@ int main(int argc, char **argv)
 	       "  received %.2f us, per wakeup %.2f us, per connection end %.1f us;\n"
 	       "  launch: %.0f us of the launcher per fork, %.2f ms to start a rank\n",
 	       from ? "from " : "calibrated on this machine (loopback TCP between processes)",
-	       from ? from : "", sim_M.lat * 1e6, sim_M.bw / 1e6, sim_M.c_send * 1e6, sim_M.c_recv * 1e6,
-	       sim_M.c_wake * 1e6, sim_M.c_conn * 1e6, sim_M.c_fork * 1e6, sim_M.c_start * 1e3);
+	       from ? from : "", sim_M.lat * 1e6, sim_M.bw / 1e6, sim_M.c_send * 1e6,
+	       sim_M.c_recv * 1e6, sim_M.c_wake * 1e6, sim_M.c_conn * 1e6, sim_M.c_fork * 1e6,
+	       sim_M.c_start * 1e3);
 	struct model launch = sim_M;
 	sim_M.c_start = sim_M.c_fork = 0; /* projections: ranks start within --spread */
 	if (latency > 0)
@@ -234,9 +235,9 @@ int main(int argc, char **argv)
 		        "{\"model\":{\"lat_us\":%.3f,\"bw_MBps\":%.1f,\"send_us\":%.3f,"
 		        "\"recv_us\":%.3f,\"wake_us\":%.3f,\"conn_us\":%.3f,\"fork_us\":%.1f,"
 		        "\"start_ms\":%.3f},\"work\":\"%s\",\"cores\":%d,\"seed\":%u,\"results\":[",
-		        sim_M.lat * 1e6, sim_M.bw / 1e6, sim_M.c_send * 1e6, sim_M.c_recv * 1e6, sim_M.c_wake * 1e6,
-		        sim_M.c_conn * 1e6, launch.c_fork * 1e6, launch.c_start * 1e3,
-		        cold ? "cold" : "join", cores, seed);
+		        sim_M.lat * 1e6, sim_M.bw / 1e6, sim_M.c_send * 1e6, sim_M.c_recv * 1e6,
+		        sim_M.c_wake * 1e6, sim_M.c_conn * 1e6, launch.c_fork * 1e6,
+		        launch.c_start * 1e3, cold ? "cold" : "join", cores, seed);
 	printf("\nsim: %s, %s, ranks starting within %.1f ms (seed %u), one-way latency %.1f "
 	       "us%s\n",
 	       cold ? "cold (world allgather of 64 bytes + barrier)" : "join (world barrier)",
@@ -343,4 +344,3 @@ int main(int argc, char **argv)
 	free(prow);
 	return bad;
 }
-

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/topo/derive.h"
 #include "bootstrap/base/param.h"
-#include "bootstrap/topo/topo.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/topo/derive.h"
+#include "bootstrap/topo/topo.h"
 #include "hpct/hpct.h"
 
 static void usage(FILE *f)
@@ -82,7 +82,8 @@ int main(int argc, char **argv)
 		       "(HMAC-SHA256), Gloo's pairs are checked, NCCL's magic is keyed by it\n",
 		       t.secret_src);
 	else
-		printf("peers        not authenticated (set HPCT_SECRET or HPCT_SECRET_FILE on every "
+		printf("peers        not authenticated (set HPCT_SECRET or HPCT_SECRET_FILE on "
+		       "every "
 		       "rank)\n");
 	printf("timeout      %.1f s\n", t.timeout_s);
 	printf("world group  %016llx\n",

@@ -194,7 +194,9 @@ static void preload_shim(void)
 {
 	char lib[8192];
 	if (hpct_shim_path(lib, sizeof(lib)) != 0) {
-		fprintf(stderr, "hpct-run: --rootless: no libhpct_preload.so in this build tree (bootstrap/shim/) or in %s\n",
+		fprintf(stderr,
+		        "hpct-run: --rootless: no libhpct_preload.so in this build tree "
+		        "(bootstrap/shim/) or in %s\n",
 		        HPCT_LIBDIR);
 		exit(2);
 	}

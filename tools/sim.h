@@ -28,7 +28,6 @@ struct model {
 
 extern struct model sim_M; /* sim_model.c */
 
-
 /* ------------------------------------------------ ranks and their events */
 
 enum ev_kind { EV_START, EV_DELIVER, EV_TIMER, EV_CORE_FREE };

@@ -248,4 +248,3 @@ int model_from(const char *file)
 	}
 	return 0;
 }
-

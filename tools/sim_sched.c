@@ -299,4 +299,3 @@ struct sim_result simulate(int n, unsigned seed, int cores, int cold, double spr
 	runq_head = runq_tail = NULL;
 	return res;
 }
-

@@ -221,4 +221,3 @@ int sim_peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *l
 	snprintf(text, textlen, "sim:%d", rank);
 	return 0;
 }
-

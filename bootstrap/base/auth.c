@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hpct/hpct.h"
+#include "bootstrap/base/bytes.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
-#include "bootstrap/base/bytes.h"
+#include "hpct/hpct.h"
 
 static void frame(unsigned char out[HPCT_AUTH_LEN], uint16_t type, const struct hpct_auth_id *id,
                   uint32_t reason, const unsigned char *nonce, const unsigned char *mac)
@@ -51,21 +51,22 @@ int hpct__auth_is_frame(const unsigned char *data, size_t len)
 
 static int client_fail(int rc, const char *who, const char *what)
 {
-	const char *how = rc == HPCT_EPEERDEAD  ? "closed the connection"
+	const char *how = rc == HPCT_EPEERDEAD   ? "closed the connection"
 	                  : rc == HPCT_ETIMEDOUT ? "did not answer in time"
 	                                         : hpct_strerror(rc);
-	return hpct__fail(rc == HPCT_EPEERDEAD || rc == HPCT_ETIMEDOUT ? rc : HPCT_EPEERDEAD,
-	                  HPCT_SUB_NET, "%s %s %s (does it have HPCT_SECRET? it must, as this rank does)",
-	                  who, how, what);
+	return hpct__fail(
+	        rc == HPCT_EPEERDEAD || rc == HPCT_ETIMEDOUT ? rc : HPCT_EPEERDEAD, HPCT_SUB_NET,
+	        "%s %s %s (does it have HPCT_SECRET? it must, as this rank does)", who, how, what);
 }
 
 int hpct__auth_client(int fd, const void *secret, size_t slen, const struct hpct_auth_id *id,
                       double deadline, const char *who)
 {
 	if (!hpct__auth_available())
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_NET,
-		                  "HPCT_SECRET is set but libcrypto.so.3 (OpenSSL) cannot be loaded: "
-		                  "install libssl3");
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_NET,
+		        "HPCT_SECRET is set but libcrypto.so.3 (OpenSSL) cannot be loaded: "
+		        "install libssl3");
 	unsigned char nonce[HPCT_AUTH_NONCE], buf[HPCT_AUTH_LEN], mac[HPCT_AUTH_MAC],
 	        want[HPCT_AUTH_MAC], peer_nonce[HPCT_AUTH_NONCE];
 	hpct__random(nonce, sizeof(nonce));
@@ -78,7 +79,8 @@ int hpct__auth_client(int fd, const void *secret, size_t slen, const struct hpct
 	struct hpct_hello h;
 	if (hpct__hello_decode_auth(buf, sizeof(buf), &h, peer_nonce, mac) < 0)
 		return hpct__fail(HPCT_EPROTO, HPCT_SUB_NET,
-		                  "%s answered our HELLO with something that is not a handshake", who);
+		                  "%s answered our HELLO with something that is not a handshake",
+		                  who);
 	if (h.type == HPCT_HELLO_REFUSE)
 		return hpct__fail(HPCT_EREFUSED, HPCT_SUB_NET, "%s refused us: %s", who,
 		                  hpct__refuse_reason_str(h.reason));
@@ -101,7 +103,8 @@ int hpct__auth_client(int fd, const void *secret, size_t slen, const struct hpct
 	if (hpct__hello_decode_auth(buf, sizeof(buf), &h, NULL, NULL) < 0 ||
 	    (h.type != HPCT_HELLO_ACK && h.type != HPCT_HELLO_REFUSE))
 		return hpct__fail(HPCT_EPROTO, HPCT_SUB_NET,
-		                  "%s answered our proof with something that is not a handshake", who);
+		                  "%s answered our proof with something that is not a handshake",
+		                  who);
 	if (h.type == HPCT_HELLO_REFUSE)
 		return hpct__fail(HPCT_EREFUSED, HPCT_SUB_NET, "%s refused our proof: %s", who,
 		                  hpct__refuse_reason_str(h.reason));
@@ -170,17 +173,16 @@ int hpct__auth_server_feed(struct hpct_auth_srv *a, const void *secret, size_t s
 		}
 		char what[160];
 		snprintf(what, sizeof(what), "it claims rank %u of %s", h->src,
-		         h->job != expect->job        ? "another job"
-		         : h->epoch != expect->epoch  ? "another epoch"
-		         : h->size != expect->size    ? "a world of another size"
-		         : h->dst != expect->server   ? "this job, but meant another rank"
+		         h->job != expect->job         ? "another job"
+		         : h->epoch != expect->epoch   ? "another epoch"
+		         : h->size != expect->size     ? "a world of another size"
+		         : h->dst != expect->server    ? "this job, but meant another rank"
 		         : h->group != expect->service ? "this job, but meant another service"
 		                                       : "this job, out of range");
-		uint32_t reason = h->job != expect->job           ? HPCT_REFUSE_JOB
-		                  : h->epoch != expect->epoch     ? HPCT_REFUSE_EPOCH
-		                  : h->size != expect->size       ? HPCT_REFUSE_SIZE
-		                  : h->dst != expect->server ||
-		                                  h->group != expect->service
+		uint32_t reason = h->job != expect->job       ? HPCT_REFUSE_JOB
+		                  : h->epoch != expect->epoch ? HPCT_REFUSE_EPOCH
+		                  : h->size != expect->size   ? HPCT_REFUSE_SIZE
+		                  : h->dst != expect->server || h->group != expect->service
 		                          ? HPCT_REFUSE_RANK
 		                  : h->src >= expect->size ? HPCT_REFUSE_SRC
 		                                           : HPCT_REFUSE_NONE;
@@ -205,10 +207,11 @@ int hpct__auth_server_feed(struct hpct_auth_srv *a, const void *secret, size_t s
 	    proof(secret, slen, 'C', a->peer_nonce, a->nonce, &id, want) != 0 ||
 	    !hpct__auth_equal(mac, want)) {
 		char what[160];
-		snprintf(what, sizeof(what),
-		         "it claims rank %u of this job but gave a wrong proof of the shared secret "
-		         "(HPCT_SECRET differs there?)",
-		         a->hello.src);
+		snprintf(
+		        what, sizeof(what),
+		        "it claims rank %u of this job but gave a wrong proof of the shared secret "
+		        "(HPCT_SECRET differs there?)",
+		        a->hello.src);
 		return refuse(a, expect, HPCT_REFUSE_AUTH, out, outlen, why, wlen, what);
 	}
 	frame(out, HPCT_HELLO_ACK, &id, 0, NULL, NULL);

@@ -55,8 +55,8 @@ struct hpct_auth_srv {
 };
 
 enum {
-	HPCT_AUTH_MORE = 0,  /* give it more bytes */
-	HPCT_AUTH_ADMIT = 1, /* admitted: the stream's own bytes follow */
+	HPCT_AUTH_MORE = 0,    /* give it more bytes */
+	HPCT_AUTH_ADMIT = 1,   /* admitted: the stream's own bytes follow */
 	HPCT_AUTH_REFUSE = -1, /* send what is in out (if any), then close */
 };
 

@@ -27,7 +27,8 @@ static int subsys_bit(const char *name, size_t len)
 		const char *name;
 		int bit;
 	} map[] = { { "INIT", HPCT_SUB_INIT }, { "ENV", HPCT_SUB_ENV }, { "NET", HPCT_SUB_NET },
-		    { "COLL", HPCT_SUB_COLL }, { "STD", HPCT_SUB_STD }, { "NCCL", HPCT_SUB_NCCL }, { "ALL", HPCT_SUB_ALL } };
+		    { "COLL", HPCT_SUB_COLL }, { "STD", HPCT_SUB_STD }, { "NCCL", HPCT_SUB_NCCL },
+		    { "ALL", HPCT_SUB_ALL } };
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (strlen(map[i].name) == len && strncasecmp(name, map[i].name, len) == 0)
 			return map[i].bit;

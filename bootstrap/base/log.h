@@ -31,7 +31,8 @@ HPCT_PRIVATE void hpct__log(int level, int subsys, const char *fmt, ...)
 
 /* Logs a failure once at WARN, keeps the message for hpct_last_error() and
  * returns err, so callers write `return hpct__fail(err, SUB, "...")`. */
-HPCT_PRIVATE int hpct__fail(int err, int subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+HPCT_PRIVATE int hpct__fail(int err, int subsys, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 /* Keeps a message for hpct_last_error() without logging it. */
 void hpct__set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

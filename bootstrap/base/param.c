@@ -6,8 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "hpct/hpct.h"
 #include "bootstrap/base/log.h"
+#include "hpct/hpct.h"
 
 /* One row per setting; launcher variables are rows too, so hpct-info --env
  * shows everything hpct reads. */
@@ -59,10 +59,12 @@ static const struct hpct_param params[] = {
 	  "ofi: 1 exchanges endpoint names over TCP first (what providers with device-assigned "
 	  "addresses need), instead of deriving them" },
 	{ "HPCT_ALGO", HPCT_PT_STR, "tree",
-	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) or "
+	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) "
+	  "or "
 	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },
 	{ "HPCT_DEBUG", HPCT_PT_STR, "WARN", "log level: NONE, WARN, INFO or TRACE" },
-	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL", "INIT,ENV,NET,COLL,STD,NCCL or ALL; ^X excludes" },
+	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL",
+	  "INIT,ENV,NET,COLL,STD,NCCL or ALL; ^X excludes" },
 	{ "HPCT_DEBUG_FILE", HPCT_PT_STR, NULL, "log file; %h is the host, %p the pid" },
 	{ "RANK", HPCT_PT_INT, NULL, "torchrun: rank" },
 	{ "WORLD_SIZE", HPCT_PT_INT, NULL, "torchrun: number of ranks" },

@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hpct/hpct.h"
 #include "bootstrap/base/util.h"
+#include "hpct/hpct.h"
 
 /* 1: ready, 0: deadline passed, <0: -errno. */
 int hpct__sock_wait(int fd, short events, double deadline)

@@ -24,8 +24,4 @@ void hpct__sleep(double s);
 int hpct__sock_send_all(int fd, const void *buf, size_t len, double deadline);
 int hpct__sock_recv_all(int fd, void *buf, size_t len, double deadline);
 
-
-
-
-
 #endif

@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hpct/hpct.h"
 #include "bootstrap/base/log.h"
+#include "hpct/hpct.h"
 
 static double monotonic(void)
 {

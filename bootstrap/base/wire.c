@@ -5,14 +5,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
-#include "hpct/hpct.h"
 #include "bootstrap/base/bytes.h"
-
-
-
-
-
-
+#include "hpct/hpct.h"
 
 void hpct__hello_encode(const struct hpct_hello *h, unsigned char out[HPCT_HELLO_LEN])
 {
@@ -97,8 +91,7 @@ void hpct__msg_hdr_encode(const struct hpct_msg_hdr *h, unsigned char out[HPCT_M
 int hpct__msg_hdr_decode(const void *buf, size_t len, struct hpct_msg_hdr *h)
 {
 	const unsigned char *p = buf;
-	if (len < HPCT_MSG_HDR_LEN ||
-	    p[0] < HPCT_MSG_DATA || p[0] > HPCT_MSG_PONG || p[1] != 0)
+	if (len < HPCT_MSG_HDR_LEN || p[0] < HPCT_MSG_DATA || p[0] > HPCT_MSG_PONG || p[1] != 0)
 		return HPCT_EPROTO;
 	h->type = p[0];
 	h->round = hpct__get16(p + 2);

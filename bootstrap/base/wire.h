@@ -26,13 +26,13 @@ enum hpct_hello_type {
 /* Why an acceptor refused a connection (carried in REFUSE). */
 enum hpct_refuse_reason {
 	HPCT_REFUSE_NONE = 0,
-	HPCT_REFUSE_JOB = 1,   /* another job */
-	HPCT_REFUSE_EPOCH = 2, /* another restart epoch */
-	HPCT_REFUSE_RANK = 3,  /* the destination rank is not this process */
-	HPCT_REFUSE_SIZE = 4,  /* another world size */
-	HPCT_REFUSE_DUP = 5,   /* that source rank is already connected */
-	HPCT_REFUSE_SRC = 6,   /* source rank out of range */
-	HPCT_REFUSE_AUTH = 7,  /* no proof of the shared secret, or a wrong one */
+	HPCT_REFUSE_JOB = 1,    /* another job */
+	HPCT_REFUSE_EPOCH = 2,  /* another restart epoch */
+	HPCT_REFUSE_RANK = 3,   /* the destination rank is not this process */
+	HPCT_REFUSE_SIZE = 4,   /* another world size */
+	HPCT_REFUSE_DUP = 5,    /* that source rank is already connected */
+	HPCT_REFUSE_SRC = 6,    /* source rank out of range */
+	HPCT_REFUSE_AUTH = 7,   /* no proof of the shared secret, or a wrong one */
 	HPCT_REFUSE_NOAUTH = 8, /* a proof offered to a rank that has no secret */
 };
 

@@ -136,8 +136,7 @@ template <typename Opts> void set_out(Opts &o, void *p, size_t count, int dtype)
 // increasing i while bit i of v is clear, then sends to v - 2^i.  Every
 // rank combines in the same order, so a result does not depend on timing.
 // Off the root, acc ends as a partial result.  Gloo's exceptions pass.
-void tree_reduce(hpct_gloo_context *c, void *acc, size_t count, size_t bytes, ReduceFn fn,
-                 int root)
+void tree_reduce(hpct_gloo_context *c, void *acc, size_t count, size_t bytes, ReduceFn fn, int root)
 {
 	const auto &ctx = c->ctx;
 	const int n = ctx->size, v = (ctx->rank - root + n) % n;

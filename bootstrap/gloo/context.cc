@@ -24,8 +24,8 @@
 
 extern "C" {
 #include "bootstrap/base/log.h"
-#include "bootstrap/stdpath/stdpath.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/stdpath/stdpath.h"
 #include "bootstrap/world_access.h"
 }
 
@@ -151,7 +151,8 @@ std::vector<std::pair<Endpoint, Endpoint>> connected_sockets()
 			continue;
 		sockaddr_storage l{}, r{};
 		socklen_t ll = sizeof(l), rl = sizeof(r);
-		if (getsockname(fd, (sockaddr *)&l, &ll) != 0 || getpeername(fd, (sockaddr *)&r, &rl) != 0 ||
+		if (getsockname(fd, (sockaddr *)&l, &ll) != 0 ||
+		    getpeername(fd, (sockaddr *)&r, &rl) != 0 ||
 		    (l.ss_family != AF_INET && l.ss_family != AF_INET6))
 			continue;
 		out.emplace_back(endpoint_of(l), endpoint_of(r));
@@ -197,11 +198,12 @@ int verify_pairs(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr
 		if (i == r || failed[(size_t)i])
 			continue;
 		if (!found[(size_t)i]) /* connected, says Gloo, yet no socket: fail closed */
-			return hpct_gloo::fail_plain(HPCT_EPEERDEAD,
-			                             "rank %d: the Gloo pair for rank %d (group %016llx) "
-			                             "has no open connection to check",
-			                             c->world_rank, hpct_group_world_rank(g, i),
-			                             (unsigned long long)c->group);
+			return hpct_gloo::fail_plain(
+			        HPCT_EPEERDEAD,
+			        "rank %d: the Gloo pair for rank %d (group %016llx) "
+			        "has no open connection to check",
+			        c->world_rank, hpct_group_world_rank(g, i),
+			        (unsigned long long)c->group);
 		if (seen[(size_t)i] == theirs[(size_t)i])
 			continue;
 		int wr = hpct_group_world_rank(g, i);
@@ -210,12 +212,13 @@ int verify_pairs(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr
 		          "(a stranger took the pair's port?)",
 		          c->world_rank, endpoint_str(seen[(size_t)i]).c_str(), wr,
 		          endpoint_str(theirs[(size_t)i]).c_str());
-		return hpct_gloo::fail_plain(HPCT_EREFUSED,
-		                             "rank %d: the Gloo pair for rank %d (group %016llx) is "
-		                             "connected to %s, not to rank %d (its end is %s): refused",
-		                             c->world_rank, wr, (unsigned long long)c->group,
-		                             endpoint_str(seen[(size_t)i]).c_str(), wr,
-		                             endpoint_str(theirs[(size_t)i]).c_str());
+		return hpct_gloo::fail_plain(
+		        HPCT_EREFUSED,
+		        "rank %d: the Gloo pair for rank %d (group %016llx) is "
+		        "connected to %s, not to rank %d (its end is %s): refused",
+		        c->world_rank, wr, (unsigned long long)c->group,
+		        endpoint_str(seen[(size_t)i]).c_str(), wr,
+		        endpoint_str(theirs[(size_t)i]).c_str());
 	}
 	return 0;
 }
@@ -635,7 +638,7 @@ extern "C" HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context)
 {
 	if (context && context->ctx && context->ctx.use_count() == 1 && !context->pairs_given)
 		close_pairs(*context->ctx); // nobody else holds them
-	delete context; // the pairs go with the last reference to them
+	delete context;                     // the pairs go with the last reference to them
 }
 
 extern "C" HPCT_API int hpct_gloo_context_rank(const hpct_gloo_context *context)

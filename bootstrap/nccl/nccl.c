@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/topo/derive.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/param.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/base/wire.h"
+#include "bootstrap/topo/derive.h"
 #include "bootstrap/world.h"
 
 /* Bytes 120..127 of a derived id; NCCL leaves 40..127 zero in 2.19-2.30. */

@@ -281,7 +281,8 @@ static int drive_op(struct op *op)
 			left = deadline - now;
 			probe_at = 0;
 		}
-		if (left <= 0 && probed < 0 && from >= 0 && hpct__eng_peer_connected(w->eng, from)) {
+		if (left <= 0 && probed < 0 && from >= 0 &&
+		    hpct__eng_peer_connected(w->eng, from)) {
 			grace = timeout * 0.1 < 0.5 ? 0.5 : timeout * 0.1 > 3 ? 3 : timeout * 0.1;
 			probed = from;
 			if (hpct__eng_probe(w->eng, from, g->id) == 0) {

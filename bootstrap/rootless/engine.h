@@ -15,9 +15,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "bootstrap/base/wire.h"
 #include "hpct/hpct.h"
 #include "transport/transport.h"
-#include "bootstrap/base/wire.h"
 
 struct hpct_engine;
 

@@ -201,10 +201,11 @@ static int rl_start(struct hpct_world *w, const struct hpct_world_opts *opts)
 		.secret_len = t->secret_len,
 	};
 	if (t->secret && !hpct__auth_available())
-		return hpct__fail(HPCT_EBADENV, HPCT_SUB_INIT,
-		                  "%s is set, but OpenSSL's libcrypto.so.3 cannot be loaded to prove "
-		                  "it (install libssl3)",
-		                  t->secret_src);
+		return hpct__fail(
+		        HPCT_EBADENV, HPCT_SUB_INIT,
+		        "%s is set, but OpenSSL's libcrypto.so.3 cannot be loaded to prove "
+		        "it (install libssl3)",
+		        t->secret_src);
 	rc = hpct__eng_create(&cfg, (struct sockaddr *)&ss, sl, &w->eng);
 	if (rc == -EADDRINUSE)
 		return hpct__fail(

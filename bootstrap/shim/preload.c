@@ -40,8 +40,8 @@
 #include <unistd.h>
 
 #include "bootstrap/base/log.h"
-#include "bootstrap/nccl/nccl_internal.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/nccl/nccl_internal.h"
 #include "bootstrap/world_access.h"
 #include "hpct/hpct.h"
 #include "hpct/nccl.h"
@@ -278,13 +278,14 @@ static int claim_rank(void)
 	snprintf(me, sizeof(me), "%ld", (long)getpid());
 	if (owner && *owner && strcmp(owner, me) != 0)
 		return 0; /* a child of a rank */
-	if (!get("RANK") && !get("HPCT_RANK") && !get("SLURM_PROCID") && !get("OMPI_COMM_WORLD_RANK"))
+	if (!get("RANK") && !get("HPCT_RANK") && !get("SLURM_PROCID") &&
+	    !get("OMPI_COMM_WORLD_RANK"))
 		return 0;
 	setenv(OWNER_VAR, me, 1); /* the C environment: what exec'd children get */
 	return 1;
 }
 
-static atomic_int torch_done; /* torch's _C seen: decided once per process */
+static atomic_int torch_done;                   /* torch's _C seen: decided once per process */
 static void *(*real_dlopen)(const char *, int); /* set by dlopen() before any use */
 
 /* Is the torch in `dir` the one libhpct_torch.so was built against: its
@@ -317,8 +318,9 @@ static int torch_matches(const char *dir, char *why, size_t len)
 	char *mine = realpath(path, NULL);
 	int ok = mine && strcmp(mine, HPCT_TORCH_CPU) == 0;
 	if (!ok)
-		snprintf(why, len, "torch %s at %s uses %s, not %s (%s) that hpct was built against",
-		         ver, dir, mine ? mine : path, HPCT_TORCH_CPU, HPCT_TORCH_SONAME);
+		snprintf(why, len,
+		         "torch %s at %s uses %s, not %s (%s) that hpct was built against", ver,
+		         dir, mine ? mine : path, HPCT_TORCH_CPU, HPCT_TORCH_SONAME);
 	free(mine);
 	return ok;
 #endif
@@ -333,7 +335,8 @@ static void torch_arrives(const char *file)
 	if (!slash)
 		return;
 	*slash = 0;
-	const char *v = real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : getenv("HPCT_USE_ROOTLESS");
+	const char *v =
+	        real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : getenv("HPCT_USE_ROOTLESS");
 	if (!v || strcmp(v, "1") != 0) {
 		fprintf(stderr, "hpct: HPCT_USE_ROOTLESS=%s: PyTorch keeps its own TCPStore\n",
 		        v ? v : "(unset)");
@@ -385,7 +388,8 @@ SHIM_API void *dlopen(const char *file, int mode)
 	if (!real_dlopen)
 		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
 	/* forked children (data-loader workers) inherit torch_done too */
-	if (file && !atomic_load(&torch_done) && is_torch_c(file) && !atomic_exchange(&torch_done, 1)) {
+	if (file && !atomic_load(&torch_done) && is_torch_c(file) &&
+	    !atomic_exchange(&torch_done, 1)) {
 		if (claim_rank())
 			torch_arrives(file);
 	}

@@ -41,16 +41,19 @@
 #include "hpct/gloo.h"
 #include "hpct/hpct.h"
 
-extern "C" hpct_world *hpct_preload_world(void); // libhpct_preload.so
+extern "C" hpct_world *hpct_preload_world(void);               // libhpct_preload.so
 extern "C" uint64_t hpct__hash_u64(uint64_t seed, uint64_t v); // libhpct, private
 
-namespace c10d {
-namespace detail {
+namespace c10d
+{
+namespace detail
+{
 
 // Where libtorch keeps its server, this library keeps the rootless
 // store's handle (libtorch's own TCPServer is never made here).
-class TCPServer {
-  public:
+class TCPServer
+{
+      public:
 	explicit TCPServer(hpct_store *s) : store(s)
 	{
 	}
@@ -67,12 +70,17 @@ class TCPServer {
 	std::set<std::string> barriers_done; // store-based barriers passed
 };
 
-class TCPClient {};
-class TCPCallbackClient {};
+class TCPClient
+{
+};
+class TCPCallbackClient
+{
+};
 
 } // namespace detail
 
-namespace {
+namespace
+{
 
 [[noreturn]] void fail(const char *op, int rc)
 {
@@ -108,7 +116,7 @@ std::map<std::string, uint64_t> incarnations; // host:port -> stores made
 } // namespace
 
 TCPStore::TCPStore(std::string host, const TCPStoreOptions &opts)
-        : Store{ opts.timeout }, addr_{ std::move(host) }, numWorkers_{ opts.numWorkers }
+    : Store{ opts.timeout }, addr_{ std::move(host) }, numWorkers_{ opts.numWorkers }
 {
 	addr_.port = opts.port;
 	hpct_world *w = hpct_preload_world();
@@ -136,11 +144,10 @@ TCPStore::TCPStore(std::string host, const TCPStoreOptions &opts)
 TCPStore::TCPStore(const std::string &masterAddr, std::uint16_t masterPort,
                    c10::optional<int> numWorkers, bool isServer,
                    const std::chrono::milliseconds &timeout, bool waitWorkers)
-        : TCPStore{ masterAddr, TCPStoreOptions{
-                                        masterPort, isServer,
-                                        numWorkers ? c10::optional<std::size_t>(*numWorkers)
-                                                   : c10::nullopt,
-                                        waitWorkers, timeout } }
+    : TCPStore{ masterAddr, TCPStoreOptions{ masterPort, isServer,
+	                                     numWorkers ? c10::optional<std::size_t>(*numWorkers)
+	                                                : c10::nullopt,
+	                                     waitWorkers, timeout } }
 {
 }
 
@@ -279,10 +286,11 @@ void TCPStore::wait(const std::vector<std::string> &keys, const std::chrono::mil
 
 } // namespace c10d
 
-namespace {
+namespace
+{
 
 std::mutex gloo_mu;
-hpct_gloo_device *gloo_device;                   // one per process
+hpct_gloo_device *gloo_device;                  // one per process
 std::map<std::vector<int>, uint64_t> gloo_made; // contexts per member set
 
 [[noreturn]] void gloo_fail(const std::string &what, int rc)

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hpct/hpct.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "hpct/hpct.h"
 
 int hpct__derive_window(const struct hpct_topo *t, uint64_t epoch)
 {

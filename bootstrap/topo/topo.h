@@ -49,7 +49,7 @@ struct hpct_topo {
 	char why_not_rootless[256]; /* non-empty when the rootless inputs are missing */
 	unsigned char *secret;      /* HPCT_SECRET / HPCT_SECRET_FILE, or NULL */
 	size_t secret_len;
-	const char *secret_src;     /* the variable it came from */
+	const char *secret_src; /* the variable it came from */
 };
 
 /* Reads the world.  Missing node list is not an error (why_not_rootless says

@@ -20,9 +20,10 @@ static void auth_server(const uint8_t *data, size_t len)
 	char why[200];
 	size_t used, outlen;
 	for (;;) {
-		int rc = hpct__auth_server_feed(&a, "fuzz", 4, &expect, data, len, &used, out, &outlen,
-		                                why, sizeof(why));
-		if (used > len || outlen > sizeof(out) || (rc == HPCT_AUTH_REFUSE && !memchr(why, 0, sizeof(why))))
+		int rc = hpct__auth_server_feed(&a, "fuzz", 4, &expect, data, len, &used, out,
+		                                &outlen, why, sizeof(why));
+		if (used > len || outlen > sizeof(out) ||
+		    (rc == HPCT_AUTH_REFUSE && !memchr(why, 0, sizeof(why))))
 			__builtin_trap();
 		data += used;
 		len -= used;
