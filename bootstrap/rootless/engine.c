@@ -60,8 +60,7 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 	       hpct__now() < deadline)
 		hpct__eng_progress(e, 10);
 	e->cfg.ops->destroy(e->tctx);
-	ENG_FOR_EACH_PEER(e, p)
-	{
+	ENG_FOR_EACH_PEER (e, p) {
 		free(p->out);
 		free(p->in);
 		hpct__eng_drop_queue(e, p);
@@ -522,7 +521,7 @@ void hpct__eng_stats(const struct hpct_engine *e, struct hpct_world_stats *s)
 {
 	*s = e->stats;
 	s->peers = 0;
-	ENG_FOR_EACH_PEER(e, p)
-	if (p->in || p->state == OUT_READY)
-		s->peers++;
+	ENG_FOR_EACH_PEER (e, p)
+		if (p->in || p->state == OUT_READY)
+			s->peers++;
 }

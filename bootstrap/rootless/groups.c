@@ -22,8 +22,7 @@ void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const stru
 {
 	unsigned char payload[12 + sizeof(a->text)];
 	size_t n = hpct__abort_encode(a, payload);
-	ENG_FOR_EACH_PEER(e, p)
-	{
+	ENG_FOR_EACH_PEER (e, p) {
 		if (hpct__eng_ready_conn(e, p))
 			hpct__eng_send(e, p->rank, HPCT_MSG_ABORT, group, 0, 0, payload, n);
 	}
@@ -32,8 +31,7 @@ void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const stru
 /* Drops messages of a group still queued for a connection. */
 static void drop_queued_sends(struct hpct_engine *e, uint64_t group)
 {
-	ENG_FOR_EACH_PEER(e, p)
-	{
+	ENG_FOR_EACH_PEER (e, p) {
 		struct qmsg **qq = &p->qhead, *last = NULL;
 		while (*qq) {
 			struct qmsg *q = *qq;
@@ -103,8 +101,7 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 	for (int i = 0; i < n; i++)
 		gone[replaced[i]] = 1;
 	/* the replaced ranks' old processes: forget them entirely */
-	ENG_FOR_EACH_PEER(e, p)
-	{
+	ENG_FOR_EACH_PEER (e, p) {
 		p->addr[0] = 0; /* ports rotate with the epoch */
 		if (!gone[p->rank])
 			continue;
@@ -157,8 +154,7 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 	hpct__msg_hdr_encode(&h, msg);
 	for (int i = 0; i < 8; i++)
 		msg[HPCT_MSG_HDR_LEN + i] = (unsigned char)(epoch >> (56 - 8 * i));
-	ENG_FOR_EACH_PEER(e, p)
-	{
+	ENG_FOR_EACH_PEER (e, p) {
 		if (gone[p->rank])
 			continue;
 		if (p->state == OUT_BACKOFF || p->state == OUT_REFUSED || p->state == OUT_CLOSED) {
