@@ -1,3 +1,5 @@
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "transport/transport.h"
@@ -24,4 +26,23 @@ const char *hpct_transport_names(void)
 #else
 	return "tcp";
 #endif
+}
+
+static hpct_transport_log_fn log_fn;
+
+void hpct__transport_set_log(hpct_transport_log_fn fn)
+{
+	log_fn = fn;
+}
+
+void hpct__transport_log(const char *fmt, ...)
+{
+	if (!log_fn)
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	log_fn(line);
 }

@@ -103,6 +103,16 @@ struct hpct_transport_ops {
 	int (*prepare)(void);
 };
 
+/* Where a transport says what it refused or capped (a stranger's
+ * connections, a broken peer's pieces): one line naming the peer, without a
+ * newline.  The layer above sets it before its first create
+ * (bootstrap/rootless/path.c: hpct's log at WARN, subsystem NET); until
+ * then such lines are dropped (the fuzz targets).  The lines are counted
+ * by the transport either way. */
+typedef void (*hpct_transport_log_fn)(const char *line);
+void hpct__transport_set_log(hpct_transport_log_fn fn);
+void hpct__transport_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Transports by name ("tcp"); NULL when unknown. */
 const struct hpct_transport_ops *hpct_transport_find(const char *name);
 /* Comma-separated names of the transports built in. */

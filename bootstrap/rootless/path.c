@@ -129,6 +129,12 @@ HPCT_PRIVATE int hpct__transport_prepare(void)
 	return ops && ops->prepare ? ops->prepare() : 0;
 }
 
+/* What a transport refuses of a stranger or a broken peer, in hpct's log. */
+static void transport_log(const char *line)
+{
+	HPCT_WARN(HPCT_SUB_NET, "%s", line);
+}
+
 /* The transport: the caller's, or HPCT_TRANSPORT's; and whether fabric
  * names are to be exchanged first (HPCT_OFI_EXCHANGE). */
 static int choose_transport(const struct hpct_world_opts *opts,
@@ -143,6 +149,7 @@ static int choose_transport(const struct hpct_world_opts *opts,
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
 		                  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)",
 		                  tname, hpct_transport_names());
+	hpct__transport_set_log(transport_log);
 	*exchange_out = 0;
 	if (ops->self_name) {
 		int set, rc = hpct__env_bool(hpct__env_process(), "HPCT_OFI_EXCHANGE", exchange_out,
