@@ -21,12 +21,23 @@
  * waiting side pings a silent peer to learn it.  Completions are waited for
  * on the completion queue's wait object: no busy polling.
  *
- * This file: loading libfabric, the endpoint and the transport's table;
- * ofi_conn.c: the emulated connections. */
+ * Anyone who can reach the endpoint can send it anything, so what a peer
+ * can make it hold is bounded (ofi_internal.h has the figures): a message
+ * is whole only when its pieces covered each of its bytes exactly once, and
+ * its buffer grows with what arrived; a conn has at most MAX_PARTS messages
+ * in reassembly; conns not yet identified by their user (MAX_PENDING) and
+ * the address-vector entries their SYNs named (MAX_STRANGER_AV) are
+ * capped, and such conns time out; a SYN never answered fails the connect.
+ * Each refusal names the peer in the log, once per kind.
+ *
+ * This file: loading libfabric, the endpoint, its address vector and the
+ * transport's table; ofi_conn.c: the emulated connections; ofi_piece.c:
+ * putting messages together. */
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +54,9 @@
 #include "hpct/hpct.h"
 #include "transport/ofi_internal.h"
 #include "transport/transport.h"
+
+#define HPCT_STR_(x) #x
+#define HPCT_STR(x)  HPCT_STR_(x)
 
 static __thread char why[512];
 
@@ -163,32 +177,111 @@ static size_t name_of(const struct sockaddr_storage *ss, const unsigned char **b
 	return sa_len(ss);
 }
 
-/* The fabric address of a peer's endpoint, inserted once. */
-int hpct__ofi_av_of(struct ofi_ctx *x, const unsigned char *name, size_t len, fi_addr_t *out)
+static int av_find(struct ofi_ctx *x, const unsigned char *name, size_t len)
+{
+	for (size_t i = 0; i < x->navs; i++)
+		if (x->avs[i].len == len && memcmp(x->avs[i].name, name, len) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* Unused entries of strangers leave the address vector: room for others. */
+static void av_reclaim(struct ofi_ctx *x)
+{
+	for (size_t i = 0; i < x->navs; i++) {
+		struct av_entry *e = &x->avs[i];
+		if (e->len && !e->trusted && !e->users) {
+			fi_av_remove(x->av, &e->addr, 1, 0);
+			e->len = 0;
+			x->nstranger--;
+		}
+	}
+}
+
+int hpct__ofi_av_attach(struct ofi_ctx *x, struct ofi_conn *c, const unsigned char *name,
+                        size_t len, int trusted)
 {
 	if (len == 0 || len > HPCT_RAW_ADDR_MAX)
 		return -EINVAL;
-	for (size_t i = 0; i < x->navs; i++)
-		if (x->avs[i].len == len && memcmp(x->avs[i].name, name, len) == 0) {
-			*out = x->avs[i].addr;
-			return 0;
+	int i = av_find(x, name, len);
+	if (i < 0) {
+		if (!trusted && x->nstranger >= MAX_STRANGER_AV) {
+			av_reclaim(x);
+			if (x->nstranger >= MAX_STRANGER_AV)
+				return -EAGAIN;
 		}
-	if (x->navs == x->capavs) {
-		size_t cap = x->capavs ? 2 * x->capavs : 16;
-		void *p = realloc(x->avs, cap * sizeof(*x->avs));
-		if (!p)
-			return -ENOMEM;
-		x->avs = p;
-		x->capavs = cap;
+		for (i = 0; (size_t)i < x->navs && x->avs[i].len; i++)
+			;
+		if ((size_t)i == x->navs && x->navs == x->capavs) {
+			size_t cap = x->capavs ? 2 * x->capavs : 16;
+			void *p = realloc(x->avs, cap * sizeof(*x->avs));
+			if (!p)
+				return -ENOMEM;
+			x->avs = p;
+			x->capavs = cap;
+		}
+		struct av_entry *e = &x->avs[i];
+		if (fi_av_insert(x->av, name, 1, &e->addr, 0, NULL) != 1)
+			return -EHOSTUNREACH;
+		if ((size_t)i == x->navs)
+			x->navs++;
+		memcpy(e->name, name, len);
+		e->len = len;
+		e->users = 0;
+		e->trusted = 0;
+		x->nstranger++;
 	}
-	fi_addr_t a;
-	if (fi_av_insert(x->av, name, 1, &a, 0, NULL) != 1)
-		return -EHOSTUNREACH;
-	memcpy(x->avs[x->navs].name, name, len);
-	x->avs[x->navs].len = len;
-	x->avs[x->navs++].addr = a;
-	*out = a;
+	if (trusted)
+		hpct__ofi_av_trust(x, i);
+	x->avs[i].users++;
+	c->av = i;
+	c->addr = x->avs[i].addr;
 	return 0;
+}
+
+void hpct__ofi_av_trust(struct ofi_ctx *x, int av)
+{
+	if (av < 0 || x->avs[av].trusted)
+		return;
+	x->avs[av].trusted = 1;
+	x->nstranger--;
+}
+
+void hpct__ofi_av_detach(struct ofi_ctx *x, struct ofi_conn *c)
+{
+	if (c->av < 0)
+		return;
+	x->avs[c->av].users--;
+	c->av = -1;
+}
+
+void hpct__ofi_addr_text(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	sa_text(ss, buf, len);
+}
+
+static const char *const refusal_names[R_KINDS] = {
+	[R_PIECE] = "pieces that did not fit their message",
+	[R_SIZE] = "messages longer than their connection may receive",
+	[R_PARTS] = "messages past " HPCT_STR(MAX_PARTS) " in reassembly on one connection",
+	[R_RANGES] = "messages in more than " HPCT_STR(MAX_RANGES) " separate runs",
+	[R_WINDOW] = "pieces too far past the bytes received",
+	[R_PENDING] = "connections closed for " HPCT_STR(MAX_PENDING) " newer unidentified ones",
+	[R_SILENT] = "connections silent for " HPCT_STR(PENDING_AFTER) " s",
+	[R_AV] = "SYNs past " HPCT_STR(MAX_STRANGER_AV) " address-vector entries of strangers",
+	[R_SYN] = "SYNs without a usable name or room",
+};
+
+void hpct__ofi_refuse(struct ofi_ctx *x, enum refusal kind, const char *fmt, ...)
+{
+	if (x->refused[kind]++)
+		return; /* once: a stranger's flood is not a flood of lines */
+	char line[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	hpct__transport_log("ofi: %s (the first of its kind here; more are counted)", line);
 }
 
 /* ------------------------------------------------------------ ops */
@@ -232,6 +325,10 @@ static int ofi_create(void **ctx_out)
 static void ofi_destroy(void *arg)
 {
 	struct ofi_ctx *x = arg;
+	for (int k = 0; k < R_KINDS; k++)
+		if (x->refused[k] > 1)
+			hpct__transport_log("ofi: %lu %s refused in all", x->refused[k],
+			                    refusal_names[k]);
 	for (uint32_t i = 0; i < x->nconns; i++)
 		if (x->conns[i])
 			hpct__ofi_conn_free(x->conns[i]);
@@ -248,6 +345,7 @@ static void ofi_destroy(void *arg)
 	if (x->info)
 		lib.freeinfo(x->info);
 	free(x->conns);
+	free(x->gens);
 	free(x->avs);
 	free(x->rxbuf);
 	free(x);
@@ -361,7 +459,7 @@ static int ofi_connect(void *arg, const struct sockaddr *addr, socklen_t len, vo
 	c->base.user = user;
 	const unsigned char *name;
 	size_t nlen = name_of(&ss, &name);
-	int rc = hpct__ofi_av_of(x, name, nlen, &c->addr);
+	int rc = hpct__ofi_av_attach(x, c, name, nlen, 1);
 	if (rc == 0)
 		rc = hpct__ofi_enqueue(c, W_SYN, 0, 0, 0, x->name, x->name_len);
 	if (rc < 0) {
@@ -399,7 +497,10 @@ static int ofi_send(struct hpct_tconn *conn, const void *buf, size_t len)
 
 static void ofi_set_max_msg(struct hpct_tconn *conn, size_t max)
 {
-	((struct ofi_conn *)conn)->max_msg = max;
+	struct ofi_conn *c = (struct ofi_conn *)conn;
+	c->max_msg = max;
+	if (c->pending && max > PENDING_ROOM)
+		hpct__ofi_conn_identified(c);
 }
 
 static size_t ofi_pending(struct hpct_tconn *conn)

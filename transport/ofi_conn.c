@@ -25,28 +25,60 @@
 
 static struct ofi_conn *conn_by_id(struct ofi_ctx *x, uint32_t id)
 {
-	return id >= 1 && id <= x->nconns ? x->conns[id - 1] : NULL;
+	uint32_t slot = id & MAX_CONNS;
+	struct ofi_conn *c = slot >= 1 && slot <= x->nconns ? x->conns[slot - 1] : NULL;
+	return c && c->id == id ? c : NULL;
 }
 
+/* A free slot is used again under a new id: a stranger's endless
+ * connections do not grow the table, and a late message for a gone conn
+ * finds nothing. */
 struct ofi_conn *hpct__ofi_conn_new(struct ofi_ctx *x, enum ostate st)
 {
-	struct ofi_conn **t = realloc(x->conns, (x->nconns + 1) * sizeof(*t));
-	struct ofi_conn *c = calloc(1, sizeof(*c));
-	if (!t || !c) {
-		free(c);
-		if (t)
+	uint32_t slot = 0;
+	while (slot < x->nconns && x->conns[slot])
+		slot++;
+	if (slot == x->nconns) {
+		if (x->nconns == MAX_CONNS)
+			return NULL;
+		if (x->nconns == x->capconns) {
+			uint32_t cap = x->capconns ? 2 * x->capconns : 16;
+			struct ofi_conn **t = realloc(x->conns, cap * sizeof(*t));
+			if (!t)
+				return NULL;
 			x->conns = t;
-		return NULL;
+			uint32_t *g = realloc(x->gens, cap * sizeof(*g));
+			if (!g)
+				return NULL;
+			x->gens = g;
+			x->capconns = cap;
+		}
+		x->conns[x->nconns] = NULL;
+		x->gens[x->nconns++] = 0;
 	}
-	x->conns = t;
-	x->conns[x->nconns++] = c;
+	struct ofi_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	x->conns[slot] = c;
 	c->ctx = x;
-	c->id = x->nconns;
+	/* never 0 (no conn): the reuse count, then the slot from 1 */
+	c->id = (++x->gens[slot] << SLOT_BITS) | (slot + 1);
 	c->state = st;
+	c->av = -1;
 	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
 	c->rx_next = 1;
-	c->last_heard = hpct__ofi_now_s();
+	c->born = c->last_heard = hpct__ofi_now_s();
+	c->serial = ++x->serial;
 	return c;
+}
+
+void hpct__ofi_conn_identified(struct ofi_conn *c)
+{
+	if (!c->pending)
+		return;
+	c->pending = 0;
+	c->ctx->npending--;
+	hpct__ofi_av_trust(c->ctx, c->av);
 }
 
 static void drop_queue(struct ofi_conn *c)
@@ -70,9 +102,13 @@ void hpct__ofi_conn_free(struct ofi_conn *c)
 	drop_queue(c);
 	for (struct part *q = c->parts, *n; q; q = n) {
 		n = q->next;
+		free(q->data);
 		free(q);
 	}
-	c->ctx->conns[c->id - 1] = NULL;
+	if (c->pending)
+		c->ctx->npending--;
+	hpct__ofi_av_detach(c->ctx, c);
+	c->ctx->conns[(c->id & MAX_CONNS) - 1] = NULL;
 	free(c);
 }
 
@@ -175,30 +211,9 @@ static void fail_conn(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_ty
 
 /* ------------------------------------------------------------ progress */
 
-/* A DATA piece into its message; 0 when it does not fit what the message
- * said it is (the peer is broken). */
-static int take_piece(struct ofi_conn *c, uint32_t seq, uint32_t total, uint32_t off,
-                      const unsigned char *p, size_t plen)
+static void peer_text(const struct ofi_conn *c, char *buf, size_t len)
 {
-	if (seq < c->rx_next || (size_t)off + plen > total)
-		return 0;
-	struct part *q = c->parts;
-	while (q && q->seq != seq)
-		q = q->next;
-	if (!q) {
-		if (!(q = malloc(sizeof(*q) + (total ? total : 1))))
-			return 0;
-		q->seq = seq;
-		q->total = total;
-		q->got = 0;
-		q->next = c->parts;
-		c->parts = q;
-	}
-	if (q->total != total || q->got + plen > total)
-		return 0;
-	memcpy(q->data + off, p, plen);
-	q->got += (uint32_t)plen;
-	return 1;
+	hpct__ofi_addr_text(&c->peer, buf, len);
 }
 
 /* Hands on the messages that are whole, in the order they were sent, then
@@ -213,9 +228,12 @@ static void hand_on(struct ofi_ctx *x, struct ofi_conn *c)
 		if (!q || q->got != q->total)
 			break;
 		*pp = q->next;
+		c->nparts--;
 		c->rx_next++;
 		uint32_t id = c->id;
-		emit(x, c, HPCT_TEV_MESSAGE, 0, q->data, q->total);
+		static const unsigned char none[1];
+		emit(x, c, HPCT_TEV_MESSAGE, 0, q->data ? q->data : none, q->total);
+		free(q->data);
 		free(q);
 		if (conn_by_id(x, id) != c || c->state == O_CLOSED)
 			return; /* the engine closed it meanwhile */
@@ -224,7 +242,83 @@ static void hand_on(struct ofi_ctx *x, struct ofi_conn *c)
 		fail_conn(x, c, HPCT_TEV_CLOSED, 0);
 }
 
-static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
+/* Closes a conn a peer broke or abused, telling the peer and the engine. */
+static void refuse_conn(struct ofi_ctx *x, struct ofi_conn *c, enum refusal kind, int err,
+                        const char *why)
+{
+	char who[96];
+	peer_text(c, who, sizeof(who));
+	hpct__ofi_refuse(x, kind, "closing the connection from %s: %s", who, why);
+	hpct__ofi_send_fin(c);
+	fail_conn(x, c, HPCT_TEV_CLOSED, err);
+}
+
+/* The oldest pending conn makes room for a newer one. */
+static void evict_pending(struct ofi_ctx *x, const char *newcomer)
+{
+	struct ofi_conn *old = NULL;
+	for (uint32_t i = 0; i < x->nconns; i++) {
+		struct ofi_conn *c = x->conns[i];
+		if (c && c->pending && (!old || c->serial < old->serial))
+			old = c;
+	}
+	if (!old)
+		return;
+	char who[96];
+	peer_text(old, who, sizeof(who));
+	hpct__ofi_refuse(x, R_PENDING,
+	                 "closing the connection from %s, the oldest of %u not yet identified "
+	                 "(capped at %u), for a SYN from %s",
+	                 who, x->npending, MAX_PENDING, newcomer);
+	hpct__ofi_send_fin(old);
+	fail_conn(x, old, HPCT_TEV_CLOSED, -ECONNRESET);
+}
+
+/* A SYN: a new incoming conn, pending until identified; answered with a
+ * SYNACK, or refused without an answer (its sender's connect fails after
+ * CONNECT_AFTER and is retried). */
+static void on_syn(struct ofi_ctx *x, uint32_t src, const unsigned char *name, size_t len)
+{
+	char who[96];
+	struct sockaddr_storage peer = { 0 };
+	struct hpct_raw_addr *ra = (struct hpct_raw_addr *)&peer;
+	ra->family = AF_UNSPEC;
+	ra->len = (uint16_t)(len <= HPCT_RAW_ADDR_MAX ? len : 0);
+	if (len == 0 || len > HPCT_RAW_ADDR_MAX) {
+		hpct__ofi_refuse(x, R_SYN, "refusing a SYN naming its sender in %zu bytes", len);
+		return;
+	}
+	memcpy(ra->bytes, name, len);
+	hpct__ofi_addr_text(&peer, who, sizeof(who));
+	if (x->npending >= MAX_PENDING)
+		evict_pending(x, who);
+	struct ofi_conn *s = hpct__ofi_conn_new(x, O_OPEN);
+	if (!s) {
+		hpct__ofi_refuse(x, R_SYN, "refusing a SYN from %s: no room for its connection",
+		                 who);
+		return;
+	}
+	s->peer = peer;
+	s->peer_id = src;
+	s->pending = 1;
+	x->npending++;
+	int rc = hpct__ofi_av_attach(x, s, name, len, 0);
+	if (rc == -EAGAIN)
+		hpct__ofi_refuse(x, R_AV,
+		                 "refusing a SYN from %s: %u address-vector entries are named by "
+		                 "connections not yet identified (capped at %u)",
+		                 who, x->nstranger, MAX_STRANGER_AV);
+	else if (rc < 0)
+		hpct__ofi_refuse(x, R_SYN, "refusing a SYN from %s: its name is no fabric address",
+		                 who);
+	if (rc < 0 || hpct__ofi_enqueue(s, W_SYNACK, 0, 0, 0, NULL, 0) < 0) {
+		hpct__ofi_conn_free(s);
+		return;
+	}
+	emit(x, s, HPCT_TEV_ACCEPTED, 0, NULL, 0);
+}
+
+void hpct__ofi_on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 {
 	if (len < HDR)
 		return;
@@ -234,22 +328,7 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 	const unsigned char *p = m + HDR;
 	size_t plen = len - HDR;
 	if (type == W_SYN) { /* its payload: the sender's endpoint name */
-		if (plen == 0 || plen > HPCT_RAW_ADDR_MAX)
-			return;
-		struct ofi_conn *s = hpct__ofi_conn_new(x, O_OPEN);
-		if (!s)
-			return;
-		struct hpct_raw_addr *ra = (struct hpct_raw_addr *)&s->peer;
-		ra->family = AF_UNSPEC;
-		ra->len = (uint16_t)plen;
-		memcpy(ra->bytes, p, plen);
-		s->peer_id = src;
-		if (hpct__ofi_av_of(x, p, plen, &s->addr) < 0 ||
-		    hpct__ofi_enqueue(s, W_SYNACK, 0, 0, 0, NULL, 0) < 0) {
-			hpct__ofi_conn_free(s);
-			return;
-		}
-		emit(x, s, HPCT_TEV_ACCEPTED, 0, NULL, 0);
+		on_syn(x, src, p, plen);
 		return;
 	}
 	struct ofi_conn *c = conn_by_id(x, dst);
@@ -272,20 +351,29 @@ static void on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 		c->held = NULL;
 		emit(x, c, HPCT_TEV_CONNECTED, 0, NULL, 0);
 		break;
-	case W_DATA:
+	case W_DATA: {
+		char why[200];
+		enum refusal kind;
 		if (total > c->max_msg) { /* closed for its size, as over TCP */
-			hpct__ofi_send_fin(c);
-			fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
+			snprintf(why, sizeof(why),
+			         "message %u of %u bytes, more than the %zu it may send yet", seq,
+			         total, c->max_msg);
+			refuse_conn(x, c, R_SIZE, HPCT_EPROTO, why);
 			return;
 		}
-		if (!take_piece(c, seq, total, off, p, plen)) {
-			fail_conn(x, c, HPCT_TEV_CLOSED, HPCT_EPROTO);
+		if (hpct__ofi_take_piece(c, seq, total, off, p, plen, &kind, why, sizeof(why))) {
+			refuse_conn(x, c, kind, HPCT_EPROTO, why);
 			return;
 		}
 		hand_on(x, c);
 		break;
+	}
 	case W_FIN:
-		c->fin_after = seq + 1; /* +1: 0 means none */
+		if (c->state == O_CONNECTING) { /* refused before it was answered */
+			fail_conn(x, c, HPCT_TEV_CONNECT_FAILED, -ECONNREFUSED);
+			return;
+		}
+		c->fin_after = seq == UINT32_MAX ? seq : seq + 1; /* +1: 0 means none */
 		hand_on(x, c);
 		break;
 	case W_PING:
@@ -361,6 +449,25 @@ static void ping_silent(struct ofi_ctx *x, double now)
 	}
 }
 
+/* Conns past their deadlines: a SYN delivered and never answered (its
+ * acceptor refused it, or is gone) fails as a connect; an incoming conn
+ * still unidentified after PENDING_AFTER is closed. */
+static void expire(struct ofi_ctx *x, double now)
+{
+	for (uint32_t i = 0; i < x->nconns; i++) {
+		struct ofi_conn *c = x->conns[i];
+		if (!c)
+			continue;
+		if (c->state == O_CONNECTING && !c->qhead && now - c->born > CONNECT_AFTER) {
+			fail_conn(x, c, HPCT_TEV_CONNECT_FAILED, -ETIMEDOUT);
+		} else if (c->pending && now - c->born > PENDING_AFTER) {
+			char why[80];
+			snprintf(why, sizeof(why), "not identified within %.0f s", PENDING_AFTER);
+			refuse_conn(x, c, R_SILENT, -ETIMEDOUT, why);
+		}
+	}
+}
+
 /* A send completed: the peer takes what we send, so a provider that says
  * -FI_EAGAIN meanwhile is only out of room, not talking to the dead. */
 static void send_done(struct ofi_ctx *x, struct op *o)
@@ -377,7 +484,7 @@ static void on_completion(struct ofi_ctx *x, const struct fi_cq_msg_entry *e)
 {
 	if (e->flags & FI_RECV) {
 		int slot = (int)(intptr_t)e->op_context - 1;
-		on_message(x, x->rxbuf + (size_t)slot * FRAG, e->len);
+		hpct__ofi_on_message(x, x->rxbuf + (size_t)slot * FRAG, e->len);
 		hpct__ofi_post_recv(x, slot);
 	} else {
 		send_done(x, e->op_context);
@@ -423,6 +530,7 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 	x->cbarg = cbarg;
 	x->nev = 0;
 	double now = hpct__ofi_now_s();
+	expire(x, now);
 	push_sends(x, now);
 	drain_cq(x);
 	if (x->nev == 0 && timeout_ms != 0) {
