@@ -267,9 +267,9 @@ static void evict_pending(struct ofi_ctx *x, const char *newcomer)
 	char who[96];
 	peer_text(old, who, sizeof(who));
 	hpct__ofi_refuse(x, R_PENDING,
-	                 "closing the connection from %s, the oldest of %u not yet identified "
+	                 "closing the connection from %s, the oldest of those not yet identified "
 	                 "(capped at %u), for a SYN from %s",
-	                 who, x->npending, MAX_PENDING, newcomer);
+	                 who, MAX_PENDING, newcomer);
 	hpct__ofi_send_fin(old);
 	fail_conn(x, old, HPCT_TEV_CLOSED, -ECONNRESET);
 }
@@ -290,8 +290,6 @@ static void on_syn(struct ofi_ctx *x, uint32_t src, const unsigned char *name, s
 	}
 	memcpy(ra->bytes, name, len);
 	hpct__ofi_addr_text(&peer, who, sizeof(who));
-	if (x->npending >= MAX_PENDING)
-		evict_pending(x, who);
 	struct ofi_conn *s = hpct__ofi_conn_new(x, O_OPEN);
 	if (!s) {
 		hpct__ofi_refuse(x, R_SYN, "refusing a SYN from %s: no room for its connection",
@@ -315,6 +313,8 @@ static void on_syn(struct ofi_ctx *x, uint32_t src, const unsigned char *name, s
 		hpct__ofi_conn_free(s);
 		return;
 	}
+	if (x->npending > MAX_PENDING) /* the oldest, never this one */
+		evict_pending(x, who);
 	emit(x, s, HPCT_TEV_ACCEPTED, 0, NULL, 0);
 }
 
@@ -530,9 +530,9 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 	x->cbarg = cbarg;
 	x->nev = 0;
 	double now = hpct__ofi_now_s();
-	expire(x, now);
 	push_sends(x, now);
 	drain_cq(x);
+	expire(x, now); /* after what came meanwhile: a SYNACK, a handshake */
 	if (x->nev == 0 && timeout_ms != 0) {
 		if (timeout_ms > 0)
 			ping_silent(x, now);
