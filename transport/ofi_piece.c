@@ -9,14 +9,15 @@
 
 #include "transport/ofi_internal.h"
 
-/* Room in a message's buffer up to byte `end`: it grows with the bytes
- * that arrived (doubling, for few copies), never past them by more than
- * REASM_WINDOW and a piece, never past the message. */
-static int part_room(struct part *q, uint32_t end, uint32_t plen)
+/* Room in a message's buffer up to byte `end` of a piece just counted in
+ * q->got: it grows with the bytes that arrived (doubling, for few copies),
+ * never past them by more than REASM_WINDOW (a piece starts at most that
+ * far past the bytes before it), never past the message. */
+static int part_room(struct part *q, uint32_t end)
 {
 	if (end <= q->cap)
 		return 0;
-	uint64_t want = (uint64_t)q->cap * 2, most = (uint64_t)q->got + plen + REASM_WINDOW;
+	uint64_t want = (uint64_t)q->cap * 2, most = (uint64_t)q->got + REASM_WINDOW;
 	if (want < 4096)
 		want = 4096;
 	if (want > most)
@@ -141,7 +142,7 @@ const char *hpct__ofi_take_piece(struct ofi_conn *c, uint32_t seq, uint32_t tota
 			         off, (unsigned long long)end, seq);
 		return why;
 	}
-	if (part_room(q, (uint32_t)end, (uint32_t)plen) < 0) {
+	if (part_room(q, (uint32_t)end) < 0) {
 		*kind = R_PIECE;
 		snprintf(why, whylen, "no memory for message %u", seq);
 		return why;

@@ -7,8 +7,8 @@
  * bytes.  Actions: 0, 1: the bytes arrive as one fabric message; 2: the
  * engine closes the conn in slot bytes[0], or gives it room (identified);
  * 3: sends are refused (-FI_EAGAIN) until the next 3.  Each record ends
- * with one progress() pass.  One conn of ours (id 0x100001, to
- * 127.0.0.1:1) is connecting from the start. */
+ * with one progress() pass and a check of the bounds (check_bounds).  One conn of ours (id
+ * 0x100001, to 127.0.0.1:1) is connecting from the start. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -169,6 +169,39 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* The bounds, after every record: each message in reassembly is runs of
+ * covered bytes, sorted and apart, inside it, summing to what it counts as
+ * received, its buffer within REASM_WINDOW of that; the caps hold. */
+static void check_bounds(const struct ofi_ctx *x)
+{
+	unsigned pending = 0;
+	for (uint32_t i = 0; i < x->nconns; i++) {
+		const struct ofi_conn *c = x->conns[i];
+		if (!c)
+			continue;
+		pending += c->pending != 0;
+		unsigned nparts = 0;
+		for (const struct part *q = c->parts; q; q = q->next) {
+			uint64_t sum = 0, last = 0;
+			for (unsigned k = 0; k < q->nranges; k++) {
+				if (q->ranges[k].lo >= q->ranges[k].hi ||
+				    q->ranges[k].hi > q->total || (k && q->ranges[k].lo <= last))
+					__builtin_trap();
+				sum += q->ranges[k].hi - q->ranges[k].lo;
+				last = q->ranges[k].hi;
+			}
+			if (sum != q->got || q->nranges > MAX_RANGES || q->cap > q->total ||
+			    q->cap > (uint64_t)q->got + REASM_WINDOW)
+				__builtin_trap();
+			nparts++;
+		}
+		if (nparts != c->nparts || nparts > MAX_PARTS)
+			__builtin_trap();
+	}
+	if (pending != x->npending || pending > MAX_PENDING || x->nstranger > MAX_STRANGER_AV)
+		__builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {
 	struct ofi_ctx *x = calloc(1, sizeof(*x));
@@ -215,6 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 		data += n;
 		len -= n;
 		hpct_transport_ofi.progress(x, 0, on_event, NULL);
+		check_bounds(x);
 	}
 	fab.refuse = 0;
 	for (int i = 0; i < 4 && (fab.nsent || x->backlog); i++)
