@@ -327,7 +327,7 @@ static void ofi_destroy(void *arg)
 	struct ofi_ctx *x = arg;
 	for (int k = 0; k < R_KINDS; k++)
 		if (x->refused[k] > 1)
-			hpct__transport_log("ofi: %lu %s refused in all", x->refused[k],
+			hpct__transport_log("ofi: refused %lu times in all: %s", x->refused[k],
 			                    refusal_names[k]);
 	for (uint32_t i = 0; i < x->nconns; i++)
 		if (x->conns[i])
