@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,27 @@ static void put32(unsigned char *p, uint32_t v)
 static uint32_t get32(const unsigned char *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* What the children say (why they failed, the figures): on stderr and in
+ * a file the test reads back into its result, since the test's own output
+ * is not kept by the runner. */
+static char diag_path[256];
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fputs(line, stderr);
+	FILE *fp = fopen(diag_path, "a");
+	if (fp) {
+		fputs(line, fp);
+		fclose(fp);
+	}
 }
 
 /* ------------------------------------------------------------ the stranger */
@@ -158,8 +180,7 @@ static int fab_open(struct fab *f, int port)
 	int rc = fi_getinfo(FI_VERSION(1, 5), "127.0.0.1", service, FI_SOURCE, hints, &f->info);
 	fi_freeinfo(hints);
 	if (rc) {
-		fprintf(stderr, "stranger: fi_getinfo at 127.0.0.1:%d: %s\n", port,
-		        fi_strerror(-rc));
+		note("stranger: fi_getinfo at 127.0.0.1:%d: %s\n", port, fi_strerror(-rc));
 		return 20;
 	}
 	struct fi_av_attr av = { .type = FI_AV_TABLE };
@@ -172,13 +193,12 @@ static int fab_open(struct fab *f, int port)
 	    (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
 	    (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
 	    (rc = fi_enable(f->ep))) {
-		fprintf(stderr, "stranger: its endpoint at 127.0.0.1:%d: %s\n", port,
-		        fi_strerror(-rc));
+		note("stranger: its endpoint at 127.0.0.1:%d: %s\n", port, fi_strerror(-rc));
 		return 21;
 	}
 	f->name_len = sizeof(f->name);
 	if (fi_getname(&f->ep->fid, f->name, &f->name_len)) {
-		fprintf(stderr, "stranger: fi_getname failed\n");
+		note("stranger: fi_getname failed\n");
 		return 22;
 	}
 	for (int i = 0; i < SRX; i++)
@@ -221,13 +241,13 @@ static int wire_send(struct fab *f, int type, uint32_t dst, uint32_t src, uint32
 		if (rc == 0)
 			return 0;
 		if (rc != -FI_EAGAIN) {
-			fprintf(stderr, "stranger: fi_send: %s\n", fi_strerror((int)-rc));
+			note("stranger: fi_send: %s\n", fi_strerror((int)-rc));
 			free(m);
 			return 23;
 		}
 		drain(f);
 		if (now_s() > deadline) {
-			fprintf(stderr, "stranger: rank 0 took no message for 30 s\n");
+			note("stranger: rank 0 took no message for 30 s\n");
 			free(m);
 			return 24;
 		}
@@ -242,7 +262,7 @@ static int wait_for(struct fab *f, const volatile int *p, const volatile uint32_
 	while (!(p ? *p != 0 : *q != 0)) {
 		drain(f);
 		if (now_s() > deadline) {
-			fprintf(stderr, "stranger: no %s from rank 0 within %.0f s\n", what, s);
+			note("stranger: no %s from rank 0 within %.0f s\n", what, s);
 			return 25;
 		}
 	}
@@ -315,7 +335,7 @@ static int attack(struct fab *f, const struct bcfg *c)
 			return rc;
 		return wait_for(f, &f->fin[1], NULL, 90, "FIN for a connection that said nothing");
 	}
-	fprintf(stderr, "stranger: no attack '%s'\n", a);
+	note("stranger: no attack '%s'\n", a);
 	return 26;
 }
 
@@ -329,7 +349,7 @@ static int stranger_main(struct bcfg *c)
 	ssize_t n =
 	        poll(&pfd, 1, 60000) == 1 ? read(c->addr_pipe[0], victim, sizeof(victim) - 1) : 0;
 	if (n <= 0) {
-		fprintf(stderr, "stranger: rank 0 gave no address within 60 s\n");
+		note("stranger: rank 0 gave no address within 60 s\n");
 		return 27;
 	}
 	victim[n] = 0;
@@ -415,7 +435,7 @@ static int rank_main(int r, void *arg)
 	close(c->bye_pipe[0]);
 	hpct_world *w;
 	if (hpct_world_create(&w) != 0) {
-		fprintf(stderr, "rank %d: %s\n", r, hpct_last_error());
+		note("rank %d: %s\n", r, hpct_last_error());
 		return 2;
 	}
 	hpct_group *g = hpct_world_group(w);
@@ -449,43 +469,41 @@ static int rank_main(int r, void *arg)
 				item[2] = 2;
 		}
 		if ((rc = hpct_allgather(g, item, sizeof(item), all)) != 0) {
-			fprintf(stderr, "rank %d: allgather %u during '%s': %s\n", r, iter,
-			        c->attack, hpct_last_error());
+			note("rank %d: allgather %u during '%s': %s\n", r, iter, c->attack,
+			     hpct_last_error());
 			rc = 3;
 			break;
 		}
 		for (int k = 0; k < NRANKS; k++)
 			if (all[k][0] != (uint32_t)k || all[k][1] != iter) {
-				fprintf(stderr, "rank %d: allgather %u: rank %d's item is %u/%u\n",
-				        r, iter, k, all[k][0], all[k][1]);
+				note("rank %d: allgather %u: rank %d's item is %u/%u\n", r, iter, k,
+				     all[k][0], all[k][1]);
 				rc = 4;
 			}
 		stop = (int)all[0][2];
 	}
 	if (r == 0 && rc == 0) {
 		int lines = log_count(c, &ls);
-		fprintf(stderr,
-		        "rank 0: '%s': %u allgathers; resident %ld kB before the stranger, at most "
-		        "%ld kB during (+%ld kB); %d log line(s) naming %s\n",
-		        c->attack, iter, base_kb, peak_kb, peak_kb - base_kb, lines, c->who);
+		note("rank 0: '%s': %u allgathers; resident %ld kB before the stranger, at most "
+		     "%ld kB during (+%ld kB); %d log line(s) naming %s\n",
+		     c->attack, iter, base_kb, peak_kb, peak_kb - base_kb, lines, c->who);
 		if (stop == 2) {
-			fprintf(stderr,
-			        "rank 0: within %.0f s: %s log line with '%s' naming %s; the "
-			        "stranger "
-			        "%s\n",
-			        DEADLINE_S, seen ? "a" : "NO", c->what, c->who,
-			        done > 0   ? "was done"
-			        : done < 0 ? "FAILED"
-			                   : "was NOT done");
+			note("rank 0: within %.0f s: %s log line with '%s' naming %s; the "
+			     "stranger "
+			     "%s\n",
+			     DEADLINE_S, seen ? "a" : "NO", c->what, c->who,
+			     done > 0   ? "was done"
+			     : done < 0 ? "FAILED"
+			                : "was NOT done");
 			rc = 5;
 		} else if (done < 0) {
 			rc = 6; /* the stranger says why */
 		} else if (lines != 1) {
-			fprintf(stderr, "rank 0: the refusal logged %d times, not once\n", lines);
+			note("rank 0: the refusal logged %d times, not once\n", lines);
 			rc = 7;
 		} else if (!SANITIZED && peak_kb - base_kb > RSS_GROWTH_KB) {
-			fprintf(stderr, "rank 0: resident memory grew by %ld kB (bound %d kB)\n",
-			        peak_kb - base_kb, RSS_GROWTH_KB);
+			note("rank 0: resident memory grew by %ld kB (bound %d kB)\n",
+			     peak_kb - base_kb, RSS_GROWTH_KB);
 			rc = 8;
 		}
 	}
@@ -526,7 +544,10 @@ static void run(int slot, const char *attack, const char *what, enum who who, in
 	else
 		snprintf(c.who, sizeof(c.who), ":%d", c.port + 250);
 	snprintf(c.log, sizeof(c.log), "/tmp/hpct-bounds-ofi-%d-%s.log", (int)getpid(), attack);
+	snprintf(diag_path, sizeof(diag_path), "/tmp/hpct-bounds-ofi-%d-%s.diag", (int)getpid(),
+	         attack);
 	unlink(c.log);
+	unlink(diag_path);
 	cr_assert(pipe(c.addr_pipe) == 0 && pipe(c.done_pipe) == 0 && pipe(c.bye_pipe) == 0);
 	int codes[NRANKS + 1];
 	int bad = ht_spawn(NRANKS + 1, env_cb, rank_main, &c, DEADLINE_S + 60, NULL, codes);
@@ -538,15 +559,23 @@ static void run(int slot, const char *attack, const char *what, enum who who, in
 	if (bad) {
 		FILE *fp = fopen(c.log, "r");
 		char line[2048];
-		fprintf(stderr, "rank 0's log (%s):\n", c.log);
+		note("rank 0's log (%s):\n", c.log);
 		while (fp && fgets(line, sizeof(line), fp))
-			fputs(line, stderr);
+			note("%s", line);
 		if (fp)
 			fclose(fp);
 	}
 	unlink(c.log);
-	cr_expect_eq(bad, 0, "'%s' (rank %d is the stranger): %s", attack, STRANGER,
-	             ht_describe(codes, NRANKS + 1));
+	char said[4096] = "";
+	FILE *fp = fopen(diag_path, "r");
+	if (fp) {
+		said[fread(said, 1, sizeof(said) - 1, fp)] = 0;
+		fclose(fp);
+	}
+	unlink(diag_path);
+	cr_expect_eq(bad, 0, "'%s' (rank %d is the stranger): %s\n%s", attack, STRANGER,
+	             ht_describe(codes, NRANKS + 1), said);
+	cr_log_info("%s", said);
 }
 
 /* Pieces that overlap: as many bytes as the message, not all of it
