@@ -42,6 +42,9 @@ enum { NRANKS = 2, STRANGER = NRANKS, MAX_IDS = 1024, SRX = 16 };
  * hundred conns and their provider connections; a claimed 256 MB is not) */
 #define RSS_GROWTH_KB (8 * 1024)
 #define DEADLINE_S    120.0
+/* inside a slot (HPCT_TEST_PORT_STRIDE, 200 or more), past the ranks' ports */
+#define STRANGER_PORT 100 /* the stranger's endpoint */
+#define FORGED_PORT   150 /* what its forged names claim; nobody listens there */
 /* AddressSanitizer keeps freed memory in quarantine (256 MB): the bound on
  * memory is checked in plain builds only (the figure is printed always) */
 #if defined(__SANITIZE_ADDRESS__)
@@ -53,7 +56,7 @@ enum { NRANKS = 2, STRANGER = NRANKS, MAX_IDS = 1024, SRX = 16 };
 #define HPCT_STR(x)  HPCT_STR_(x)
 
 struct bcfg {
-	int port;           /* the slot's first port: ranks from port + 1, the stranger at + 200 */
+	int port; /* the slot's first port: ranks from + 1, the stranger at + STRANGER_PORT */
 	const char *attack; /* what the stranger does */
 	const char *what;   /* the refusal rank 0 must log ('|' between alternatives) ... */
 	char who[64];       /* ... naming this address */
@@ -311,7 +314,8 @@ static int attack(struct fab *f, const struct bcfg *c)
 		/* SYNs naming 200 addresses nobody listens at */
 		for (uint32_t id = 1; id <= MAX_STRANGER_AV + 72; id++) {
 			struct sockaddr_in sa = { .sin_family = AF_INET,
-				                  .sin_port = htons((uint16_t)(c->port + 250)) };
+				                  .sin_port = htons(
+				                          (uint16_t)(c->port + FORGED_PORT)) };
 			sa.sin_addr.s_addr =
 			        htonl(0x7f000000u | (1u + id / 200) << 8 | (1u + id % 200));
 			if ((rc = syn(f, id, &sa, sizeof(sa))))
@@ -354,7 +358,7 @@ static int stranger_main(struct bcfg *c)
 		                  .sin_port = htons((uint16_t)atoi(colon + 1)) };
 	inet_pton(AF_INET, victim, &sa.sin_addr);
 	struct fab *f = calloc(1, sizeof(*f));
-	int rc = fab_open(f, c->port + 200);
+	int rc = fab_open(f, c->port + STRANGER_PORT);
 	if (rc == 0 && fi_av_insert(f->av, &sa, 1, &f->victim, 0, NULL) != 1)
 		rc = 29;
 	if (rc == 0)
@@ -524,8 +528,8 @@ static void env_cb(int r, void *arg)
 	}
 }
 
-/* who: the stranger's own address, or (forged) any address at its port */
-enum who { STRANGER_ADDR, FORGED_PORT };
+/* who: the stranger's own address, or any address at FORGED_PORT */
+enum who { STRANGER_ADDR, FORGED_ADDR };
 
 static void run(int slot, const char *attack, const char *what, enum who who, int info)
 {
@@ -533,9 +537,9 @@ static void run(int slot, const char *attack, const char *what, enum who who, in
 		.port = hpct_test_ports(slot), .attack = attack, .what = what, .info = info
 	};
 	if (who == STRANGER_ADDR)
-		snprintf(c.who, sizeof(c.who), "127.0.0.1:%d", c.port + 200);
+		snprintf(c.who, sizeof(c.who), "127.0.0.1:%d", c.port + STRANGER_PORT);
 	else
-		snprintf(c.who, sizeof(c.who), ":%d", c.port + 250);
+		snprintf(c.who, sizeof(c.who), ":%d", c.port + FORGED_PORT);
 	snprintf(c.log, sizeof(c.log), "/tmp/hpct-bounds-ofi-%d-%s.log", (int)getpid(), attack);
 	snprintf(diag_path, sizeof(diag_path), "/tmp/hpct-bounds-ofi-%d-%s.diag", (int)getpid(),
 	         attack);
@@ -600,7 +604,7 @@ Test(bounds_ofi, endless_address_vector_entries_capped)
 	run(3, "av",
 	    "address-vector entries are named by connections not yet identified (capped "
 	    "at " HPCT_STR(MAX_STRANGER_AV) ")",
-	    FORGED_PORT, 0);
+	    FORGED_ADDR, 0);
 }
 
 /* A message claiming 256 MB, 100 bytes of it sent: refused for its size
