@@ -549,6 +549,20 @@ HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len)
 		hpct__stdsrv_conn_progress(c);
 		c->opos = c->olen = 0; /* the replies */
 	}
+	/* What the limits rest on: every present key charged to a rank, the
+	 * charges adding up, values being received counted. */
+	size_t bytes = 0, owned = 0;
+	for (size_t i = 0; i <= s->tab.mask; i++)
+		for (struct entry *e = s->tab.b[i]; e; e = e->next) {
+			if (e->present != (e->owner >= 0))
+				abort();
+			if (e->present)
+				bytes += ENTRY_COST(e->klen) + e->vlen;
+		}
+	for (int r = 0; r < 4; r++)
+		owned += s->tab.owned[r];
+	if (bytes != s->tab.bytes || owned != bytes || s->inflight != c->vcap)
+		abort();
 	drop_all(s);
 	free(s->tab.owned);
 	free(s->tab.b);
