@@ -863,3 +863,62 @@ Test(bounds_stdpath, emfile_pauses_and_resumes, .timeout = 300)
 		close(idle[i]);
 	srv_stop(&sv);
 }
+
+/* The defaults follow stdpath.h's formulas; and the client's side of a
+ * refusal: its code, a message naming this rank, the server's host:port and
+ * the limit with its value, and a connection that stays usable. */
+Test(bounds_stdpath, refused_client_is_told_and_goes_on, .timeout = 120)
+{
+	struct hpct_std_limits lim;
+	cr_assert_eq(hpct__std_limits_default(2, &lim), 0, "%s", hpct_last_error());
+	cr_expect_eq(lim.mget_keys, 2 + 64);
+	cr_expect_eq(lim.mget_key_bytes, (2 + 64) * 512);
+	cr_expect_eq(lim.store_bytes, (size_t)(128 + 2 * 2) << 20);
+	cr_expect_eq(lim.rank_bytes, lim.store_bytes / 2);
+	cr_expect_eq(lim.store_keys, 4 * 34 * 34);
+	cr_expect_eq(lim.early_conns, 2 * 2 + 256);
+
+	int port = hpct_test_ports(5);
+	lim.store_bytes = 1 << 20;
+	lim.rank_bytes = 1 << 19;
+	struct hpct_std_server *s = NULL;
+	cr_assert_eq(hpct__std_server_start_limits(HOST, port, 2, JOB, NULL, &lim, &s), 0, "%s",
+	             hpct_last_error());
+	struct hpct_std_client *a = NULL;
+	double dl = hpct__now() + WAIT_S;
+	cr_assert_eq(hpct__std_client_connect(HOST, port, 0, 2, JOB, NULL, dl, &a), 0, "%s",
+	             hpct_last_error());
+	char want[128];
+	snprintf(want, sizeof(want), "rank 0: the rendezvous at 127.0.0.1:%d refused SET of 'big'",
+	         port);
+	void *v = calloc(1, 600 * 1024);
+	cr_assert_not_null(v);
+	cr_expect_eq(hpct__std_set(a, "big", v, 600 * 1024, 0, dl), HPCT_ENOMEM);
+	cr_expect(strstr(hpct_last_error(), want) &&
+	                  strstr(hpct_last_error(), "of the 524288 bytes one rank may keep"),
+	          "%s", hpct_last_error());
+	free(v);
+	cr_expect_eq(hpct__std_set(a, "small", "ok", 3, 0, dl), 0, "%s", hpct_last_error());
+
+	static char keys[70][16];
+	const char *kp[70];
+	void *bufs[70];
+	size_t lens[70];
+	char out[70][3];
+	for (int i = 0; i < 70; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "small");
+		kp[i] = keys[i];
+		bufs[i] = out[i];
+		lens[i] = 3;
+	}
+	snprintf(want, sizeof(want), "rank 0: the rendezvous at 127.0.0.1:%d refused MGET of",
+	         port);
+	cr_expect_eq(hpct__std_mget(a, kp, 70, bufs, lens, dl), HPCT_EINVAL);
+	cr_expect(strstr(hpct_last_error(), want) &&
+	                  strstr(hpct_last_error(), "one MGET may name 66 (the world size 2 + 64)"),
+	          "%s", hpct_last_error());
+	cr_expect_eq(hpct__std_mget(a, kp, 66, bufs, lens, dl), 0, "%s", hpct_last_error());
+	cr_expect_str_eq(out[65], "ok");
+	hpct__std_client_close(a);
+	hpct__std_server_stop(s, hpct__now() + 5);
+}
