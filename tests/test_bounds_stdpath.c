@@ -54,18 +54,25 @@ struct srv {
 	long rss0; /* VmRSS once serving, kB */
 };
 
-static long rss_kb(pid_t pid)
+/* A "Vm...:" line of /proc/<pid>/status in kB, -1 if none. */
+static long vm_kb(pid_t pid, const char *field)
 {
-	char path[64], line[256];
+	char path[64], line[256], fmt[32];
 	long kb = -1;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	snprintf(fmt, sizeof(fmt), "%s: %%ld", field);
 	FILE *f = fopen(path, "r");
 	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+		if (sscanf(line, fmt, &kb) == 1)
 			break;
 	if (f)
 		fclose(f);
 	return kb;
+}
+
+static long rss_kb(pid_t pid)
+{
+	return vm_kb(pid, "VmRSS");
 }
 
 static int max_fd(void)
@@ -526,6 +533,7 @@ Test(bounds_stdpath, set_header_then_trickle, .timeout = 300)
 	struct srv sv;
 	struct srv_opts o = { .nranks = 16 };
 	srv_start(&sv, 0, &o);
+	long data0 = vm_kb(sv.pid, "VmData");
 	const uint32_t big = HPCT_STD_MAX_VALUE;
 	unsigned char trickle[1000];
 	memset(trickle, 0xab, sizeof(trickle));
@@ -543,6 +551,14 @@ Test(bounds_stdpath, set_header_then_trickle, .timeout = 300)
 	/* 12 x 64 MiB announced; what arrived and the windows are under 1 MiB */
 	expect_allgather(&sv, 16, NULL, "ag");
 	expect_rss_within(&sv, 16 * 1024, "12 ranks announcing 64 MiB each");
+	/* an allocation never touched is not resident, but it is data: the
+	 * 768 MiB announced must not be there either (figure: 64 MiB) */
+	long data = vm_kb(sv.pid, "VmData");
+	cr_expect_lt(data - data0, 64 * 1024 + SAN_SLACK_KB,
+	             "the server's VmData grew from %ld kB to %ld kB after 768 MiB announced",
+	             data0, data);
+	cr_log_info("12 ranks announcing 64 MiB each: server VmData %ld kB -> %ld kB (+%ld kB)\n",
+	            data0, data, data - data0);
 
 	/* The rest of rank 4's value: the grown buffer holds it intact. */
 	size_t rest = big - 2 * sizeof(trickle);
