@@ -234,7 +234,10 @@ static int timers(struct hpct_std_server *s, double stop_at)
 		next = stop_at;
 	if (next == 0)
 		return -1;
-	return next <= now ? 0 : (int)((next - now) * 1000) + 1;
+	if (next <= now)
+		return 0;
+	/* HPCT_TIMEOUT may be days: waking once a minute keeps this an int */
+	return next - now > 60 ? 60000 : (int)((next - now) * 1000) + 1;
 }
 
 static int live_conns(const struct hpct_std_server *s)
