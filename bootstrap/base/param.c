@@ -62,6 +62,12 @@ static const struct hpct_param params[] = {
 	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) "
 	  "or "
 	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },
+	{ "HPCT_STD_STORE_MB", HPCT_PT_INT, NULL,
+	  "standard path: MiB the rendezvous on rank 0 may hold (keys, values, values being "
+	  "received; one rank's keys at most half); default 128 + 2 x world size" },
+	{ "HPCT_STD_STORE_KEYS", HPCT_PT_INT, NULL,
+	  "standard path: keys the rendezvous on rank 0 may hold; default 4 x (world size + "
+	  "32)^2" },
 	{ "HPCT_DEBUG", HPCT_PT_STR, "WARN", "log level: NONE, WARN, INFO or TRACE" },
 	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL",
 	  "INIT,ENV,NET,COLL,STD,NCCL or ALL; ^X excludes" },
