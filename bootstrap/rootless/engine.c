@@ -19,7 +19,11 @@ int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *l
 	if (!e)
 		return HPCT_ENOMEM;
 	e->cfg = *cfg;
-	e->msgs_tail = &e->msgs;
+	if (e->cfg.early_max_msgs <= 0)
+		e->cfg.early_max_msgs = HPCT_ENG_EARLY_MSGS;
+	if (e->cfg.early_max_bytes == 0)
+		e->cfg.early_max_bytes = (size_t)HPCT_ENG_EARLY_MB << 20;
+	e->aborts_tail = &e->aborts;
 	int rc = cfg->ops->create(&e->tctx);
 	if (rc < 0)
 		goto fail_alloc;
@@ -64,22 +68,16 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 		free(p->out);
 		free(p->in);
 		hpct__eng_drop_queue(e, p);
+	}
+	hpct__eng_inbox_drop_aborts(e); /* finds its peers: before they go */
+	ENG_FOR_EACH_PEER (e, p) {
+		hpct__eng_inbox_drop_peer(e, p);
 		free(p);
 	}
 	while (e->accepted) {
 		struct econn *c = e->accepted;
 		e->accepted = c->next;
 		free(c);
-	}
-	while (e->msgs) {
-		struct hpct_emsg *m = e->msgs;
-		e->msgs = m->next;
-		free(m);
-	}
-	while (e->aborts) {
-		struct abort_rec *a = e->aborts;
-		e->aborts = a->next;
-		free(a);
 	}
 	free(e->ptab);
 	free(e);
@@ -234,22 +232,6 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 	return 0;
 }
 
-struct hpct_emsg *hpct__eng_take(struct hpct_engine *e, int src, uint64_t group, uint32_t seq,
-                                 uint16_t round)
-{
-	for (struct hpct_emsg **pp = &e->msgs; *pp; pp = &(*pp)->next) {
-		struct hpct_emsg *m = *pp;
-		if (m->src == src && m->group == group && m->seq == seq && m->round == round) {
-			*pp = m->next;
-			if (e->msgs_tail == &m->next)
-				e->msgs_tail = pp;
-			m->next = NULL;
-			return m;
-		}
-	}
-	return NULL;
-}
-
 static void on_message(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
 	struct hpct_msg_hdr h;
@@ -299,18 +281,11 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	}
 	if (h.type == HPCT_MSG_ABORT) {
 		struct hpct_abort a;
-		if (hpct__eng_abort_for(e, h.group) || hpct__abort_decode(payload, plen, &a) < 0)
-			return;
-		struct abort_rec *rec = calloc(1, sizeof(*rec));
-		if (!rec)
-			return; /* the sender also closes: we still learn it failed */
-		rec->a = a;
-		rec->group = h.group;
-		rec->next = e->aborts;
-		e->aborts = rec;
+		if (src && hpct__abort_decode(payload, plen, &a) == 0)
+			hpct__eng_abort_put(e, src, h.group, &a);
 		return;
 	}
-	struct hpct_emsg *m = malloc(sizeof(*m) + plen);
+	struct hpct_emsg *m = src ? malloc(sizeof(*m) + plen) : NULL;
 	if (!m) {
 		/* a silently dropped message would hang its receiver */
 		e->cfg.ops->close(c->t);
@@ -324,8 +299,7 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	m->round = h.round;
 	m->len = plen;
 	memcpy(m->data, payload, plen);
-	*e->msgs_tail = m;
-	e->msgs_tail = &m->next;
+	hpct__eng_inbox_put(e, src, m);
 }
 
 void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
