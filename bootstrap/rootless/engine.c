@@ -306,7 +306,7 @@ void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 {
 	hpct__eng_list_del(c);
 	if (c->peer < 0) {
-		if (c->auth_wait) {
+		if (c->auth_wait && err != HPCT_EPROTO) {
 			/* gone before its proof, saying nothing: a rank whose link
 			 * the other way was admitted first gives up its own so (a
 			 * rank that finds our proof wrong says so: hpct__eng_on_auth) */
@@ -350,12 +350,62 @@ void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 		hpct__eng_maybe_flush(e, p);
 }
 
+/* The transport closed a conn for a frame longer than the conn may receive
+ * (before its handshake: longer than a handshake) or malformed. */
+static void bad_frame(struct hpct_engine *e, struct econn *c)
+{
+	char from[HPCT_ADDRSTRLEN];
+	e->cfg.ops->peer_name(c->t, from, sizeof(from));
+	if (c->peer < 0) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "rank %d: refused connection from %s: its first frame is no handshake "
+		          "(longer than one, or malformed)",
+		          e->cfg.rank, from);
+		e->stats.conns_refused++;
+		return;
+	}
+	HPCT_WARN(HPCT_SUB_NET,
+	          "rank %d: closed the link from rank %d at %s (epoch %llu): it sent a frame "
+	          "longer than %u bytes, or a malformed one",
+	          e->cfg.rank, c->peer, from, (unsigned long long)e->cfg.epoch,
+	          HPCT_TRANSPORT_MAX_MSG);
+}
+
+/* Too many accepted connections still in their handshake (strangers that
+ * connect and say nothing): the oldest goes, logged once.  A real peer's
+ * connection closed before it was admitted is retried by its side. */
+static void bound_handshakes(struct hpct_engine *e, struct hpct_tconn *newest)
+{
+	int n = 0;
+	struct econn *oldest = NULL;
+	for (struct econn *c = e->accepted; c; c = c->next, n++)
+		oldest = c; /* the list is newest first */
+	if (n < HPCT_ENG_MAX_HANDSHAKE)
+		return;
+	char from[HPCT_ADDRSTRLEN], to[HPCT_ADDRSTRLEN];
+	if (!e->hwarned) {
+		e->hwarned = 1;
+		e->cfg.ops->peer_name(oldest->t, from, sizeof(from));
+		e->cfg.ops->peer_name(newest, to, sizeof(to));
+		HPCT_WARN(HPCT_SUB_NET,
+		          "rank %d (epoch %llu): %d accepted connections are still in their "
+		          "handshake; closed the oldest, from %s, to make room for %s; further "
+		          "such closes are not logged",
+		          e->cfg.rank, (unsigned long long)e->cfg.epoch, n, from, to);
+	}
+	e->stats_dropped++;
+	hpct__eng_list_del(oldest);
+	e->cfg.ops->close(oldest->t);
+	free(oldest);
+}
+
 static void on_event(void *arg, const struct hpct_tevent *ev)
 {
 	struct hpct_engine *e = arg;
 	struct econn *c = ev->conn->user;
 	switch (ev->type) {
 	case HPCT_TEV_ACCEPTED:
+		bound_handshakes(e, ev->conn);
 		c = calloc(1, sizeof(*c));
 		if (!c) {
 			e->cfg.ops->close(ev->conn);
@@ -364,6 +414,8 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		c->peer = -1;
 		c->t = ev->conn;
 		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
+		c->accepted_at = hpct__now();
+		c->accepted_ptime = e->ptime;
 		ev->conn->user = c;
 		/* a stranger gets room for a HELLO and no more (one with a proof
 		 * of a secret, so that one side without it can say so) */
@@ -411,6 +463,8 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 			on_message(e, c, ev->data, ev->len);
 		break;
 	case HPCT_TEV_CLOSED:
+		if (ev->err == HPCT_EPROTO)
+			bad_frame(e, c);
 		hpct__eng_on_closed(e, c, ev->err);
 		break;
 	}

@@ -26,6 +26,8 @@ struct econn {
 	struct hpct_hello hello;
 	int outgoing;
 	double deadline; /* handshake deadline, in progress time (see ptime) */
+	/* accepted: when (hpct__now) and at what progress time */
+	double accepted_at, accepted_ptime;
 	struct hpct_tconn *t;
 	struct econn **list; /* the handshake list it is on, or NULL */
 	struct econn *next;
