@@ -28,6 +28,15 @@
 #include "tests/harness.h"
 #include "transport/transport.h"
 
+/* Under AddressSanitizer freed memory stays resident in its quarantine (256
+ * MiB by default) and every block carries redzones: VmRSS is reported, not
+ * held to the figures (VmData, for the 256 MB claim, still is). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECKED 0
+#else
+#define RSS_CHECKED 1
+#endif
+
 enum attack { EARLY_COUNT, EARLY_BYTES, ABORTS, CLAIM, SILENT };
 
 struct bt {
@@ -343,7 +352,7 @@ static int check(struct watch *x)
 	                   : b->attack == ABORTS      ? "dropped an abort record from rank 2 at "
 	                   : b->attack == SILENT      ? "sent no handshake within"
 	                                              : NULL;
-	if (rss > b->rss_kb) {
+	if (RSS_CHECKED && rss > b->rss_kb) {
 		fprintf(stderr, "rank 0: VmRSS grew by %ld kB, bound %ld kB\n", rss, b->rss_kb);
 		return 90;
 	}
