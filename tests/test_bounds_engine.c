@@ -386,8 +386,8 @@ static int check(struct watch *x)
 		        ht_open_fds(), x->fds0, rss);
 		return 1;
 	}
-	const char *what = b->attack == ABORTS ? "dropped an abort record" : "dropped an early "
-	                                                                     "message";
+	const char *what =
+	        b->attack == ABORTS ? "dropped an abort record" : "dropped an early message";
 	char at[64];
 	snprintf(at, sizeof(at), "%s from rank 2 at 127.0.0.1:", what);
 	if (count_of(log, what) != 1 || !strstr(log, at) || !strstr(log, "epoch 0") ||
