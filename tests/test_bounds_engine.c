@@ -512,8 +512,8 @@ Test(bounds_engine, claimed_256mb_costs_what_arrived, .timeout = 200)
 /* (d) 300 connections that never say their handshake (one sends a byte, a
  * slow-loris), and one that announces a long frame first: the long one is
  * refused at once, the oldest beyond 256 are closed at once, the rest at the
- * handshake deadline (HPCT_TIMEOUT=10: 10 s of progress); rank 0's
- * descriptors come back while the hostile still holds its ends. */
+ * handshake deadline (HPCT_TIMEOUT=10: 10 s, and a second of listening);
+ * rank 0's descriptors come back while the hostile still holds its ends. */
 Test(bounds_engine, silent_connections_closed, .timeout = 200)
 {
 	run(SILENT, 4, 16 * 1024);
