@@ -68,6 +68,12 @@ static const struct hpct_param params[] = {
 	{ "HPCT_STD_STORE_KEYS", HPCT_PT_INT, NULL,
 	  "standard path: keys the rendezvous on rank 0 may hold; default 4 x (world size + "
 	  "32)^2" },
+	{ "HPCT_EARLY_MAX_MSGS", HPCT_PT_INT, "65536",
+	  "rootless: messages kept from one peer for calls this rank has not reached yet; over "
+	  "it the oldest go (logged once per peer)" },
+	{ "HPCT_EARLY_MAX_MB", HPCT_PT_INT, "1024",
+	  "rootless: MiB of such messages kept from all peers together; over it the oldest of "
+	  "the peer holding most go (logged once per peer)" },
 	{ "HPCT_DEBUG", HPCT_PT_STR, "WARN", "log level: NONE, WARN, INFO or TRACE" },
 	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL",
 	  "INIT,ENV,NET,COLL,STD,NCCL or ALL; ^X excludes" },
