@@ -13,10 +13,10 @@
  *   - out of descriptors (EMFILE), accepting pauses (PAUSE_S, or until a
  *     connection closes) instead of spinning on a listener that stays
  *     readable;
- *   - a connection's input buffer holds what came plus WINDOW and an
- *     eighth, never a frame's claimed length up front; while it waits for
- *     a reply to drain or a parked request, it reads at most WINDOW more
- *     (a client sends one request at a time);
+ *   - a connection's input buffer holds what came and an eighth, never a
+ *     frame's claimed length up front, and none once served; while it
+ *     waits for a reply to drain or a parked request, it reads at most
+ *     WINDOW more (a client sends one request at a time);
  *   - requests and replies on their way, over all connections, and keys
  *     and values stored, each at most HPCT_STORE_MAX_BYTES; keys at most
  *     HPCT_STORE_MAX_KEYS.  A refused SET/ADD/CAS is answered HPCT_ENOMEM;
@@ -426,12 +426,16 @@ static int serve_one(struct sconn *c)
 	c->admitted = 1; /* without a secret, a whole request admits it */
 	c->inlen -= 4 + (size_t)fl;
 	memmove(c->in, c->in + 4 + fl, c->inlen);
-	if (c->incap > 4 * WINDOW && c->inlen < c->incap / 4) {
+	if (c->inlen == 0) { /* an idle connection holds no buffer */
+		free(c->in);
+		c->in = NULL;
+		set_incap(c, 0);
+	} else if (c->incap > 4 * WINDOW && c->inlen < c->incap / 4) {
 		/* a big request is done: give back what it took */
-		unsigned char *in = realloc(c->in, c->inlen + WINDOW);
+		unsigned char *in = realloc(c->in, c->inlen + c->inlen / 8);
 		if (in) {
 			c->in = in;
-			set_incap(c, c->inlen + WINDOW);
+			set_incap(c, c->inlen + c->inlen / 8);
 		}
 	}
 	return 1;
@@ -523,53 +527,56 @@ static int stalled(const struct sconn *c)
 	return (pending(c) || c->parked) && c->inlen >= WINDOW;
 }
 
-/* Room for the next read: what came, plus WINDOW and an eighth (a 64 MiB
- * request is read in some 60 steps), never past one frame (past WINDOW
- * while proving a secret), nor past HPCT_STORE_MAX_BYTES over all
- * connections.  1: room, 0: none now (stalled), -1: close it. */
-static int room(struct sconn *c)
+/* Takes n bytes that came into the connection's buffer, which grows to
+ * what came and an eighth (a 64 MiB request in some 60 steps), never past
+ * one frame (WINDOW while proving a secret), nor past HPCT_STORE_MAX_BYTES
+ * over all connections.  0, or -1: close it (logged). */
+static int take(struct sconn *c, const unsigned char *p, size_t n)
 {
-	if (c->incap - c->inlen >= WINDOW / 4)
-		return 1;
-	if (stalled(c))
-		return 0;
-	size_t lim = !c->admitted && srv.secret ? WINDOW : HPCT_STORE_MAX_FRAME + 4 + WINDOW;
-	size_t cap = c->inlen + WINDOW + c->inlen / 8;
-	if (cap > lim)
-		cap = lim;
-	if (cap <= c->inlen)
-		return -1; /* a whole frame would have been served */
-	if (srv.inflight - c->incap + cap > srv.t.max_bytes) {
-		unsigned long quiet;
-		char w[HPCT_ADDRSTRLEN + 32];
-		if (burst_ok(&srv.b_inflight, &quiet))
-			HPCT_WARN(HPCT_SUB_NET,
-			          "store: rank %d closed the connection from %s: requests and "
-			          "replies on their way would take %zu bytes, over "
-			          "HPCT_STORE_MAX_BYTES=%zu (its request: %zu bytes came)%s%.0lu%s",
-			          srv.rank, who(c, w, sizeof(w)), srv.inflight - c->incap + cap,
-			          srv.t.max_bytes, c->inlen, quiet ? " (and " : "", quiet,
-			          quiet ? " more in the last second)" : "");
-		return -1;
+	size_t need = c->inlen + n;
+	if (need > c->incap) {
+		size_t lim =
+		        !c->admitted && srv.secret ? WINDOW : HPCT_STORE_MAX_FRAME + 4 + WINDOW;
+		size_t cap = need + need / 8;
+		if (cap > lim)
+			cap = lim;
+		if (cap < need)
+			return -1; /* more than a frame: serve_one would have closed it */
+		if (srv.inflight - c->incap + cap > srv.t.max_bytes) {
+			unsigned long quiet;
+			char w[HPCT_ADDRSTRLEN + 32];
+			if (burst_ok(&srv.b_inflight, &quiet))
+				HPCT_WARN(HPCT_SUB_NET,
+				          "store: rank %d closed the connection from %s: requests "
+				          "and "
+				          "replies on their way would take %zu bytes, over "
+				          "HPCT_STORE_MAX_BYTES=%zu (%zu bytes of its request "
+				          "came)%s%.0lu%s",
+				          srv.rank, who(c, w, sizeof(w)),
+				          srv.inflight - c->incap + cap, srv.t.max_bytes, need,
+				          quiet ? " (and " : "", quiet,
+				          quiet ? " more in the last second)" : "");
+			return -1;
+		}
+		unsigned char *in = realloc(c->in, cap);
+		if (!in)
+			return -1;
+		c->in = in;
+		set_incap(c, cap);
 	}
-	unsigned char *in = realloc(c->in, cap);
-	if (!in)
-		return -1;
-	c->in = in;
-	set_incap(c, cap);
-	return 1;
+	memcpy(c->in + c->inlen, p, n);
+	c->inlen = need;
+	return 0;
 }
 
 /* Reads what came and serves it.  -1: close it. */
 static int on_readable(struct sconn *c, short revents)
 {
+	static unsigned char scratch[WINDOW]; /* the server thread's alone */
 	for (;;) {
-		int r = room(c);
-		if (r < 0)
-			return -1;
-		if (r == 0) /* stalled: closed or broken is all it can tell us */
+		if (stalled(c)) /* closed or broken is all it can tell us now */
 			return revents & (POLLHUP | POLLERR) ? -1 : 0;
-		ssize_t n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
+		ssize_t n = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
 		char why[160];
 		if (n == 0 && !c->admitted && srv.secret &&
 		    hpct__auth_server_gone(&c->auth, why, sizeof(why)))
@@ -578,7 +585,8 @@ static int on_readable(struct sconn *c, short revents)
 			return -1;
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
-		c->inlen += (size_t)n;
+		if (take(c, scratch, (size_t)n) < 0)
+			return -1;
 		if (!c->admitted && srv.secret) {
 			if (admit(c) < 0)
 				return -1;
