@@ -98,7 +98,7 @@ static struct server {
 	int lfd;
 	struct stab t;
 	struct sconn *c;
-	int nc;
+	int nc, ccap;
 	/* bytes of input and output buffers, all connections */
 	size_t inflight;
 	double admit_s;
@@ -600,11 +600,12 @@ static int on_readable(struct sconn *c, short revents)
 
 /* For the fuzz target: `data` as bytes from one connection, served as the
  * thread would (replies dropped as they are made), then every key
- * forgotten.  Small caps, so that inputs reach the refusals. */
-HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len)
+ * forgotten.  Small caps, so that inputs reach the refusals.  -1 when
+ * the accounting did not come back to nothing. */
+HPCT_PRIVATE int hpct__store_fuzz_one(const unsigned char *data, size_t len)
 {
-	if (!srv.t.tab && stab_init(&srv.t, 64, 1u << 20) != 0)
-		return;
+	if (!srv.t.tab && stab_init(&srv.t, 64, 16384) != 0)
+		return 0;
 	struct sconn c = { .fd = -1, .admitted = 1, .fuzz = 1 };
 	srv.c = &c;
 	srv.nc = 1;
@@ -622,7 +623,9 @@ HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len)
 	free(c.key);
 	srv.c = NULL;
 	srv.nc = 0;
+	int bad = srv.t.n > srv.t.max_keys || srv.t.bytes > srv.t.max_bytes;
 	stab_clear(&srv.t);
+	return bad || srv.t.n || srv.t.bytes || srv.inflight ? -1 : 0;
 }
 
 /* Closes a connection that did not get admitted in time, saying how far
@@ -692,10 +695,15 @@ static void accept_all(double now)
 		}
 		char peer[HPCT_ADDRSTRLEN];
 		hpct__addr_str((struct sockaddr *)&ss, peer, sizeof(peer));
-		struct sconn *c = srv.nc < MAX_CONNS
-		                          ? realloc(srv.c, (size_t)(srv.nc + 1) * sizeof(*c))
-		                          : NULL;
-		if (!c) {
+		if (srv.nc == srv.ccap && srv.nc < MAX_CONNS) { /* doubled: few copies */
+			int cap = srv.ccap ? srv.ccap * 2 : 16;
+			struct sconn *c = realloc(srv.c, (size_t)cap * sizeof(*c));
+			if (c) {
+				srv.c = c;
+				srv.ccap = cap;
+			}
+		}
+		if (srv.nc == srv.ccap || srv.nc >= MAX_CONNS) {
 			unsigned long quiet;
 			if (burst_ok(&srv.b_conns, &quiet))
 				HPCT_WARN(HPCT_SUB_NET,
@@ -709,10 +717,9 @@ static void accept_all(double now)
 			close(fd);
 			continue;
 		}
-		srv.c = c;
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		c = &srv.c[srv.nc++];
+		struct sconn *c = &srv.c[srv.nc++];
 		*c = (struct sconn){ .fd = fd, .admit_by = now + srv.admit_s };
 		memcpy(c->peer, peer, sizeof(peer));
 	}
@@ -748,7 +755,7 @@ static void *server_main(void *arg)
 			}
 			if (c->parked && c->deadline < next)
 				next = c->deadline;
-			if (!c->admitted && c->admit_by < next)
+			if (c->fd >= 0 && !c->admitted && c->admit_by < next)
 				next = c->admit_by;
 		}
 		for (int i = srv.nc - 1; i >= 0; i--)
@@ -764,7 +771,7 @@ static void *server_main(void *arg)
 				.events = (short)((stalled(&srv.c[i]) ? 0 : POLLIN) |
 				                  (pending(&srv.c[i]) ? POLLOUT : 0)),
 			};
-		int ms = (int)((next - now) * 1000) + 1;
+		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
 		if (poll(pfd, (nfds_t)srv.nc + 1, ms) < 0 && errno != EINTR)
 			hpct__sleep(0.01);
 		for (int i = srv.nc - 1; i >= 0; i--) {
