@@ -37,10 +37,19 @@
 TestSuite(bounds_store, .timeout = 240);
 
 /* Rank 0's store thread, idle but for what the attack makes it do, uses
- * far less than this share of one core; one spinning takes all of it. */
-#define MAX_CPU 0.25
+ * less than this share of one core (under 5% measured); one spinning
+ * takes all of it on an idle machine, and took 23% on a 2-core machine
+ * shared by six builds. */
+#define MAX_CPU 0.10
 #define LONG_S  60.0 /* the generous deadline of every wait */
-#define NS      0x626f756e6473ull
+/* AddressSanitizer keeps freed blocks resident in its quarantine (256 MiB
+ * by default): under it, VmRSS bounds get that much more. */
+#if defined(__SANITIZE_ADDRESS__)
+#define QUARANTINE_KB (256L << 10)
+#else
+#define QUARANTINE_KB 0L
+#endif
+#define NS 0x626f756e6473ull
 
 enum { OP_SET = 1, OP_GET, OP_ADD, OP_CAS, OP_CHECK, OP_WAIT, OP_DEL };
 
@@ -308,9 +317,9 @@ static int serving(struct ctx *x)
 		fprintf(stderr, "rank 0 spun: %.3f s CPU in %.3f s\n", cpu, wall);
 		return 22;
 	}
-	if (r1 - r0 >= j->rss_kb) {
+	if (r1 - r0 >= j->rss_kb + QUARANTINE_KB) {
 		fprintf(stderr, "rank 0's VmRSS grew by %ld kB (at most %ld)\n", r1 - r0,
-		        j->rss_kb);
+		        j->rss_kb + QUARANTINE_KB);
 		return 23;
 	}
 	c = 'm';
@@ -750,7 +759,7 @@ static int crowd(struct ctx *x)
 		fprintf(stderr, "rank 1: the store held %d of our connections\n", n);
 		return 102;
 	}
-	char from[HPCT_ADDRSTRLEN + 40];
+	char from[HPCT_ADDRSTRLEN + 64];
 	snprintf(from, sizeof(from), "closed the connection from %s: it holds 4096", me);
 	if (wait_log(x->log0, from, "its most (MAX_CONNS)", NULL))
 		return 103;
