@@ -158,8 +158,10 @@ static int pending(const struct sconn *c)
 	return c->outoff < c->outlen || c->oval;
 }
 
-static void reply(struct sconn *c, int32_t status, const void *a, size_t alen, const void *b,
-                  size_t blen)
+/* Queues a reply: u32 length, i32 status, a, b, then v (a reference to a
+ * stored value, sent from the table's copy; may be NULL). */
+static void reply_with(struct sconn *c, int32_t status, const void *a, size_t alen, const void *b,
+                       size_t blen, struct sval *v)
 {
 	size_t need = c->outlen + 8 + alen + blen;
 	if (need > c->outcap) {
@@ -173,39 +175,31 @@ static void reply(struct sconn *c, int32_t status, const void *a, size_t alen, c
 		set_outcap(c, need);
 	}
 	unsigned char *o = c->out + c->outlen;
-	hpct__put32(o, (uint32_t)(4 + alen + blen));
+	hpct__put32(o, (uint32_t)(4 + alen + blen + (v ? v->len : 0)));
 	hpct__put32(o + 4, (uint32_t)status);
 	if (alen)
 		memcpy(o + 8, a, alen);
 	if (blen)
 		memcpy(o + 8 + alen, b, blen);
 	c->outlen = need;
-}
-
-/* status, u32 length, then the value itself, sent from the table's copy */
-static void reply_value(struct sconn *c, struct sval *v)
-{
-	unsigned char h[12];
-	hpct__put32(h, (uint32_t)(8 + v->len));
-	hpct__put32(h + 4, 0);
-	hpct__put32(h + 8, (uint32_t)v->len);
-	size_t need = c->outlen + sizeof(h);
-	if (need > c->outcap) {
-		unsigned char *o = realloc(c->out, need);
-		if (!o) {
-			close(c->fd);
-			c->fd = -1;
-			return;
-		}
-		c->out = o;
-		set_outcap(c, need);
-	}
-	memcpy(c->out + c->outlen, h, sizeof(h));
-	c->outlen = need;
-	if (v->len) {
+	if (v && v->len) {
 		c->oval = sval_ref(v);
 		c->ovoff = 0;
 	}
+}
+
+static void reply(struct sconn *c, int32_t status, const void *a, size_t alen, const void *b,
+                  size_t blen)
+{
+	reply_with(c, status, a, alen, b, blen, NULL);
+}
+
+/* status 0, u32 length, the value */
+static void reply_value(struct sconn *c, struct sval *v)
+{
+	unsigned char l[4];
+	hpct__put32(l, (uint32_t)v->len);
+	reply_with(c, 0, l, 4, NULL, 0, v);
 }
 
 static void unpark(struct sconn *c)
