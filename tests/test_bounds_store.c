@@ -761,7 +761,7 @@ static int crowd(struct ctx *x)
 	}
 	char from[HPCT_ADDRSTRLEN + 64];
 	snprintf(from, sizeof(from), "closed the connection from %s: it holds 4096", me);
-	if (wait_log(x->log0, from, "its most (MAX_CONNS)", NULL))
+	if (wait_log(x->log0, from, "its most (4 a rank of the job, at least 4096)", NULL))
 		return 103;
 	char c = 'q';
 	if (write(x->j->down[1], &c, 1) != 1)

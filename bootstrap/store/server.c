@@ -9,7 +9,8 @@
  *     secret, has not sent a whole first request, is closed after
  *     HPCT_STORE_ADMIT_TIMEOUT; once admitted it may idle for ever (a
  *     PyTorch client parks in WAIT as long as its job likes);
- *   - at most MAX_CONNS connections: the next is accepted and closed;
+ *   - at most 4 connections a rank of the job, and at least 4096
+ *     (max_conns): the next is accepted, closed and logged;
  *   - out of descriptors (EMFILE), accepting pauses (PAUSE_S, or until a
  *     connection closes) instead of spinning on a listener that stays
  *     readable;
@@ -49,14 +50,17 @@
 #include "bootstrap/topo/derive.h"
 #include "bootstrap/world.h"
 
-/* A rank's clients are the job's ranks (one connection each per store
- * handle, and torch opens a few): 4096 covers 4096-rank jobs whose keys
- * all land on one rank, which hashing makes unlikely. */
-#define MAX_CONNS 4096
-#define WINDOW    65536u /* what a read may take beyond what came */
-#define PAUSE_S   0.1    /* accepting paused on EMFILE, at most */
-#define KEY_SHOWN 100
-#define BURST     8 /* log lines of one kind a second; the rest are counted */
+/* A rank's clients are the job's ranks: one connection from each per
+ * store handle that used a key homed here (torch opens one or two), so a
+ * key every rank reads brings the whole job.  Connections beyond
+ * CONNS_PER_RANK a rank of the job, and at least MIN_CONNS, are closed as
+ * they come; an idle admitted one costs some 400 bytes. */
+#define MIN_CONNS      4096
+#define CONNS_PER_RANK 4
+#define WINDOW         65536u /* what a read may take beyond what came */
+#define PAUSE_S        0.1    /* accepting paused on EMFILE, at most */
+#define KEY_SHOWN      100
+#define BURST          8 /* log lines of one kind a second; the rest are counted */
 
 struct sconn {
 	int fd;
@@ -98,7 +102,7 @@ static struct server {
 	int lfd;
 	struct stab t;
 	struct sconn *c;
-	int nc, ccap;
+	int nc, ccap, max_conns;
 	/* bytes of input and output buffers, all connections */
 	size_t inflight;
 	double admit_s;
@@ -689,7 +693,7 @@ static void accept_all(double now)
 		}
 		char peer[HPCT_ADDRSTRLEN];
 		hpct__addr_str((struct sockaddr *)&ss, peer, sizeof(peer));
-		if (srv.nc == srv.ccap && srv.nc < MAX_CONNS) { /* doubled: few copies */
+		if (srv.nc == srv.ccap && srv.nc < srv.max_conns) { /* doubled: few copies */
 			int cap = srv.ccap ? srv.ccap * 2 : 16;
 			struct sconn *c = realloc(srv.c, (size_t)cap * sizeof(*c));
 			if (c) {
@@ -697,15 +701,16 @@ static void accept_all(double now)
 				srv.ccap = cap;
 			}
 		}
-		if (srv.nc == srv.ccap || srv.nc >= MAX_CONNS) {
+		if (srv.nc == srv.ccap || srv.nc >= srv.max_conns) {
 			unsigned long quiet;
 			if (burst_ok(&srv.b_conns, &quiet))
 				HPCT_WARN(HPCT_SUB_NET,
 				          "store: rank %d at %s closed the connection from %s: it "
 				          "holds %d connections, %s%s%.0lu%s",
 				          srv.rank, srv.where, peer, srv.nc,
-				          srv.nc < MAX_CONNS ? "and no memory for more"
-				                             : "its most (MAX_CONNS)",
+				          srv.nc < srv.max_conns
+				                  ? "and no memory for more"
+				                  : "its most (4 a rank of the job, at least 4096)",
 				          quiet ? " (and " : "", quiet,
 				          quiet ? " more in the last second)" : "");
 			close(fd);
@@ -807,6 +812,8 @@ int hpct__store_server_start(struct hpct_world *w)
 		return rc;
 	}
 	srv.rank = w->topo.rank;
+	srv.max_conns = w->topo.size > MIN_CONNS / CONNS_PER_RANK ? w->topo.size * CONNS_PER_RANK
+	                                                          : MIN_CONNS;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	rc = hpct__store_addr(w, w->topo.rank, &ss, &sl, srv.where, sizeof(srv.where));
