@@ -1,8 +1,8 @@
 /* The rootless store's server (see store.h): one thread per process, serving
- * the keys whose home is this rank (table.c): non-blocking connections,
- * parked GETs and WAITs, the shared-secret proof, the bounds on what a
- * client can make a rank hold, and the socket-free hook the fuzz target
- * drives.
+ * the keys whose home is this rank (table.c) with the requests' semantics
+ * of requests.c: the listener, non-blocking connections, the shared-secret
+ * proof, the bounds on what a client can make a rank hold, and the
+ * socket-free hook the fuzz target drives.
  *
  * What a client can make a rank hold, and for how long:
  *   - a connection that has not proved the secret (HPCT_SECRET) or, with no
@@ -45,6 +45,7 @@
 #include "bootstrap/base/param.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/store/server.h"
 #include "bootstrap/store/store_internal.h"
 #include "bootstrap/store/table.h"
 #include "bootstrap/topo/derive.h"
@@ -59,66 +60,12 @@
 #define CONNS_PER_RANK 4
 #define WINDOW         65536u /* what a read may take beyond what came */
 #define PAUSE_S        0.1    /* accepting paused on EMFILE, at most */
-#define KEY_SHOWN      100
-#define BURST          8 /* log lines of one kind a second; the rest are counted */
 
-struct sconn {
-	int fd;
-	char peer[HPCT_ADDRSTRLEN];
-	unsigned char *in;
-	size_t inlen, incap;
-	/* a reply on its way: out[outoff..outlen), then oval from ovoff */
-	unsigned char *out;
-	size_t outlen, outoff, outcap;
-	struct sval *oval;
-	size_t ovoff;
-	/* a parked GET or WAIT */
-	int parked;
-	uint8_t op;
-	uint64_t ns;
-	char *key;
-	double deadline;
-	/* admitted: proved the secret, or (none) sent a whole first request;
-	 * closed at admit_by otherwise */
-	int admitted;
-	double admit_by;
-	struct hpct_auth_srv auth;
-	int fuzz; /* no socket: replies are dropped as they are made */
-};
-
-/* At most BURST lines a second of one kind; the rest counted, and said
- * with the next line that goes out. */
-struct burst {
-	double since;
-	int lines;
-	unsigned long quiet;
-};
-
-static struct server {
-	pthread_mutex_t mu; /* start only: the thread owns everything else */
-	int started, err;
-	int rank;
-	char where[HPCT_ADDRSTRLEN];
-	int lfd;
-	struct stab t;
-	struct sconn *c;
-	int nc, ccap, max_conns;
-	/* bytes of input and output buffers, all connections */
-	size_t inflight;
-	double admit_s;
-	/* accepting paused (EMFILE and kin) until then; logged once a pause */
-	double resume_at;
-	int pause_told;
-	struct burst b_admit, b_full, b_conns, b_inflight;
-	/* with HPCT_SECRET: what a client proves, and the secret (a copy) */
-	struct hpct_auth_id id;
-	unsigned char *secret;
-	size_t slen;
-} srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
+static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
 
 /* 1 when a line of this kind may go out now; *quiet_out: how many were
  * held back since the last one. */
-static int burst_ok(struct burst *b, unsigned long *quiet_out)
+int ssrv_burst_ok(struct burst *b, unsigned long *quiet_out)
 {
 	double now = hpct__now();
 	if (now - b->since >= 1.0) {
@@ -136,261 +83,13 @@ static int burst_ok(struct burst *b, unsigned long *quiet_out)
 }
 
 /* "10.0.0.3:41234 (rank 7)": the address, and the rank it proved. */
-static const char *who(const struct sconn *c, char *buf, size_t len)
+const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len)
 {
-	if (srv.secret && c->admitted)
+	if (s->secret && c->admitted)
 		snprintf(buf, len, "%s (rank %u)", c->peer, c->auth.hello.src);
 	else
 		snprintf(buf, len, "%s", c->peer);
 	return buf;
-}
-
-static void set_incap(struct sconn *c, size_t cap)
-{
-	srv.inflight = srv.inflight - c->incap + cap;
-	c->incap = cap;
-}
-
-static void set_outcap(struct sconn *c, size_t cap)
-{
-	srv.inflight = srv.inflight - c->outcap + cap;
-	c->outcap = cap;
-}
-
-static int pending(const struct sconn *c)
-{
-	return c->outoff < c->outlen || c->oval;
-}
-
-/* Queues a reply: u32 length, i32 status, a, b, then v (a reference to a
- * stored value, sent from the table's copy; may be NULL). */
-static void reply_with(struct sconn *c, int32_t status, const void *a, size_t alen, const void *b,
-                       size_t blen, struct sval *v)
-{
-	size_t need = c->outlen + 8 + alen + blen;
-	if (need > c->outcap) {
-		unsigned char *o = realloc(c->out, need);
-		if (!o) {
-			close(c->fd);
-			c->fd = -1;
-			return;
-		}
-		c->out = o;
-		set_outcap(c, need);
-	}
-	unsigned char *o = c->out + c->outlen;
-	hpct__put32(o, (uint32_t)(4 + alen + blen + (v ? v->len : 0)));
-	hpct__put32(o + 4, (uint32_t)status);
-	if (alen)
-		memcpy(o + 8, a, alen);
-	if (blen)
-		memcpy(o + 8 + alen, b, blen);
-	c->outlen = need;
-	if (v && v->len) {
-		c->oval = sval_ref(v);
-		c->ovoff = 0;
-	}
-}
-
-static void reply(struct sconn *c, int32_t status, const void *a, size_t alen, const void *b,
-                  size_t blen)
-{
-	reply_with(c, status, a, alen, b, blen, NULL);
-}
-
-/* status 0, u32 length, the value */
-static void reply_value(struct sconn *c, struct sval *v)
-{
-	unsigned char l[4];
-	hpct__put32(l, (uint32_t)v->len);
-	reply_with(c, 0, l, 4, NULL, 0, v);
-}
-
-static void unpark(struct sconn *c)
-{
-	free(c->key);
-	c->key = NULL;
-	c->parked = 0;
-}
-
-/* A key came into being: answer whoever waits for it. */
-static void woken(uint64_t ns, const char *key)
-{
-	struct entry *e = stab_get(&srv.t, ns, key);
-	for (int i = 0; i < srv.nc; i++) {
-		struct sconn *c = &srv.c[i];
-		if (!c->parked || c->ns != ns || strcmp(c->key, key) != 0)
-			continue;
-		if (c->op == OP_GET)
-			reply_value(c, e->val);
-		else
-			reply(c, 0, NULL, 0, NULL, 0);
-		unpark(c);
-	}
-}
-
-static int counter_of(const struct entry *e, int64_t *v)
-{
-	char buf[32];
-	if (!e) {
-		*v = 0;
-		return 0;
-	}
-	if (e->val->len == 0 || e->val->len >= sizeof(buf))
-		return HPCT_EINVAL;
-	memcpy(buf, e->val->b, e->val->len);
-	buf[e->val->len] = 0;
-	char *end;
-	errno = 0;
-	long long x = strtoll(buf, &end, 10);
-	if (errno || *end)
-		return HPCT_EINVAL;
-	*v = x;
-	return 0;
-}
-
-/* stab_put, with a refusal logged naming the client, the key and the
- * limit; 0 or HPCT_ENOMEM (the status the client gets). */
-static int put(const struct sconn *c, const char *op, uint64_t ns, const char *key, const void *val,
-               size_t len)
-{
-	size_t need = 0;
-	int rc = stab_put(&srv.t, ns, key, val, len, &need);
-	unsigned long quiet;
-	if (rc == STAB_OK || rc == STAB_NOMEM || !burst_ok(&srv.b_full, &quiet))
-		return rc == STAB_OK ? 0 : HPCT_ENOMEM;
-	char w[HPCT_ADDRSTRLEN + 32];
-	HPCT_WARN(HPCT_SUB_NET,
-	          "store: rank %d refused %s of key '%.*s%s' (namespace %#" PRIx64
-	          ", %zu bytes) from %s: the store would hold %zu %s, over %s=%zu%s%.0lu%s",
-	          srv.rank, op, KEY_SHOWN, key, strlen(key) > KEY_SHOWN ? "..." : "", ns, len,
-	          who(c, w, sizeof(w)), need,
-	          rc == STAB_FULL_KEYS ? "keys" : "bytes of keys and values",
-	          rc == STAB_FULL_KEYS ? "HPCT_STORE_MAX_KEYS" : "HPCT_STORE_MAX_BYTES",
-	          rc == STAB_FULL_KEYS ? srv.t.max_keys : srv.t.max_bytes, quiet ? " (and " : "",
-	          quiet, quiet ? " more refusals in the last second)" : "");
-	return HPCT_ENOMEM;
-}
-
-/* One request; 0, or -1 when the connection must close (malformed). */
-static int serve(struct sconn *c, const unsigned char *p, size_t len)
-{
-	if (len < HDR)
-		return -1;
-	uint8_t op = p[0];
-	uint64_t ns = hpct__get64(p + 1);
-	uint32_t klen = hpct__get32(p + 9);
-	if (klen > HPCT_STORE_MAX_KEY || klen > len - HDR)
-		return -1;
-	char key[HPCT_STORE_MAX_KEY + 1];
-	memcpy(key, p + HDR, klen);
-	key[klen] = 0;
-	if (strlen(key) != klen)
-		return -1;
-	p += HDR + klen;
-	len -= HDR + klen;
-	struct entry *e = stab_get(&srv.t, ns, key);
-	unsigned char b[8];
-	switch (op) {
-	case OP_SET: {
-		if (len < 4 || hpct__get32(p) != len - 4)
-			return -1;
-		int rc = put(c, "set", ns, key, p + 4, len - 4);
-		reply(c, rc, NULL, 0, NULL, 0);
-		if (rc == 0)
-			woken(ns, key);
-		return 0;
-	}
-	case OP_GET:
-	case OP_WAIT: {
-		if (len != 8)
-			return -1;
-		if (e) {
-			if (op == OP_GET)
-				reply_value(c, e->val);
-			else
-				reply(c, 0, NULL, 0, NULL, 0);
-			return 0;
-		}
-		int64_t ms = (int64_t)hpct__get64(p);
-		if (!(c->key = strdup(key))) {
-			reply(c, HPCT_ENOMEM, NULL, 0, NULL, 0);
-			return 0;
-		}
-		c->parked = 1;
-		c->op = op;
-		c->ns = ns;
-		c->deadline = hpct__now() + (ms < 0 ? 0 : (double)ms / 1000);
-		return 0;
-	}
-	case OP_ADD: {
-		if (len != 8)
-			return -1;
-		int64_t v = 0;
-		int rc = counter_of(e, &v);
-		if (rc == 0 && __builtin_add_overflow(v, (int64_t)hpct__get64(p), &v))
-			rc = HPCT_EINVAL; /* the counter would overflow: left as it is */
-		if (rc == 0) {
-			char text[32];
-			int n = snprintf(text, sizeof(text), "%" PRId64, v);
-			rc = put(c, "add", ns, key, text, (size_t)n);
-		}
-		hpct__put64(b, (uint64_t)v);
-		reply(c, rc, b, rc ? 0 : 8, NULL, 0);
-		if (rc == 0 && !e)
-			woken(ns, key);
-		return 0;
-	}
-	case OP_CAS: {
-		if (len < 4)
-			return -1;
-		uint32_t el = hpct__get32(p);
-		if (el > len - 4 || len - 4 - el < 4)
-			return -1;
-		const unsigned char *exp = p + 4, *des = p + 8 + el;
-		uint32_t dl = hpct__get32(p + 4 + el);
-		if (dl != len - 8 - el)
-			return -1;
-		int rc = 0, made = 0;
-		if (!e) {
-			if (el == 0) {
-				rc = put(c, "compare_set", ns, key, des, dl);
-				made = rc == 0;
-			}
-		} else if (e->val->len == el && memcmp(e->val->b, exp, el) == 0) {
-			rc = put(c, "compare_set", ns, key, des, dl);
-		}
-		e = stab_get(&srv.t, ns, key);
-		if (rc)
-			reply(c, rc, NULL, 0, NULL, 0);
-		else if (e)
-			reply_value(c, e->val);
-		else { /* missing, and something else was expected: c10d answers that */
-			hpct__put32(b, el);
-			reply(c, 0, b, 4, exp, el);
-		}
-		if (made)
-			woken(ns, key);
-		return 0;
-	}
-	case OP_CHECK:
-	case OP_DEL:
-		if (len != 0)
-			return -1;
-		b[0] = e != NULL;
-		if (op == OP_DEL && e)
-			stab_del(&srv.t, ns, key);
-		reply(c, 0, b, 1, NULL, 0);
-		return 0;
-	case OP_COUNT: {
-		if (len != 0)
-			return -1;
-		hpct__put64(b, (uint64_t)stab_count(&srv.t, ns));
-		reply(c, 0, b, 8, NULL, 0);
-		return 0;
-	}
-	}
-	return -1;
 }
 
 static void drop(int i)
@@ -398,8 +97,8 @@ static void drop(int i)
 	struct sconn *c = &srv.c[i];
 	if (c->fd >= 0)
 		close(c->fd);
-	set_incap(c, 0);
-	set_outcap(c, 0);
+	set_incap(&srv, c, 0);
+	set_outcap(&srv, c, 0);
 	sval_release(&srv.t, c->oval);
 	free(c->in);
 	free(c->out);
@@ -419,7 +118,7 @@ static int serve_one(struct sconn *c)
 		return -1;
 	if (c->inlen - 4 < fl)
 		return 0;
-	if (serve(c, c->in + 4, fl) < 0)
+	if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
 		return -1;
 	c->admitted = 1; /* without a secret, a whole request admits it */
 	c->inlen -= 4 + (size_t)fl;
@@ -427,13 +126,13 @@ static int serve_one(struct sconn *c)
 	if (c->inlen == 0) { /* an idle connection holds no buffer */
 		free(c->in);
 		c->in = NULL;
-		set_incap(c, 0);
+		set_incap(&srv, c, 0);
 	} else if (c->incap > 4 * WINDOW && c->inlen < c->incap / 4) {
 		/* a big request is done: give back what it took */
 		unsigned char *in = realloc(c->in, c->inlen + c->inlen / 8);
 		if (in) {
 			c->in = in;
-			set_incap(c, c->inlen + c->inlen / 8);
+			set_incap(&srv, c, c->inlen + c->inlen / 8);
 		}
 	}
 	return 1;
@@ -468,7 +167,7 @@ static void flush(struct sconn *c)
 	if (c->outcap > 4096) {
 		free(c->out);
 		c->out = NULL;
-		set_outcap(c, 0);
+		set_outcap(&srv, c, 0);
 	}
 }
 
@@ -543,14 +242,14 @@ static int take(struct sconn *c, const unsigned char *p, size_t n)
 		if (srv.inflight - c->incap + cap > srv.t.max_bytes) {
 			unsigned long quiet;
 			char w[HPCT_ADDRSTRLEN + 32];
-			if (burst_ok(&srv.b_inflight, &quiet))
+			if (ssrv_burst_ok(&srv.b_inflight, &quiet))
 				HPCT_WARN(HPCT_SUB_NET,
 				          "store: rank %d closed the connection from %s: requests "
 				          "and "
 				          "replies on their way would take %zu bytes, over "
 				          "HPCT_STORE_MAX_BYTES=%zu (%zu bytes of its request "
 				          "came)%s%.0lu%s",
-				          srv.rank, who(c, w, sizeof(w)),
+				          srv.rank, ssrv_who(&srv, c, w, sizeof(w)),
 				          srv.inflight - c->incap + cap, srv.t.max_bytes, need,
 				          quiet ? " (and " : "", quiet,
 				          quiet ? " more in the last second)" : "");
@@ -560,7 +259,7 @@ static int take(struct sconn *c, const unsigned char *p, size_t n)
 		if (!in)
 			return -1;
 		c->in = in;
-		set_incap(c, cap);
+		set_incap(&srv, c, cap);
 	}
 	memcpy(c->in + c->inlen, p, n);
 	c->inlen = need;
@@ -610,11 +309,11 @@ HPCT_PRIVATE int hpct__store_fuzz_one(const unsigned char *data, size_t len)
 	if ((c.in = malloc(len ? len : 1))) {
 		memcpy(c.in, data, len);
 		c.inlen = len;
-		set_incap(&c, len);
+		set_incap(&srv, &c, len);
 		progress(&c);
 	}
-	set_incap(&c, 0);
-	set_outcap(&c, 0);
+	set_incap(&srv, &c, 0);
+	set_outcap(&srv, &c, 0);
 	sval_release(&srv.t, c.oval);
 	free(c.in);
 	free(c.out);
@@ -645,7 +344,7 @@ static void too_slow(struct sconn *c)
 		snprintf(how, sizeof(how), "%zu of the %" PRIu32 " bytes of its first request came",
 		         c->inlen - 4, hpct__get32(c->in));
 	unsigned long quiet;
-	if (burst_ok(&srv.b_admit, &quiet))
+	if (ssrv_burst_ok(&srv.b_admit, &quiet))
 		HPCT_WARN(HPCT_SUB_NET,
 		          "store: rank %d closed the connection from %s: no %s within "
 		          "HPCT_STORE_ADMIT_TIMEOUT=%.1f s (%s)%s%.0lu%s",
@@ -703,7 +402,7 @@ static void accept_all(double now)
 		}
 		if (srv.nc == srv.ccap || srv.nc >= srv.max_conns) {
 			unsigned long quiet;
-			if (burst_ok(&srv.b_conns, &quiet))
+			if (ssrv_burst_ok(&srv.b_conns, &quiet))
 				HPCT_WARN(HPCT_SUB_NET,
 				          "store: rank %d at %s closed the connection from %s: it "
 				          "holds %d connections, %s%s%.0lu%s",
@@ -743,8 +442,8 @@ static void *server_main(void *arg)
 		for (int i = 0; i < srv.nc; i++) {
 			struct sconn *c = &srv.c[i];
 			if (c->parked && c->deadline <= now) { /* its wait is over */
-				reply(c, HPCT_ETIMEDOUT, NULL, 0, NULL, 0);
-				unpark(c);
+				sreq_reply(&srv, c, HPCT_ETIMEDOUT, NULL, 0, NULL, 0);
+				sreq_unpark(c);
 			}
 			if (c->fd >= 0 && !c->admitted && c->admit_by <= now)
 				too_slow(c);
