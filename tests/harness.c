@@ -19,8 +19,8 @@ int hpct_test_ports(int slot)
 {
 	const char *b = getenv("HPCT_TEST_PORT_BASE");
 	const char *s = getenv("HPCT_TEST_PORT_STRIDE");
-	int base = b ? atoi(b) : 20000;
-	int stride = s ? atoi(s) : 300;
+	int base = b ? atoi(b) : 18000;
+	int stride = s ? atoi(s) : 200;
 	return base + slot * stride;
 }
 

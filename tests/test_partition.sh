@@ -61,7 +61,7 @@ for i in $(seq 0 $((nodes - 1))); do
 done
 
 # the namespaces are the test's own: these ports collide with nothing
-port=${HPCT_TEST_PORT_BASE:-17000}
+port=${HPCT_TEST_PORT_BASE:-15200}
 start_rank() { # rank epoch iters
 	local r=$1 node=$(($1 / per))
 	ip netns exec "${ns}n$node" env RANK="$r" LOCAL_RANK=$((r % per)) WORLD_SIZE=$n \

@@ -217,7 +217,7 @@ Test(run, layout_5_on_2_nodes)
 	setenv("HPCT_RANK", "9", 1);
 	setenv("LOCAL_WORLD_SIZE", "4", 1);
 	run(&res, "-n", "5", "--nodes", "2", "--job", "test-job", "--epoch", "7", "--master-port",
-	    "29555", "--rootless", "--", "sh", "-c", "env > \"$0/env.$RANK\"", dir, NULL);
+	    "17901", "--rootless", "--", "sh", "-c", "env > \"$0/env.$RANK\"", dir, NULL);
 	cr_assert_eq(res.code, 0, "exit %d: %s", res.code, res.err);
 	static const int node[] = { 0, 0, 0, 1, 1 }, local[] = { 0, 1, 2, 0, 1 };
 	for (int r = 0; r < 5; r++) {
@@ -231,7 +231,7 @@ Test(run, layout_5_on_2_nodes)
 		expect_env(r, "HPCT_HOSTS", "127.0.0.1,127.0.0.2");
 		expect_env(r, "HPCT_TASKS_PER_NODE", "3,2");
 		expect_env(r, "MASTER_ADDR", "127.0.0.1");
-		expect_env(r, "MASTER_PORT", "29555");
+		expect_env(r, "MASTER_PORT", "17901");
 		expect_env(r, "HPCT_JOB_ID", "test-job");
 		expect_env(r, "TORCHELASTIC_RUN_ID", "test-job");
 		expect_env(r, "HPCT_EPOCH", "7");
@@ -273,7 +273,7 @@ Test(run, layout_uneven_keeps_job_and_port)
 {
 	struct result res;
 	setenv("HPCT_JOB_ID", "from-env", 1);
-	setenv("MASTER_PORT", "23456", 1);
+	setenv("MASTER_PORT", "17902", 1);
 	unsetenv("HPCT_EPOCH");
 	run(&res, "-n", "8", "--nodes", "3", "--", "sh", "-c", "env > \"$0/env.$RANK\"", dir, NULL);
 	cr_assert_eq(res.code, 0, "exit %d: %s", res.code, res.err);
@@ -284,7 +284,7 @@ Test(run, layout_uneven_keeps_job_and_port)
 		expect_env(r, "HPCT_TASKS_PER_NODE", "3(x2),2");
 		expect_env(r, "HPCT_JOB_ID", "from-env");
 		expect_env(r, "TORCHELASTIC_RUN_ID", "from-env");
-		expect_env(r, "MASTER_PORT", "23456");
+		expect_env(r, "MASTER_PORT", "17902");
 		expect_env(r, "HPCT_EPOCH", "0");
 	}
 }

@@ -280,9 +280,7 @@ static void *waitge_thread(void *p)
  * MGET and rank 2 in a WAITGE (both parked on the server: their keys
  * exist): both are answered HPCT_EPEERDEAD naming rank 3, not at their
  * deadline.  Rank 1's BYE before that answered nobody: the server took it
- * (rank 1 may join again) and both still wait.  Slot 11 lies partly in the
- * faults range: only its first port is used, below the faults program's
- * first one. */
+ * (rank 1 may join again) and both still wait. */
 Test(stdpath, lost_rank_fails_waiters_fast, .timeout = 120)
 {
 	int port = hpct_test_ports(11);

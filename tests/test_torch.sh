@@ -132,7 +132,7 @@ else
 fi
 
 # the benchmark of the issue, smallest size: both paths, one row each
-if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 23000 \
+if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 16800 \
 	>"$dir/bench" 2>&1 &&
 	grep -Eq "^torch +rootless +2 +" "$dir/bench" && grep -Eq "^torch +stock +2 +" "$dir/bench" &&
 	grep -q "^torch N=2: stock/rootless median ratio" "$dir/bench"; then
