@@ -13,7 +13,7 @@ fail() {
 }
 
 "$bench" --scenario cold,restart,kill-root --recovery inprocess --ranks 2,4 --repeat 1 \
-	--port 21000 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||
+	--port 16600 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||
 	fail "the run failed: $(cat "$dir/err")"
 for s in cold restart kill-root; do
 	for p in rootless standard; do
@@ -35,7 +35,7 @@ sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
 [ "$(wc -c <"$dir/r.png")" -gt 10000 ] || fail "$dir/r.png is too small to hold the plot"
 
 # --gate and --transport: the rows name the transport, with resident memory
-"$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 21000 \
+"$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \
 	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"
 for n in 2 4; do
 	grep -Eq "^cold +tcp +$n +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+\.[0-9]\$" "$dir/gate.out" ||
@@ -63,7 +63,7 @@ grep -q "plot $dir/x.jpg: want a file name ending in .png" "$dir/err3" ||
 
 # without gnuplot the table still comes, then the package to install, exit 1
 rc=0
-PATH=/nonexistent "$bench" --scenario cold --ranks 2 --repeat 1 --port 21000 \
+PATH=/nonexistent "$bench" --scenario cold --ranks 2 --repeat 1 --port 16600 \
 	--plot "$dir/y.png" >"$dir/out4" 2>"$dir/err4" || rc=$?
 [ $rc -eq 1 ] || fail "a run without gnuplot exited $rc, want 1"
 grep -Eq "^cold +rootless +2 +" "$dir/out4" || fail "no table without gnuplot"
