@@ -34,6 +34,19 @@ sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
 [ "$sig" = 89504e470d0a1a0a ] || fail "$dir/r.png is not a PNG (starts $sig)"
 [ "$(wc -c <"$dir/r.png")" -gt 10000 ] || fail "$dir/r.png is too small to hold the plot"
 
+# gloo: each rank connects a Gloo context over the world and finishes one
+# allreduce, checked exactly by the rank (a wrong element fails the run)
+"$bench" --scenario gloo --ranks 2,4 --repeat 1 --port 16600 --json "$dir/g.json" \
+	>"$dir/g.out" 2>"$dir/g.err" || fail "the gloo run failed: $(cat "$dir/g.err")"
+for p in rootless standard; do
+	for n in 2 4; do
+		grep -Eq "^gloo +$p +$n +$n +1 +[0-9.]+ " "$dir/g.out" ||
+			fail "no gloo row for $p N=$n: $(cat "$dir/g.out")"
+		grep -q "\"scenario\":\"gloo\",\"path\":\"$p\",\"ranks\":$n," "$dir/g.json" ||
+			fail "no gloo JSON row for $p N=$n"
+	done
+done
+
 # --gate and --transport: the rows name the transport, with resident memory
 "$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \
 	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"
