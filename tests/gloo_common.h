@@ -24,7 +24,9 @@ struct cfg {
  * prints with its assertion (a child's stderr is lost under --tap). */
 #define NOTE_LEN 1100
 struct shared {
-	int done;
+	int done;    /* survivors with their result (the fault tests) */
+	int entered; /* survivors about to enter the collective the victim leaves */
+	int stolen;  /* the thief holds a pair (the stolen-pair test) */
 	char note[16][NOTE_LEN];
 };
 

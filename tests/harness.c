@@ -4,10 +4,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,12 +19,12 @@ int hpct_test_ports(int slot)
 {
 	const char *b = getenv("HPCT_TEST_PORT_BASE");
 	const char *s = getenv("HPCT_TEST_PORT_STRIDE");
-	int base = b ? atoi(b) : 20000;
-	int stride = s ? atoi(s) : 300;
+	int base = b ? atoi(b) : 18000;
+	int stride = s ? atoi(s) : 200;
 	return base + slot * stride;
 }
 
-static double mono(void)
+double ht_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -45,7 +48,7 @@ int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s, c
 		}
 		pids[r] = pid;
 	}
-	double deadline = mono() + timeout_s;
+	double deadline = ht_now() + timeout_s;
 	int left = n;
 	while (left > 0) {
 		int status;
@@ -61,7 +64,7 @@ int ht_spawn(int n, ht_env_fn env, ht_rank_fn fn, void *arg, double timeout_s, c
 			}
 			continue;
 		}
-		if (mono() > deadline) {
+		if (ht_now() > deadline) {
 			for (int r = 0; r < n; r++)
 				if (pids[r] > 0)
 					kill(pids[r], SIGKILL);
@@ -121,8 +124,11 @@ const char *ht_describe(const int *codes, int n)
 	buf[0] = 0;
 	for (int r = 0; r < n && o + 40 < sizeof(buf); r++)
 		if (codes[r] != 0)
-			o += (size_t)snprintf(buf + o, sizeof(buf) - o, "rank %d exited %d; ", r,
-			                      codes[r]);
+			o += (size_t)snprintf(buf + o, sizeof(buf) - o,
+			                      codes[r] == 255
+			                              ? "rank %d hung (killed at the deadline); "
+			                              : "rank %d exited %d; ",
+			                      r, codes[r]);
 	return o ? buf : "all ranks exited 0";
 }
 
@@ -142,4 +148,86 @@ int ht_open_fds(void)
 long ht_rss_kb(void)
 {
 	return hpct_self_rss_kb();
+}
+
+int ht_event_init(struct ht_event *ev)
+{
+	if (pipe(ev->fd) != 0)
+		return -1;
+	/* several processes may wait on one event: a token another took
+	 * must not leave this one blocked in read */
+	fcntl(ev->fd[0], F_SETFL, fcntl(ev->fd[0], F_GETFL) | O_NONBLOCK);
+	return 0;
+}
+
+void ht_event_destroy(struct ht_event *ev)
+{
+	close(ev->fd[0]);
+	close(ev->fd[1]);
+}
+
+void ht_event_post(struct ht_event *ev, int n)
+{
+	char t[64] = { 0 };
+	while (n > 0) {
+		ssize_t w = write(ev->fd[1], t, (size_t)(n < 64 ? n : 64));
+		if (w > 0)
+			n -= (int)w;
+		else if (errno != EINTR)
+			return;
+	}
+}
+
+int ht_event_try(struct ht_event *ev)
+{
+	char t;
+	return read(ev->fd[0], &t, 1) == 1;
+}
+
+int ht_event_wait(struct ht_event *ev, int n, double timeout_s)
+{
+	double deadline = ht_now() + timeout_s;
+	while (n > 0) {
+		if (ht_event_try(ev)) {
+			n--;
+			continue;
+		}
+		double left = deadline - ht_now();
+		if (left <= 0)
+			return -1;
+		struct pollfd p = { .fd = ev->fd[0], .events = POLLIN };
+		poll(&p, 1, (int)(left * 1000) + 1);
+	}
+	return 0;
+}
+
+int ht_wait_for(int (*cond)(void *arg), void *arg, double timeout_s)
+{
+	double deadline = ht_now() + timeout_s;
+	while (!cond(arg)) {
+		if (ht_now() > deadline)
+			return -1;
+		usleep(1000); /* a poll interval, not an ordering */
+	}
+	return 0;
+}
+
+int ht_gettid(void)
+{
+	return (int)syscall(SYS_gettid);
+}
+
+int ht_thread_sleeps(int tid)
+{
+	char p[64], buf[512];
+	snprintf(p, sizeof(p), "/proc/self/task/%d/stat", tid);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* "tid (comm) S ...": comm may hold spaces and parentheses */
+	const char *e = strrchr(buf, ')');
+	return e && e[1] == ' ' && (e[2] == 'S' || e[2] == 'D');
 }

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 		    rename(tmp, path) != 0)
 			return 3;
 	} else {
-		for (int i = 0; i < 1000; i++) { /* the "store": 10 s at most */
+		for (int i = 0; i < 6000; i++) { /* the "store": a poll, 60 s a hang guard */
 			FILE *f = fopen(path, "r");
 			if (f && fread(&id, sizeof(id), 1, f) == 1) {
 				fclose(f);

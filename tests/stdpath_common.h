@@ -41,18 +41,30 @@ struct wait_arg {
 	struct hpct_std_client *c;
 	const char *key;
 	char buf[8];
-	int rc;
-	double took;
+	int rc, done;   /* done: the wait returned (atomic) */
 	char msg[1024]; /* hpct_last_error() is per thread */
 };
+
+/* For ht_wait_for(): the server holds at least `keys` entries.  A key
+ * someone waits on exists (absent) from the moment the server parked the
+ * wait: this is how a test sees that a wait reached the server. */
+struct keys_arg {
+	const struct hpct_std_server *s;
+	size_t keys;
+};
+
+static inline int server_holds(void *p)
+{
+	const struct keys_arg *k = p;
+	return hpct__std_server_keys(k->s) >= k->keys;
+}
 
 static inline void *mget_thread(void *p)
 {
 	struct wait_arg *w = p;
-	double t0 = hpct__now();
-	w->rc = get_one(w->c, w->key, w->buf, sizeof(w->buf), 5);
-	w->took = hpct__now() - t0;
+	w->rc = get_one(w->c, w->key, w->buf, sizeof(w->buf), 30);
 	snprintf(w->msg, sizeof(w->msg), "%s", hpct_last_error());
+	__atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
 }
 

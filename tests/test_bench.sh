@@ -13,7 +13,7 @@ fail() {
 }
 
 "$bench" --scenario cold,restart,kill-root --recovery inprocess --ranks 2,4 --repeat 1 \
-	--port 21000 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||
+	--port 16600 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||
 	fail "the run failed: $(cat "$dir/err")"
 for s in cold restart kill-root; do
 	for p in rootless standard; do
@@ -34,8 +34,21 @@ sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
 [ "$sig" = 89504e470d0a1a0a ] || fail "$dir/r.png is not a PNG (starts $sig)"
 [ "$(wc -c <"$dir/r.png")" -gt 10000 ] || fail "$dir/r.png is too small to hold the plot"
 
+# gloo: each rank connects a Gloo context over the world and finishes one
+# allreduce, checked exactly by the rank (a wrong element fails the run)
+"$bench" --scenario gloo --ranks 2,4 --repeat 1 --port 16600 --json "$dir/g.json" \
+	>"$dir/g.out" 2>"$dir/g.err" || fail "the gloo run failed: $(cat "$dir/g.err")"
+for p in rootless standard; do
+	for n in 2 4; do
+		grep -Eq "^gloo +$p +$n +$n +1 +[0-9.]+ " "$dir/g.out" ||
+			fail "no gloo row for $p N=$n: $(cat "$dir/g.out")"
+		grep -q "\"scenario\":\"gloo\",\"path\":\"$p\",\"ranks\":$n," "$dir/g.json" ||
+			fail "no gloo JSON row for $p N=$n"
+	done
+done
+
 # --gate and --transport: the rows name the transport, with resident memory
-"$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 21000 \
+"$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \
 	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"
 for n in 2 4; do
 	grep -Eq "^cold +tcp +$n +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+\.[0-9]\$" "$dir/gate.out" ||
@@ -63,7 +76,7 @@ grep -q "plot $dir/x.jpg: want a file name ending in .png" "$dir/err3" ||
 
 # without gnuplot the table still comes, then the package to install, exit 1
 rc=0
-PATH=/nonexistent "$bench" --scenario cold --ranks 2 --repeat 1 --port 21000 \
+PATH=/nonexistent "$bench" --scenario cold --ranks 2 --repeat 1 --port 16600 \
 	--plot "$dir/y.png" >"$dir/out4" 2>"$dir/err4" || rc=$?
 [ $rc -eq 1 ] || fail "a run without gnuplot exited $rc, want 1"
 grep -Eq "^cold +rootless +2 +" "$dir/out4" || fail "no table without gnuplot"

@@ -22,14 +22,24 @@
 #include "hpct/hpct.h"
 #include "tests/gloo_common.h"
 #include "tests/harness.h"
-/* The victim dies once the context is connected and one allreduce worked;
- * every other rank's next allreduce must fail within 10 s (HPCT_TIMEOUT is
- * 20), with a message naming "rank <victim>", and the context stays
- * failed.  Survivors keep their contexts open until all of them have their
- * result: each must find the failure by itself, not because a neighbour that
- * failed first closed its pairs.  They meet through shared memory, not
- * through hpct (on the standard path every rendezvous wait fails once a rank
- * left without goodbye). */
+/* The victim dies once the context is connected, one allreduce worked and
+ * every other rank said (shared memory) it enters the next; that next
+ * allreduce must fail on every other rank, having seen the victim die rather
+ * than waited out HPCT_TIMEOUT (20 s: HPCT_ETIMEDOUT), with a message naming
+ * "rank <victim>", and the context stays failed.  Survivors keep their
+ * contexts open until all of them have their result: each must find the
+ * failure by itself, not because a neighbour that failed first closed its
+ * pairs.  They meet through shared memory, not through hpct (on the
+ * standard path every rendezvous wait fails once a rank left without
+ * goodbye). */
+static int wait_shared(int *v, int at_least, double secs)
+{
+	double until = gt_mono() + secs; /* a hang guard */
+	while (__atomic_load_n(v, __ATOMIC_SEQ_CST) < at_least && gt_mono() < until)
+		usleep(1000);
+	return __atomic_load_n(v, __ATOMIC_SEQ_CST) >= at_least ? 0 : -1;
+}
+
 static int killed_main(int r, void *arg)
 {
 	struct cfg *c = arg;
@@ -40,31 +50,29 @@ static int killed_main(int r, void *arg)
 	if ((rc = gt_quick_sum(p.ctx, 95, 0)) != 0)
 		return rc;
 	if (r == c->victim) {
-		usleep(200000); /* die while the others wait in the next one */
+		if (wait_shared(&c->shared->entered, c->n - 1, 60) != 0)
+			fprintf(stderr, "victim: the others never entered the next allreduce\n");
 		raise(SIGKILL);
 	}
 	float b[1000];
 	for (int i = 0; i < 1000; i++)
 		b[i] = 1;
-	double t0 = gt_mono();
+	__atomic_add_fetch(&c->shared->entered, 1, __ATOMIC_SEQ_CST);
 	rc = hpct_gloo_allreduce(p.ctx, b, 1000, HPCT_GLOO_F32, HPCT_GLOO_SUM);
-	double took = gt_mono() - t0;
 	char msg[1024];
 	snprintf(msg, sizeof(msg), "%s", hpct_last_error());
-	fprintf(stderr, "rank %d: after %.2f s: %s: %s\n", r, took, hpct_errname(rc), msg);
+	fprintf(stderr, "rank %d: %s: %s\n", r, hpct_errname(rc), msg);
 	int rc2 = hpct_gloo_allreduce(p.ctx, b, 1000, HPCT_GLOO_F32, HPCT_GLOO_SUM);
 	/* every survivor has its result: now the contexts may close */
 	__atomic_add_fetch(&c->shared->done, 1, __ATOMIC_SEQ_CST);
-	double t1 = gt_mono();
-	while (__atomic_load_n(&c->shared->done, __ATOMIC_SEQ_CST) < c->n - 1 &&
-	       gt_mono() - t1 < 30)
-		usleep(10000);
+	wait_shared(&c->shared->done, c->n - 1, 60);
 	hpct_gloo_context_destroy(p.ctx);
 	hpct_gloo_device_destroy(p.dev);
 	if (rc == 0)
 		return gt_why(100, "rank %d: allreduce worked without rank %d", r, c->victim);
-	if (took > 10)
-		return gt_why(101, "rank %d: failed only after %.1f s", r, took);
+	if (rc == HPCT_ETIMEDOUT)
+		return gt_why(101, "rank %d: waited out its deadline, did not see rank %d die: %s",
+		              r, c->victim, msg);
 	if (rc2 == 0)
 		return gt_why(103, "rank %d: a failed context worked again", r);
 	char want[32];
@@ -90,7 +98,7 @@ static void killed_test(int slot, int rootless)
 		         .shared = gt_shared_map(),
 		         .fn = killed_main };
 	int codes[6];
-	ht_spawn(c.n, gt_env_cb, gt_child, &c, 50, NULL, codes);
+	ht_spawn(c.n, gt_env_cb, gt_child, &c, 150, NULL, codes);
 	for (int r = 0; r < c.n; r++)
 		if (r != c.victim)
 			cr_expect_eq(codes[r], 0, "%s: rank %d exited %d: %s",
@@ -100,11 +108,11 @@ static void killed_test(int slot, int rootless)
 	munmap(c.shared, sizeof(*c.shared));
 }
 
-Test(gloo, rootless_rank_killed_is_named, .timeout = 60)
+Test(gloo, rootless_rank_killed_is_named, .timeout = 200)
 {
 	killed_test(14, 1);
 }
-Test(gloo, standard_rank_killed_is_named, .timeout = 60)
+Test(gloo, standard_rank_killed_is_named, .timeout = 200)
 {
 	killed_test(15, 0);
 }
@@ -203,8 +211,9 @@ Test(gloo, rootless_n8_two_nodes_with_a_secret)
 
 /* A thief in rank 0's own process connects to the first new listening
  * socket it sees (the Gloo pair's, which rank 1 on the other node must
- * connect to; rank 1 comes 300 ms late): the thief's address, for rank 0's
- * message. */
+ * connect to; rank 1 comes once the thief says, in shared memory, that it
+ * holds the pair): the thief's address, for rank 0's message. */
+static struct shared *thief_shared;
 static char thief_from[64];
 static int thief_fd = -1, known[64], nknown;
 static volatile int thief_stop;
@@ -253,6 +262,7 @@ static void *thief(void *arg)
 				snprintf(thief_from, sizeof(thief_from), "127.0.0.1:%d",
 				         ntohs(me.sin_port));
 				thief_fd = s;
+				__atomic_store_n(&thief_shared->stolen, 1, __ATOMIC_SEQ_CST);
 				closedir(d);
 				return NULL;
 			}
@@ -268,7 +278,7 @@ static void *thief(void *arg)
 
 static int stolen_main(int r, void *arg)
 {
-	(void)arg;
+	struct cfg *c = arg;
 	hpct_world *w;
 	hpct_gloo_device *dev;
 	hpct_gloo_context *ctx = NULL;
@@ -277,10 +287,12 @@ static int stolen_main(int r, void *arg)
 		return gt_why(2, "rank %d: %s", r, hpct_last_error());
 	pthread_t th;
 	if (r == 0) {
+		thief_shared = c->shared;
 		thief(&th); /* the listeners there now */
 		pthread_create(&th, NULL, thief, NULL);
-	} else
-		usleep(300000);
+	} else if (wait_shared(&c->shared->stolen, 1, 60) != 0) {
+		fprintf(stderr, "rank 1: the thief never took a pair; connecting all the same\n");
+	}
 	rc = hpct_gloo_context_create(dev, hpct_world_group(w), &ctx);
 	if (r == 0) {
 		thief_stop = 1;

@@ -135,7 +135,7 @@ static void check_row(const struct result *res, const char *name, const char *ty
 Test(info, env_lists_every_setting)
 {
 	static const char *const args[] = { "--env", NULL };
-	static const char *const envp[] = { "HPCT_PORT_BASE=23000",
+	static const char *const envp[] = { "HPCT_PORT_BASE=17900",
 		                            "SLURM_JOB_NODELIST=gpu-[01-04]", NULL };
 	struct result res;
 	run(&res, args, envp);
@@ -152,7 +152,7 @@ Test(info, env_lists_every_setting)
 
 	check_row(&res, "HPCT_USE_ROOTLESS", "bool", "0", "(unset)", "rootless path");
 	check_row(&res, "HPCT_TIMEOUT", "seconds", "120", "(unset)", "deadline");
-	check_row(&res, "HPCT_PORT_BASE", "int", "10000", "23000", "first port");
+	check_row(&res, "HPCT_PORT_BASE", "int", "10000", "17900", "first port");
 	check_row(&res, "RANK", "int", "-", "(unset)", "torchrun: rank");
 	check_row(&res, "SLURM_JOB_NODELIST", "string", "-", "gpu-[01-04]", "node list");
 	check_row(&res, "HPCT_DEBUG", "string", "WARN", "(unset)", "log level");

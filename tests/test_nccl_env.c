@@ -107,7 +107,7 @@ static void expect_port_free(const hpct_nccl_id *id)
 
 Test(nccl_env, tier2_hosts_its_micro_root_and_passes_nccls_error_on)
 {
-	hpct_world *w = one_rank_of_two(24100);
+	hpct_world *w = one_rank_of_two(13500);
 	hpct_group *g = hpct_world_group(w);
 	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOTLESS);
 	void *comm = (void *)1;
@@ -124,7 +124,7 @@ Test(nccl_env, tier2_hosts_its_micro_root_and_passes_nccls_error_on)
 Test(nccl_env, tier1_on_rank_0_checks_its_port_and_shows_the_id)
 {
 	setenv("HPCT_NCCL_ROOTLESS", "0", 1);
-	hpct_world *w = one_rank_of_two(24200);
+	hpct_world *w = one_rank_of_two(13520);
 	hpct_group *g = hpct_world_group(w);
 	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT);
 	hpct_nccl_id id;
@@ -151,7 +151,7 @@ Test(nccl_env, tier1_on_rank_0_checks_its_port_and_shows_the_id)
 Test(nccl_env, without_nccl_the_caller_is_told_to_take_the_standard_path)
 {
 	setenv("HPCT_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
-	hpct_world *w = one_rank_of_two(24300);
+	hpct_world *w = one_rank_of_two(13540);
 	hpct_group *g = hpct_world_group(w);
 	cr_expect_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_NONE);
 	void *comm;
@@ -164,7 +164,7 @@ Test(nccl_env, tier1_without_the_plugin_hosts_hpcts_root_on_rank_0)
 {
 	setenv("NCCL_ENV_PLUGIN", "none", 1); /* NCCL cannot be shown NCCL_COMM_ID */
 	setenv("HPCT_NCCL_ROOTLESS", "0", 1);
-	hpct_world *w = one_rank_of_two(24400);
+	hpct_world *w = one_rank_of_two(13560);
 	hpct_group *g = hpct_world_group(w);
 	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT);
 	void *comm;

@@ -30,7 +30,7 @@ static void run_job(const char *rootless, const char *dir, struct rank_saw *saw,
 	char cmd[4096];
 	snprintf(cmd, sizeof(cmd),
 	         "env LD_PRELOAD='%s%s%s' HPCT_USE_ROOTLESS=%s HPCT_DEBUG=INFO "
-	         "HPCT_DEBUG_SUBSYS=NCCL HPCT_DEBUG_FILE='%s/log.%%p' HPCT_PORT_BASE=14001 "
+	         "HPCT_DEBUG_SUBSYS=NCCL HPCT_DEBUG_FILE='%s/log.%%p' HPCT_PORT_BASE=13401 "
 	         "HPCT_PORT_RANGE=8 HPCT_JOB_ID=preload-test '%s' -n %d --nodes 2 --timeout 40 "
 	         "-- '%s' '%s' > '%s/run.out' 2>&1",
 	         first ? first : "", first ? " " : "", getenv("HPCT_PRELOAD"), rootless, dir,
@@ -91,8 +91,8 @@ Test(preload, rootless_ids_are_derived_and_no_root_runs)
 	cr_expect_eq(saw[0].getid, 0);
 	cr_expect_eq(saw[0].derived, 1, "rank 0's ncclGetUniqueId gave NCCL's own id");
 	cr_expect_str_eq(saw[0].host, "127.0.0.1", "the id must hold rank 0's node");
-	/* NCCL root ports follow hpct's range: 14001 + 8 .. 14001 + 15 */
-	cr_expect(saw[0].port >= 14009 && saw[0].port < 14017, "port %u", saw[0].port);
+	/* NCCL root ports follow hpct's range: 13401 + 8 .. 13401 + 15 */
+	cr_expect(saw[0].port >= 13409 && saw[0].port < 13417, "port %u", saw[0].port);
 	for (int r = 0; r < N; r++) {
 		cr_expect_eq(saw[r].root_thread, 0, "rank %d runs a root thread of NCCL's", r);
 		/* no GPU: NCCL's own 1 (unhandled cuda error), not a code of the shim's */

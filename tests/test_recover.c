@@ -1,8 +1,8 @@
 /* In-process recovery (hpct_world_recover): survivors keep their links and
  * results stay right across successive recoveries with replaced ranks; a
  * process of an old epoch is refused; no descriptor leaks over 100
- * recoveries.  The test process plays the job's agent: it kills, starts
- * replacements and announces each new epoch through shared memory. */
+ * recoveries, each of which replaces a rank.  The test process plays the job's agent: it kills,
+ * starts replacements and announces each new epoch through shared memory. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,20 +10,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "hpct/hpct.h"
 #include "tests/harness.h"
 
 TestSuite(recover, .timeout = 120);
-
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* World allgather of (rank, epoch, salt) items, checked, then a barrier. */
 static int exercise(hpct_world *w, uint64_t epoch, int salt)
@@ -40,64 +32,142 @@ static int exercise(hpct_world *w, uint64_t epoch, int salt)
 	return hpct_barrier(g) != 0 ? 3 : 0;
 }
 
-/* --- survivors only, 100 times ----------------------------------------- */
+/* --- 100 recoveries, each replacing a rank ------------------------------ */
 
-struct cfg {
-	int n, port;
+/* Four ranks; at each of 100 epochs rank 3 is killed and the agent (the
+ * test) starts its replacement, and ranks 0-2 recover with it replaced.
+ * The survivors' descriptors are the same after as before (the dead links
+ * closed), they kept their links to each other (links_kept), and every
+ * connection they opened or accepted over the 100 recoveries is one with a
+ * replacement: their count equals the replacements' own. */
+#define HN      4
+#define HUNDRED 100
+
+struct hundred {
+	int phase;             /* epoch whose victim must die now */
+	int epoch;             /* the newest epoch the agent announced */
+	int done[HUNDRED + 1]; /* ranks through their work at each epoch */
+	long survivors_new;    /* connections the survivors made over the recoveries */
+	long replacements;     /* connections the replacements made */
 };
 
-static void env_cb(int r, void *arg)
-{
-	struct cfg *c = arg;
-	ht_setenv_world(r, c->n, 1, c->port, 1, 20);
-}
+static struct hundred *hs;
+static int hport;
 
-static int hundred_main(int r, void *arg)
+static void wait_for(volatile int *v, int at_least);
+
+static int hundred_rank(int r, int epoch)
 {
-	(void)r;
-	(void)arg;
+	ht_setenv_world(r, HN, 1, hport, 1, 20);
+	char e[16];
+	snprintf(e, sizeof(e), "%d", epoch);
+	setenv("HPCT_EPOCH", e, 1);
 	hpct_world *w;
 	if (hpct_world_create(&w) != 0)
 		return 10;
-	if (exercise(w, 0, 1) != 0)
+	if (exercise(w, (uint64_t)epoch, epoch + 1) != 0)
 		return 11;
 	struct hpct_world_stats before, after;
 	hpct_world_get_stats(w, &before);
-	int fds = ht_open_fds();
-	for (uint64_t e = 1; e <= 100; e++) {
-		if (hpct_world_recover(w, e, NULL, 0) != 0)
-			return 12;
-		int rc = exercise(w, e, (int)e);
-		if (rc)
-			return 20 + rc;
+	if (r == HN - 1) {
+		/* every connection of a replacement is one with a survivor */
+		if (epoch > 0)
+			__atomic_add_fetch(&hs->replacements,
+			                   (long)(before.conns_opened + before.conns_accepted),
+			                   __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&hs->done[epoch], 1, __ATOMIC_SEQ_CST);
+		if (epoch < HUNDRED) {
+			wait_for(&hs->phase, epoch + 1);
+			raise(SIGKILL);
+		}
+	} else {
+		int fds = ht_open_fds();
+		int gone[1] = { HN - 1 };
+		__atomic_add_fetch(&hs->done[0], 1, __ATOMIC_SEQ_CST);
+		for (int k = 1; k <= HUNDRED; k++) {
+			wait_for(&hs->epoch, k);
+			if (hpct_world_recover(w, (uint64_t)k, gone, 1) != 0) {
+				fprintf(stderr, "rank %d: recover to %d: %s\n", r, k,
+				        hpct_last_error());
+				return 12;
+			}
+			int rc = exercise(w, (uint64_t)k, k + 1);
+			if (rc)
+				return 20 + rc;
+			__atomic_add_fetch(&hs->done[k], 1, __ATOMIC_SEQ_CST);
+		}
+		hpct_world_get_stats(w, &after);
+		if (ht_open_fds() != fds)
+			return 13; /* a descriptor per recovery would show here */
+		__atomic_add_fetch(&hs->survivors_new,
+		                   (long)(after.conns_opened + after.conns_accepted -
+		                          before.conns_opened - before.conns_accepted),
+		                   __ATOMIC_SEQ_CST);
+		if (after.links_kept < HUNDRED)
+			return 15;
 	}
-	hpct_world_get_stats(w, &after);
-	if (ht_open_fds() != fds)
-		return 13; /* a descriptor per recovery would show here */
-	if (after.conns_opened + after.conns_accepted !=
-	    before.conns_opened + before.conns_accepted)
-		return 14; /* survivors opened connections among themselves */
-	if (after.links_kept < 100)
-		return 15;
 	/* a bad call leaves the world as it was */
 	int bad[1] = { r };
-	if (hpct_world_recover(w, 100, NULL, 0) != HPCT_EINVAL ||
-	    hpct_world_recover(w, 101, bad, 1) != HPCT_EINVAL || exercise(w, 100, 7) != 0)
+	if (hpct_world_recover(w, HUNDRED, NULL, 0) != HPCT_EINVAL ||
+	    hpct_world_recover(w, HUNDRED + 1, bad, 1) != HPCT_EINVAL ||
+	    exercise(w, HUNDRED, 7) != 0)
 		return 16;
-	/* HPCT_PORT_RANGE 16 holds 5 windows of 3 ranks: 105 listens where 100 does */
-	if (hpct_world_recover(w, 105, NULL, 0) != HPCT_EBADENV ||
-	    !strstr(hpct_last_error(), "ports are those of epoch 100") || exercise(w, 100, 8) != 0)
+	/* HPCT_PORT_RANGE 16 holds 4 windows of 4 ranks: 104 listens where 100 does */
+	if (hpct_world_recover(w, HUNDRED + 4, NULL, 0) != HPCT_EBADENV ||
+	    !strstr(hpct_last_error(), "ports are those of epoch 100") ||
+	    exercise(w, HUNDRED, 8) != 0)
 		return 17;
 	hpct_world_destroy(w);
 	return 0;
 }
 
-Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries)
+static pid_t hundred_start(int r, int epoch)
 {
-	struct cfg c = { .n = 3, .port = hpct_test_ports(0) };
-	int codes[3];
-	int bad = ht_spawn(3, env_cb, hundred_main, &c, 100, NULL, codes);
-	cr_expect_eq(bad, 0, "%s", ht_describe(codes, 3));
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(hundred_rank(r, epoch));
+	return pid;
+}
+
+Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries, .timeout = 600)
+{
+	hs = mmap(NULL, sizeof(*hs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(hs, MAP_FAILED);
+	memset(hs, 0, sizeof(*hs));
+	hport = hpct_test_ports(0);
+	pid_t pids[HN];
+	for (int r = 0; r < HN; r++)
+		pids[r] = hundred_start(r, 0);
+	int st;
+	for (int e = 1; e <= HUNDRED; e++) {
+		wait_for(&hs->done[e - 1], HN);
+		if (hs->done[e - 1] != HN)
+			break; /* the ranks' exit codes say why */
+		__atomic_store_n(&hs->phase, e, __ATOMIC_SEQ_CST);
+		waitpid(pids[HN - 1], &st, 0);
+		cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+		          "rank 3 of epoch %d ended with %d before it was killed", e - 1,
+		          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+		pids[HN - 1] = hundred_start(HN - 1, e);           /* its replacement */
+		__atomic_store_n(&hs->epoch, e, __ATOMIC_SEQ_CST); /* the agent's word */
+	}
+	wait_for(&hs->done[HUNDRED], HN);
+	for (int r = 0; r < HN; r++) {
+		if (hs->done[HUNDRED] != HN)
+			kill(pids[r], SIGKILL); /* stuck: the codes say where */
+		waitpid(pids[r], &st, 0);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %d", r,
+		          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+	}
+	cr_expect_eq(hs->done[HUNDRED], HN, "epoch %d: %d of %d ranks done", HUNDRED,
+	             hs->done[HUNDRED], HN);
+	cr_expect_gt(hs->replacements, 0, "the replacements made no connection");
+	cr_expect_eq(hs->survivors_new, hs->replacements,
+	             "survivors made %ld connections, the replacements %ld: survivors "
+	             "connected among themselves",
+	             hs->survivors_new, hs->replacements);
+	munmap(hs, sizeof(*hs));
 }
 
 /* --- replaced ranks, three times, and a stale process ------------------ */
@@ -127,11 +197,13 @@ static int is_victim(int round, int r)
 	return 0;
 }
 
+/* Polls shared memory for the agent's (or the ranks') word; 60 s is a
+ * hang guard. */
 static void wait_for(volatile int *v, int at_least)
 {
-	double until = mono() + 60;
-	while (__atomic_load_n(v, __ATOMIC_SEQ_CST) < at_least && mono() < until)
-		usleep(2000);
+	double until = ht_now() + 60;
+	while (__atomic_load_n(v, __ATOMIC_SEQ_CST) < at_least && ht_now() < until)
+		usleep(1000);
 }
 
 /* A rank that starts at `epoch` (0, or a replacement) and lives on as a

@@ -14,7 +14,7 @@ fail() {
 }
 sizes=2,3,5,8,13,16,31,32,64
 
-"$bench" --scenario cold --ranks $sizes --path rootless --repeat 1 --port 24000 \
+"$bench" --scenario cold --ranks $sizes --path rootless --repeat 1 --port 17000 \
 	--json "$dir/real.json" >"$dir/real.out" 2>&1 || fail "real runs failed: $(cat "$dir/real.out")"
 "$bench" --scenario sim --work cold --ranks $sizes --no-check --json "$dir/a.json" \
 	>"$dir/a.out" 2>&1 || fail "the simulation failed: $(cat "$dir/a.out")"

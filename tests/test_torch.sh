@@ -104,7 +104,7 @@ else
 	ok "# SKIP no network namespaces here (unshare -rn)"
 fi
 
-# a rank killed in the middle of init: the others fail naming it, within the deadline
+# a rank killed in the middle of init: the others fail naming it (none hangs)
 port=$(free_port)
 t0=$(date +%s)
 pids=()
@@ -120,19 +120,19 @@ for r in 0 1 2 3; do
 	st=$?
 	[ "$r" = 2 ] && continue
 	[ "$st" != 0 ] || bad="$bad rank $r exited 0;"
+	[ "$st" != 124 ] || bad="$bad rank $r hung (killed by timeout 120);"
 	grep -q "RuntimeError: hpct .*rank 2 at 127.0.0.1:[0-9]*" "$dir/die$r" ||
 		bad="$bad rank $r's error does not name rank 2: $(grep -m1 Error "$dir/die$r");"
 done
-took=$(($(date +%s) - t0))
-[ "$took" -le 40 ] || bad="$bad took ${took} s with HPCT_TIMEOUT=5;"
+took=$(($(date +%s) - t0)) # reported, never asserted: timeout 120 is the hang guard
 if [ -z "$bad" ]; then
-	ok "a rank killed during init is named by the others in ${took} s (HPCT_TIMEOUT=5)"
+	ok "a rank killed during init is named by the others (in ${took} s, HPCT_TIMEOUT=5)"
 else
 	not_ok "a rank killed during init is named by the others" "$bad"
 fi
 
 # the benchmark of the issue, smallest size: both paths, one row each
-if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 23000 \
+if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 16800 \
 	>"$dir/bench" 2>&1 &&
 	grep -Eq "^torch +rootless +2 +" "$dir/bench" && grep -Eq "^torch +stock +2 +" "$dir/bench" &&
 	grep -q "^torch N=2: stock/rootless median ratio" "$dir/bench"; then

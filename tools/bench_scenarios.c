@@ -31,9 +31,12 @@ static int world_exercise(hpct_world *w)
 	unsigned char item[64], *all = malloc((size_t)n * sizeof(item));
 	memset(item, hpct_group_rank(g) & 0xff, sizeof(item));
 	int rc = all ? hpct_allgather(g, item, sizeof(item), all) : HPCT_ENOMEM;
-	for (int r = 0; r < n && rc == 0; r++)
-		if (all[(size_t)r * sizeof(item)] != (unsigned char)(r & 0xff))
+	unsigned char want[sizeof(item)];
+	for (int r = 0; r < n && rc == 0; r++) {
+		memset(want, r & 0xff, sizeof(want)); /* every byte, not the first */
+		if (memcmp(all + (size_t)r * sizeof(item), want, sizeof(want)) != 0)
 			rc = HPCT_EPROTO;
+	}
 	if (rc == 0)
 		rc = hpct_barrier(g);
 	free(all);

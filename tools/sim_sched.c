@@ -120,9 +120,12 @@ static void rank_body(void)
 		unsigned char item[64], *all = malloc((size_t)nranks_sim * sizeof(item));
 		memset(item, r->id & 0xff, sizeof(item));
 		rc = all ? hpct_allgather(world, item, sizeof(item), all) : HPCT_ENOMEM;
-		for (int i = 0; i < nranks_sim && rc == 0; i++)
-			if (all[(size_t)i * sizeof(item)] != (unsigned char)(i & 0xff))
+		unsigned char want[sizeof(item)];
+		for (int i = 0; i < nranks_sim && rc == 0; i++) {
+			memset(want, i & 0xff, sizeof(want)); /* every byte, not the first */
+			if (memcmp(all + (size_t)i * sizeof(item), want, sizeof(want)) != 0)
 				rc = HPCT_EPROTO;
+		}
 		free(all);
 	}
 	if (rc == 0)

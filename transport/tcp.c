@@ -47,7 +47,10 @@ struct tcp_ctx {
 	size_t nconns, capconns;
 };
 
-static int buf_reserve(struct buf *b, size_t more)
+/* Room for `more` bytes after tail.  The capacity doubles, but never past
+ * `limit` (0: none) when that is room enough: a receive buffer stops at the
+ * end of the frame it holds, not at twice its size. */
+static int buf_reserve_to(struct buf *b, size_t more, size_t limit)
 {
 	if (b->head > 0 && b->head == b->tail)
 		b->head = b->tail = 0;
@@ -63,12 +66,19 @@ static int buf_reserve(struct buf *b, size_t more)
 	size_t cap = b->cap ? b->cap : 4096;
 	while (cap < b->tail + more)
 		cap *= 2;
+	if (limit && cap > limit && limit >= b->tail + more)
+		cap = limit;
 	unsigned char *d = realloc(b->data, cap);
 	if (!d)
 		return -ENOMEM;
 	b->data = d;
 	b->cap = cap;
 	return 0;
+}
+
+static int buf_reserve(struct buf *b, size_t more)
+{
+	return buf_reserve_to(b, more, 0);
 }
 
 /* A buffer left large by one big message is given back once empty. */
@@ -414,12 +424,34 @@ static void do_accept(struct tcp_ctx *ctx, hpct_tevent_cb cb, void *arg, int *ne
 	}
 }
 
+/* Room for the next read.  Memory follows the bytes that came, never the
+ * length a peer announces: a peer that claims 256 MB and sends 10 bytes
+ * costs one window.  The window is what the conn may receive at most (a
+ * stranger before its handshake gets a few hundred bytes, so a page), else
+ * 64 KiB; the buffer doubles as it fills, and stops at the end of the frame
+ * it holds plus one window, so it is never more than twice what arrived
+ * plus a window, nor much more than the largest message. */
+static int reserve_in(struct tcp_conn *c)
+{
+	size_t window = c->max_msg + 4 < 65536 ? c->max_msg + 4 : 65536, limit = 0;
+	struct buf *b = &c->in;
+	if (b->tail - b->head >= 4) {
+		uint32_t len;
+		memcpy(&len, b->data + b->head, 4);
+		len = ntohl(len);
+		/* where the frame ends once the buffer is compacted */
+		if (len <= c->max_msg)
+			limit = 4 + (size_t)len + window;
+	}
+	return buf_reserve_to(b, window, limit);
+}
+
 /* Reads all that is there and delivers every whole message. */
 static void do_read(struct tcp_conn *c, hpct_tevent_cb cb, void *arg, int *nev)
 {
 	int eof = 0, err = 0;
 	for (;;) {
-		if (buf_reserve(&c->in, 65536) < 0) {
+		if (reserve_in(c) < 0) {
 			err = -ENOMEM;
 			break;
 		}

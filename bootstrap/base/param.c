@@ -46,6 +46,19 @@ static const struct hpct_param params[] = {
 	  "rootless store (PyTorch preload): a rank serves its keys at its world port plus this "
 	  "(default: -HPCT_PORT_RANGE, the range below hpct's; +2 x HPCT_PORT_RANGE when that "
 	  "goes under 1024)" },
+	/* The store's bounds on what a client can make a rank hold (server.c).
+	 * PyTorch stores small keys (addresses, counters, NCCL ids); its biggest
+	 * values are pickled objects of a few MB, and hashing spreads keys over
+	 * every rank: a job comes nowhere near these. */
+	{ "HPCT_STORE_MAX_KEYS", HPCT_PT_INT, "1048576",
+	  "rootless store: most keys one rank's store holds, all namespaces together; a set past "
+	  "it is refused (logged naming the client and the key)" },
+	{ "HPCT_STORE_MAX_BYTES", HPCT_PT_INT, "1073741824",
+	  "rootless store: most bytes of keys and values one rank's store holds, and again the "
+	  "most in requests and replies on their way (one value: 64 MiB)" },
+	{ "HPCT_STORE_ADMIT_TIMEOUT", HPCT_PT_SECONDS, "30",
+	  "rootless store: a connection that has not proved HPCT_SECRET (or, with none, sent a "
+	  "whole first request) within this is closed; once admitted it may idle for ever" },
 	{ "NCCL_HOME", HPCT_PT_STR, NULL, "NCCL's install prefix, searched for lib/libnccl.so.2" },
 	{ "HPCT_SOCKET_FAMILY", HPCT_PT_STR, NULL, "AF_INET or AF_INET6 to force one family" },
 	{ "HPCT_SOCKET_IFNAME", HPCT_PT_STR, NULL,
@@ -62,6 +75,18 @@ static const struct hpct_param params[] = {
 	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) "
 	  "or "
 	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },
+	{ "HPCT_STD_STORE_MB", HPCT_PT_INT, NULL,
+	  "standard path: MiB the rendezvous on rank 0 may hold (keys, values, values being "
+	  "received; one rank's keys at most half); default 128 + 2 x world size" },
+	{ "HPCT_STD_STORE_KEYS", HPCT_PT_INT, NULL,
+	  "standard path: keys the rendezvous on rank 0 may hold; default 4 x (world size + "
+	  "32)^2" },
+	{ "HPCT_EARLY_MAX_MSGS", HPCT_PT_INT, "65536",
+	  "rootless: messages kept from one peer for calls this rank has not reached yet; over "
+	  "it the oldest go (logged once per peer)" },
+	{ "HPCT_EARLY_MAX_MB", HPCT_PT_INT, "1024",
+	  "rootless: MiB of such messages kept from all peers together; over it the oldest of "
+	  "the peer holding most go (logged once per peer)" },
 	{ "HPCT_DEBUG", HPCT_PT_STR, "WARN", "log level: NONE, WARN, INFO or TRACE" },
 	{ "HPCT_DEBUG_SUBSYS", HPCT_PT_STR, "ALL",
 	  "INIT,ENV,NET,COLL,STD,NCCL or ALL; ^X excludes" },

@@ -19,7 +19,11 @@ int hpct__eng_create(const struct hpct_engine_cfg *cfg, const struct sockaddr *l
 	if (!e)
 		return HPCT_ENOMEM;
 	e->cfg = *cfg;
-	e->msgs_tail = &e->msgs;
+	if (e->cfg.early_max_msgs <= 0)
+		e->cfg.early_max_msgs = HPCT_ENG_EARLY_MSGS;
+	if (e->cfg.early_max_bytes == 0)
+		e->cfg.early_max_bytes = (size_t)HPCT_ENG_EARLY_MB << 20;
+	e->aborts_tail = &e->aborts;
 	int rc = cfg->ops->create(&e->tctx);
 	if (rc < 0)
 		goto fail_alloc;
@@ -64,22 +68,16 @@ void hpct__eng_destroy(struct hpct_engine *e, double deadline, int flush_queued)
 		free(p->out);
 		free(p->in);
 		hpct__eng_drop_queue(e, p);
+	}
+	hpct__eng_inbox_drop_aborts(e); /* finds its peers: before they go */
+	ENG_FOR_EACH_PEER (e, p) {
+		hpct__eng_inbox_drop_peer(e, p);
 		free(p);
 	}
 	while (e->accepted) {
 		struct econn *c = e->accepted;
 		e->accepted = c->next;
 		free(c);
-	}
-	while (e->msgs) {
-		struct hpct_emsg *m = e->msgs;
-		e->msgs = m->next;
-		free(m);
-	}
-	while (e->aborts) {
-		struct abort_rec *a = e->aborts;
-		e->aborts = a->next;
-		free(a);
 	}
 	free(e->ptab);
 	free(e);
@@ -234,22 +232,6 @@ int hpct__eng_send(struct hpct_engine *e, int dst, uint8_t type, uint64_t group,
 	return 0;
 }
 
-struct hpct_emsg *hpct__eng_take(struct hpct_engine *e, int src, uint64_t group, uint32_t seq,
-                                 uint16_t round)
-{
-	for (struct hpct_emsg **pp = &e->msgs; *pp; pp = &(*pp)->next) {
-		struct hpct_emsg *m = *pp;
-		if (m->src == src && m->group == group && m->seq == seq && m->round == round) {
-			*pp = m->next;
-			if (e->msgs_tail == &m->next)
-				e->msgs_tail = pp;
-			m->next = NULL;
-			return m;
-		}
-	}
-	return NULL;
-}
-
 static void on_message(struct hpct_engine *e, struct econn *c, const void *data, size_t len)
 {
 	struct hpct_msg_hdr h;
@@ -299,18 +281,11 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	}
 	if (h.type == HPCT_MSG_ABORT) {
 		struct hpct_abort a;
-		if (hpct__eng_abort_for(e, h.group) || hpct__abort_decode(payload, plen, &a) < 0)
-			return;
-		struct abort_rec *rec = calloc(1, sizeof(*rec));
-		if (!rec)
-			return; /* the sender also closes: we still learn it failed */
-		rec->a = a;
-		rec->group = h.group;
-		rec->next = e->aborts;
-		e->aborts = rec;
+		if (src && hpct__abort_decode(payload, plen, &a) == 0)
+			hpct__eng_abort_put(e, src, h.group, &a);
 		return;
 	}
-	struct hpct_emsg *m = malloc(sizeof(*m) + plen);
+	struct hpct_emsg *m = src ? malloc(sizeof(*m) + plen) : NULL;
 	if (!m) {
 		/* a silently dropped message would hang its receiver */
 		e->cfg.ops->close(c->t);
@@ -324,15 +299,14 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	m->round = h.round;
 	m->len = plen;
 	memcpy(m->data, payload, plen);
-	*e->msgs_tail = m;
-	e->msgs_tail = &m->next;
+	hpct__eng_inbox_put(e, src, m);
 }
 
 void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 {
 	hpct__eng_list_del(c);
 	if (c->peer < 0) {
-		if (c->auth_wait) {
+		if (c->auth_wait && err != HPCT_EPROTO) {
 			/* gone before its proof, saying nothing: a rank whose link
 			 * the other way was admitted first gives up its own so (a
 			 * rank that finds our proof wrong says so: hpct__eng_on_auth) */
@@ -376,12 +350,62 @@ void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 		hpct__eng_maybe_flush(e, p);
 }
 
+/* The transport closed a conn for a frame longer than the conn may receive
+ * (before its handshake: longer than a handshake) or malformed. */
+static void bad_frame(struct hpct_engine *e, struct econn *c)
+{
+	char from[HPCT_ADDRSTRLEN];
+	e->cfg.ops->peer_name(c->t, from, sizeof(from));
+	if (c->peer < 0) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "rank %d: refused connection from %s: its first frame is no handshake "
+		          "(longer than one, or malformed)",
+		          e->cfg.rank, from);
+		e->stats.conns_refused++;
+		return;
+	}
+	HPCT_WARN(HPCT_SUB_NET,
+	          "rank %d: closed the link from rank %d at %s (epoch %llu): it sent a frame "
+	          "longer than %u bytes, or a malformed one",
+	          e->cfg.rank, c->peer, from, (unsigned long long)e->cfg.epoch,
+	          HPCT_TRANSPORT_MAX_MSG);
+}
+
+/* Too many accepted connections still in their handshake (strangers that
+ * connect and say nothing): the oldest goes, logged once.  A real peer's
+ * connection closed before it was admitted is retried by its side. */
+static void bound_handshakes(struct hpct_engine *e, struct hpct_tconn *newest)
+{
+	int n = 0;
+	struct econn *oldest = NULL;
+	for (struct econn *c = e->accepted; c; c = c->next, n++)
+		oldest = c; /* the list is newest first */
+	if (n < HPCT_ENG_MAX_HANDSHAKE)
+		return;
+	char from[HPCT_ADDRSTRLEN], to[HPCT_ADDRSTRLEN];
+	if (!e->hwarned) {
+		e->hwarned = 1;
+		e->cfg.ops->peer_name(oldest->t, from, sizeof(from));
+		e->cfg.ops->peer_name(newest, to, sizeof(to));
+		HPCT_WARN(HPCT_SUB_NET,
+		          "rank %d (epoch %llu): %d accepted connections are still in their "
+		          "handshake; closed the oldest, from %s, to make room for %s; further "
+		          "such closes are not logged",
+		          e->cfg.rank, (unsigned long long)e->cfg.epoch, n, from, to);
+	}
+	e->stats_dropped++;
+	hpct__eng_list_del(oldest);
+	e->cfg.ops->close(oldest->t);
+	free(oldest);
+}
+
 static void on_event(void *arg, const struct hpct_tevent *ev)
 {
 	struct hpct_engine *e = arg;
 	struct econn *c = ev->conn->user;
 	switch (ev->type) {
 	case HPCT_TEV_ACCEPTED:
+		bound_handshakes(e, ev->conn);
 		c = calloc(1, sizeof(*c));
 		if (!c) {
 			e->cfg.ops->close(ev->conn);
@@ -390,6 +414,8 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 		c->peer = -1;
 		c->t = ev->conn;
 		c->deadline = e->ptime + e->cfg.handshake_timeout_s;
+		c->accepted_at = hpct__now();
+		c->accepted_ptime = e->ptime;
 		ev->conn->user = c;
 		/* a stranger gets room for a HELLO and no more (one with a proof
 		 * of a secret, so that one side without it can say so) */
@@ -437,6 +463,8 @@ static void on_event(void *arg, const struct hpct_tevent *ev)
 			on_message(e, c, ev->data, ev->len);
 		break;
 	case HPCT_TEV_CLOSED:
+		if (ev->err == HPCT_EPROTO)
+			bad_frame(e, c);
 		hpct__eng_on_closed(e, c, ev->err);
 		break;
 	}

@@ -25,11 +25,47 @@ struct hpct_engine;
 typedef int (*hpct_peer_addr_fn)(void *arg, int rank, struct sockaddr_storage *ss,
                                  socklen_t *len_out, char *text, size_t textlen);
 
+/* Bounds on what peers can make a rank keep (inbox.c); over one, the oldest
+ * goes and the first drop from each peer is logged.  The figures are far
+ * above what a legitimate job needs:
+ *
+ * Early messages wait until this rank reaches their call.  Allgather,
+ * barrier and alltoall finish nowhere before every member has entered, so a
+ * peer is at most one call ahead in each group, one message to us per call
+ * on that link; only a broadcast root or relay runs ahead, by as many
+ * broadcasts as the program issues between two calls that wait for
+ * everyone.  65,536 per peer is that many calls ahead (a bootstrap issues
+ * tens); a tiny message costs ~80 bytes, so 5 MiB per peer at most.  At
+ * 4096 ranks a rank hears from at most 2*ceil(log2 N)+2 = 26 peers.
+ *
+ * Bytes: 1 GiB in all, four of the largest messages (HPCT_TRANSPORT_MAX_MSG):
+ * a tree allgather one call ahead brings at most N*size up and N*size down,
+ * both within one such message.  The newest message is never dropped, so
+ * one message of any legal size always fits.  The greediest peer loses
+ * first, so a flood costs its sender its own messages, not others'.
+ *
+ * ABORT records: one per failed group (the first cause), kept until the
+ * group is destroyed; 4096 failed groups alive at once is beyond any job,
+ * and costs ~1.2 MiB.
+ *
+ * Handshakes: a rank's collectives talk to at most 2*ceil(log2 N)+2 peers
+ * (26 at 4096 ranks); 256 connections at once still in their handshake is
+ * ten times that, and a peer whose connection goes before it was admitted
+ * retries. */
+#define HPCT_ENG_EARLY_MSGS    65536
+#define HPCT_ENG_EARLY_MB      1024
+#define HPCT_ENG_MAX_ABORTS    4096
+#define HPCT_ENG_MAX_HANDSHAKE 256
+
 struct hpct_engine_cfg {
 	const struct hpct_transport_ops *ops;
 	int rank, size;
 	uint64_t job, epoch;
 	double handshake_timeout_s; /* an accepted conn must say HELLO within this */
+	/* early messages kept per peer, and their bytes from all peers (see
+	 * above; 0: the defaults) */
+	long early_max_msgs;
+	size_t early_max_bytes;
 	hpct_peer_addr_fn peer_addr;
 	void *peer_addr_arg;
 	/* HPCT_SECRET: every connection proves it both ways (HMAC-SHA256 over
@@ -38,7 +74,7 @@ struct hpct_engine_cfg {
 	size_t secret_len;
 };
 
-/* A received message; free with free(). */
+/* A received message; free with free().  While kept, on its sender's list. */
 struct hpct_emsg {
 	struct hpct_emsg *next;
 	int src;

@@ -26,6 +26,8 @@ struct econn {
 	struct hpct_hello hello;
 	int outgoing;
 	double deadline; /* handshake deadline, in progress time (see ptime) */
+	/* accepted: when (hpct__now) and at what progress time */
+	double accepted_at, accepted_ptime;
 	struct hpct_tconn *t;
 	struct econn **list; /* the handshake list it is on, or NULL */
 	struct econn *next;
@@ -58,11 +60,20 @@ struct peer {
 	double heard;        /* when a message from it last arrived (hpct__now) */
 	struct peer *bnext;  /* next on the engine's backoff list */
 	int in_backoff;      /* on that list (at most once) */
+	/* messages from it no collective took yet, oldest first (inbox.c) */
+	struct hpct_emsg *mhead, *mtail;
+	long nmsgs;
+	size_t mbytes;     /* what they cost, headers included */
+	uint64_t mdropped; /* over a bound */
+	int mwarned;       /* a drop was logged */
+	int naborts;       /* abort records it sent that are kept */
+	int awarned;
 };
 
 struct abort_rec {
 	struct abort_rec *next;
 	uint64_t group;
+	int src; /* the peer it came from */
 	struct hpct_abort a;
 };
 
@@ -79,9 +90,12 @@ struct hpct_engine {
 	 * computes between collectives has not read what arrived meanwhile. */
 	double ptime;
 	struct econn *accepted; /* accepted, waiting for their HELLO */
+	int hwarned;            /* a handshake was dropped over the bound (logged) */
 	struct econn *awaiting; /* ours, HELLO sent, waiting for the answer */
-	struct hpct_emsg *msgs, **msgs_tail;
-	struct abort_rec *aborts;
+	size_t mbytes;          /* what every peer's kept messages cost */
+	struct abort_rec *aborts, **aborts_tail; /* oldest first */
+	int naborts;
+	uint64_t stats_dropped; /* messages and records dropped over a bound */
 	struct hpct_world_stats stats;
 };
 
@@ -118,6 +132,17 @@ void hpct__eng_maybe_flush(struct hpct_engine *e, struct peer *p);
 struct econn *hpct__eng_usable_in(const struct hpct_engine *e, const struct peer *p);
 /* A conn closed (the transport already closed it): peer state, then free. */
 void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err);
+
+/* inbox.c: what arrived, kept within the bounds of engine.h */
+/* Keeps DATA message m from peer p (admitted), dropping what is over. */
+void hpct__eng_inbox_put(struct hpct_engine *e, struct peer *p, struct hpct_emsg *m);
+/* Keeps the first ABORT of a group, dropping what is over. */
+void hpct__eng_abort_put(struct hpct_engine *e, struct peer *p, uint64_t group,
+                         const struct hpct_abort *a);
+void hpct__eng_inbox_forget_group(struct hpct_engine *e, uint64_t group);
+/* Frees every message kept from p. */
+void hpct__eng_inbox_drop_peer(struct hpct_engine *e, struct peer *p);
+void hpct__eng_inbox_drop_aborts(struct hpct_engine *e);
 
 /* handshake.c */
 void hpct__eng_on_hello(struct hpct_engine *e, struct econn *c, const void *data, size_t len);

@@ -10,14 +10,6 @@
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
 
-const struct hpct_abort *hpct__eng_abort_for(struct hpct_engine *e, uint64_t group)
-{
-	for (struct abort_rec *a = e->aborts; a; a = a->next)
-		if (a->group == group)
-			return &a->a;
-	return NULL;
-}
-
 void hpct__eng_broadcast_abort(struct hpct_engine *e, uint64_t group, const struct hpct_abort *a)
 {
 	unsigned char payload[12 + sizeof(a->text)];
@@ -51,26 +43,7 @@ static void drop_queued_sends(struct hpct_engine *e, uint64_t group)
 
 void hpct__eng_forget_group(struct hpct_engine *e, uint64_t group)
 {
-	struct hpct_emsg **pp = &e->msgs;
-	while (*pp) {
-		struct hpct_emsg *m = *pp;
-		if (m->group == group) {
-			*pp = m->next;
-			free(m);
-		} else {
-			pp = &m->next;
-		}
-	}
-	e->msgs_tail = pp;
-	for (struct abort_rec **ap = &e->aborts; *ap;) {
-		struct abort_rec *a = *ap;
-		if (a->group == group) {
-			*ap = a->next;
-			free(a);
-		} else {
-			ap = &a->next;
-		}
-	}
+	hpct__eng_inbox_forget_group(e, group);
 	drop_queued_sends(e, group);
 }
 
@@ -100,6 +73,7 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 		return HPCT_ENOMEM;
 	for (int i = 0; i < n; i++)
 		gone[replaced[i]] = 1;
+	hpct__eng_inbox_drop_aborts(e); /* counted per peer: before peers reset */
 	/* the replaced ranks' old processes: forget them entirely */
 	ENG_FOR_EACH_PEER (e, p) {
 		p->addr[0] = 0; /* ports rotate with the epoch */
@@ -108,6 +82,7 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 		drop_conn(e, p->out);
 		drop_conn(e, p->in);
 		hpct__eng_drop_queue(e, p);
+		hpct__eng_inbox_drop_peer(e, p);
 		*p = (struct peer){ .rank = p->rank,
 			            .bnext = p->bnext,
 			            .in_backoff = p->in_backoff };
@@ -123,22 +98,6 @@ int hpct__eng_recover(struct hpct_engine *e, uint64_t epoch, const int *replaced
 			p->state = OUT_IDLE;
 		}
 		drop_conn(e, c);
-	}
-	struct hpct_emsg **pp = &e->msgs;
-	while (*pp) {
-		struct hpct_emsg *m = *pp;
-		if (gone[m->src]) {
-			*pp = m->next;
-			free(m);
-		} else {
-			pp = &m->next;
-		}
-	}
-	e->msgs_tail = pp; /* where the walk ended: the last next pointer */
-	while (e->aborts) {
-		struct abort_rec *a = e->aborts;
-		e->aborts = a->next;
-		free(a);
 	}
 	while (e->backoff) { /* retries were for the old epoch */
 		struct peer *p = e->backoff;

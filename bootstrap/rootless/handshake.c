@@ -267,12 +267,26 @@ void hpct__eng_on_ack(struct hpct_engine *e, struct econn *c, const void *data, 
 	}
 }
 
+/* An accepted conn that has not said its handshake within the deadline, in
+ * time that passed while we were listening.  A rank that computes between
+ * collectives spends little of it there, and a stranger connected meanwhile
+ * would hold its descriptor for hours: so also when the deadline passed on
+ * the clock and we listened for a second (or the deadline, if shorter)
+ * since the accept, which reads anything a real peer sent on connecting. */
+static int accepted_expired(const struct hpct_engine *e, const struct econn *c)
+{
+	double listened = e->ptime - c->accepted_ptime, hs = e->cfg.handshake_timeout_s;
+	if (e->ptime > c->deadline)
+		return 1;
+	return hpct__now() > c->accepted_at + hs && listened >= (hs < 1 ? hs : 1);
+}
+
 /* Handshakes that stayed silent while we were listening. */
 void hpct__eng_expire_handshakes(struct hpct_engine *e)
 {
 	for (struct econn *c = e->accepted, *next; c; c = next) {
 		next = c->next;
-		if (e->ptime <= c->deadline)
+		if (!accepted_expired(e, c))
 			continue;
 		char from[HPCT_ADDRSTRLEN];
 		e->cfg.ops->peer_name(c->t, from, sizeof(from));

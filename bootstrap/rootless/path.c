@@ -195,6 +195,12 @@ static int rl_start(struct hpct_world *w, const struct hpct_world_opts *opts)
 		                  t->rank, host, t->nodelist_src);
 	if (t->ifname && (rc = hpct__ifname_check(t->ifname, (struct sockaddr *)&ss)) < 0)
 		return rc;
+	long early_msgs, early_mb;
+	if ((rc = hpct__env_int(hpct__env_process(), "HPCT_EARLY_MAX_MSGS", 1, 1L << 30,
+	                        HPCT_ENG_EARLY_MSGS, &early_msgs, NULL)) < 0 ||
+	    (rc = hpct__env_int(hpct__env_process(), "HPCT_EARLY_MAX_MB", 1, 1L << 20,
+	                        HPCT_ENG_EARLY_MB, &early_mb, NULL)) < 0)
+		return rc;
 	struct hpct_engine_cfg cfg = {
 		.ops = ops,
 		.rank = t->rank,
@@ -202,6 +208,8 @@ static int rl_start(struct hpct_world *w, const struct hpct_world_opts *opts)
 		.job = t->job,
 		.epoch = t->epoch,
 		.handshake_timeout_s = t->timeout_s < 10 ? t->timeout_s : 10,
+		.early_max_msgs = early_msgs,
+		.early_max_bytes = (size_t)early_mb << 20,
 		.peer_addr = w->reach.peer_addr,
 		.peer_addr_arg = w->reach.peer_addr_arg,
 		.secret = t->secret,

@@ -124,9 +124,14 @@ static int io_fail(struct hpct_std_client *c, int rc, const char *what, double t
 	if (rc == HPCT_EPEERDEAD || rc == -ECONNRESET || rc == -EPIPE)
 		return hpct__fail(
 		        HPCT_EPEERDEAD, HPCT_SUB_STD,
-		        "rank %d: the rendezvous at %s closed the connection during %s (%s)",
+		        "rank %d: the rendezvous at %s closed the connection during %s (%s%s)",
 		        c->rank, c->addr, what,
-		        rc == HPCT_EPEERDEAD ? "server gone?" : strerror(-rc));
+		        rc == HPCT_EPEERDEAD ? "server gone?" : strerror(-rc),
+		        strcmp(what, "HELLO") == 0
+		                ? "; it also closes connections that have not said HELLO within "
+		                  "its HPCT_TIMEOUT, or the oldest when too many have not: its log "
+		                  "names this one"
+		                : "");
 	return hpct__fail(rc, HPCT_SUB_STD, "rank %d: %s at the rendezvous %s failed (%s)", c->rank,
 	                  what, c->addr, strerror(-rc));
 }

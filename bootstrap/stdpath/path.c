@@ -28,9 +28,17 @@ static int std_start(struct hpct_world *w, const struct hpct_world_opts *opts)
 	double deadline = hpct__now() + t->timeout_s;
 	int rc;
 	struct hpct_auth_key key = { .secret = t->secret, .len = t->secret_len, .epoch = t->epoch };
-	if (t->rank == 0 && (rc = hpct__std_server_start(t->master_addr, t->master_port, t->size,
-	                                                 t->job, &key, &w->server)) < 0)
-		return rc;
+	if (t->rank == 0) {
+		/* the job's own deadline, from whichever environment the topology read */
+		struct hpct_std_limits lim;
+		if ((rc = hpct__std_limits_default(t->size, &lim)) != 0)
+			return rc;
+		lim.hello_s = t->timeout_s;
+		rc = hpct__std_server_start_limits(t->master_addr, t->master_port, t->size, t->job,
+		                                   &key, &lim, &w->server);
+		if (rc < 0)
+			return rc;
+	}
 	rc = hpct__std_client_connect(t->master_addr, t->master_port, t->rank, t->size, t->job,
 	                              &key, deadline, &w->client);
 	if (rc < 0)

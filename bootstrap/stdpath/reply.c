@@ -65,6 +65,7 @@ void hpct__stdsrv_conn_close(struct conn *c)
 		return;
 	c->dead = 1;
 	unpark(c);
+	hpct__stdsrv_early_done(c);
 	if (c->rank >= 0 && s->by_rank[c->rank] == c) {
 		s->by_rank[c->rank] = NULL;
 		s->joined--;
@@ -91,6 +92,7 @@ void hpct__stdsrv_conn_close(struct conn *c)
 
 void hpct__stdsrv_conn_free(struct conn *c)
 {
+	c->s->inflight -= c->vcap;
 	free(c->val);
 	free(c->kbuf);
 	free(c->koff);
@@ -268,6 +270,17 @@ static void mget_answer(struct conn *c)
 	size_t total = 4;
 	for (size_t i = 0; i < c->nkeys; i++)
 		total += 4 + (size_t)c->ents[i]->vlen;
+	if (total > c->s->lim.store_bytes) {
+		/* a key named many times: the answer could be far larger than the store */
+		hpct__stdsrv_over_limit(
+		        c, HPCT_ENOMEM,
+		        "MGET of %zu keys: an answer of %zu bytes, over the store's "
+		        "limit of %zu (HPCT_STD_STORE_MB)",
+		        c->nkeys, total, c->s->lim.store_bytes);
+		hpct__stdsrv_req_done(c);
+		hpct__stdsrv_schedule(c);
+		return;
+	}
 	if (hpct__stdsrv_out_reserve(c, total) != 0) {
 		HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: out of memory answering %zu keys to %s",
 		          c->s->addr, c->nkeys, c->peer);

@@ -35,6 +35,21 @@ static void refuse(struct conn *c, const char *fmt, ...)
 	hpct__stdsrv_reply_err(c, HPCT_EREFUSED, msg);
 }
 
+/* A key that does not exist yet would pass the store's key limit: 0, or
+ * refused (and the request's bytes to be dropped). */
+static int key_room(struct conn *c, const char *op, const char *k, uint32_t klen)
+{
+	struct hpct_std_server *s = c->s;
+	if (s->tab.count < s->lim.store_keys || hpct__stdsrv_tab_find(&s->tab, k, klen))
+		return 0;
+	hpct__stdsrv_over_limit(c, HPCT_ENOMEM,
+	                        "%s of '%.*s': the store holds %zu keys, its limit "
+	                        "(HPCT_STD_STORE_KEYS)",
+	                        op, (int)(klen < KEY_SHOWN ? klen : KEY_SHOWN), k,
+	                        (size_t)s->tab.count);
+	return -1;
+}
+
 static void exec_hello(struct conn *c, const unsigned char *p)
 {
 	struct hpct_std_server *s = c->s;
@@ -65,6 +80,7 @@ static void exec_hello(struct conn *c, const unsigned char *p)
 	}
 	c->rank = (int)r;
 	s->by_rank[r] = c;
+	hpct__stdsrv_early_done(c);
 	HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %u joined from %s", s->addr, r, c->peer);
 	if (++s->joined == s->nranks)
 		HPCT_INFO(HPCT_SUB_STD, "rendezvous %s: all %d ranks connected after %.3f s",
@@ -80,11 +96,15 @@ static void exec_set(struct conn *c)
 		return;
 	}
 	int was_absent = !e->present;
+	hpct__stdsrv_entry_charge(&c->s->tab, e, -1);
 	free(e->val);
 	e->val = c->val; /* the entry owns the value from here */
 	c->val = NULL;
+	c->s->inflight -= c->vcap;
+	c->vcap = 0;
 	e->vlen = c->vlen;
 	e->present = 1;
+	hpct__stdsrv_entry_charge(&c->s->tab, e, c->rank);
 	e->readers_left = c->readers;
 	hpct__stdsrv_req_done(c);
 	hpct__stdsrv_reply_status(c, 0);
@@ -93,6 +113,19 @@ static void exec_set(struct conn *c)
 
 static void exec_add(struct conn *c)
 {
+	char why[256];
+	if (key_room(c, "ADD", hpct__stdsrv_ckey(c, 0), c->klens[0]) != 0) {
+		hpct__stdsrv_req_done(c);
+		return;
+	}
+	if (!hpct__stdsrv_tab_find(&c->s->tab, hpct__stdsrv_ckey(c, 0), c->klens[0]) &&
+	    hpct__stdsrv_store_room(c, ENTRY_COST(c->klens[0]) + 8, why, sizeof(why)) != 0) {
+		hpct__stdsrv_over_limit(c, HPCT_ENOMEM, "ADD of '%.*s': %s",
+		                        (int)(c->klens[0] < KEY_SHOWN ? c->klens[0] : KEY_SHOWN),
+		                        hpct__stdsrv_ckey(c, 0), why);
+		hpct__stdsrv_req_done(c);
+		return;
+	}
 	struct entry *e = hpct__stdsrv_tab_get(&c->s->tab, hpct__stdsrv_ckey(c, 0), c->klens[0]);
 	if (!e) {
 		hpct__stdsrv_conn_close(c);
@@ -117,6 +150,7 @@ static void exec_add(struct conn *c)
 		e->vlen = 8;
 		e->present = 1;
 		e->readers_left = 0;
+		hpct__stdsrv_entry_charge(&c->s->tab, e, c->rank);
 	}
 	uint64_t v = hpct__get64(e->val) + (uint64_t)c->i64; /* wraps instead of overflowing */
 	hpct__put64(e->val, v);
@@ -148,6 +182,60 @@ static void exec(struct conn *c)
 		hpct__stdsrv_waitge_try(c);
 		return;
 	}
+}
+
+/* A SET's header is in: refuse it now if the store could never take it, so
+ * that none of its bytes is kept. */
+static void set_admit(struct conn *c)
+{
+	char why[256], w[HPCT_ADDRSTRLEN + 24];
+	const char *k = hpct__stdsrv_ckey(c, 0);
+	int kl = (int)(c->klens[0] < KEY_SHOWN ? c->klens[0] : KEY_SHOWN);
+	HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: %s sets '%.*s', %u bytes announced", c->s->addr,
+	           hpct__stdsrv_who(c, w, sizeof(w)), kl, k, c->vlen);
+	if (key_room(c, "SET", k, c->klens[0]) != 0) {
+		c->discard = 1;
+		return;
+	}
+	if (hpct__stdsrv_store_room(c, ENTRY_COST(c->klens[0]) + c->vlen, why, sizeof(why)) != 0) {
+		hpct__stdsrv_over_limit(c, HPCT_ENOMEM, "SET of '%.*s' (%u bytes): %s", kl, k,
+		                        c->vlen, why);
+		c->discard = 1;
+	}
+}
+
+/* The value's buffer is full: grow it by what may arrive next, never more
+ * than VAL_WINDOW (or an eighth of what arrived) ahead of the bytes.  0, or
+ * -1 once the connection is closed; over the store's limit the request is
+ * refused and its bytes dropped. */
+static int val_grow(struct conn *c)
+{
+	struct hpct_std_server *s = c->s;
+	size_t step = c->vgot / 8 > VAL_WINDOW ? c->vgot / 8 : VAL_WINDOW;
+	size_t cap = c->vlen - c->vgot < step ? c->vlen : c->vgot + step;
+	char why[256];
+	if (hpct__stdsrv_store_room(c, cap - c->vcap, why, sizeof(why)) != 0) {
+		/* others filled the store since the header was admitted */
+		hpct__stdsrv_over_limit(c, HPCT_ENOMEM, "SET of '%.*s' (%u bytes, %u received): %s",
+		                        (int)(c->klens[0] < KEY_SHOWN ? c->klens[0] : KEY_SHOWN),
+		                        hpct__stdsrv_ckey(c, 0), c->vlen, c->vgot, why);
+		free(c->val);
+		c->val = NULL;
+		s->inflight -= c->vcap;
+		c->vcap = 0;
+		c->discard = 1;
+		return 0;
+	}
+	unsigned char *v = realloc(c->val, cap);
+	if (!v) {
+		hpct__stdsrv_conn_bad(c, "out of memory for %zu bytes of a %u-byte value", cap,
+		                      c->vlen);
+		return -1;
+	}
+	c->val = v;
+	s->inflight += cap - c->vcap;
+	c->vcap = (uint32_t)cap;
+	return 0;
 }
 
 /* Appends the key of length c->klen at p to the request's key list. */
@@ -247,6 +335,14 @@ void hpct__stdsrv_conn_progress(struct conn *c)
 				return;
 			}
 			c->st = ST_KLEN;
+			if (c->n > c->s->lim.mget_keys) {
+				hpct__stdsrv_over_limit(
+				        c, HPCT_EINVAL,
+				        "MGET of %u keys: one MGET may name %u (the "
+				        "world size %d + 64)",
+				        c->n, c->s->lim.mget_keys, c->s->nranks);
+				c->discard = 1;
+			}
 			if (c->n == 0)
 				exec(c);
 			break;
@@ -265,6 +361,26 @@ void hpct__stdsrv_conn_progress(struct conn *c)
 		case ST_KEY:
 			if (avail < c->klen)
 				goto more;
+			if (c->op == HPCT_STD_MGET && !c->discard &&
+			    c->kused + c->klen + 1 > c->s->lim.mget_key_bytes) {
+				hpct__stdsrv_over_limit(c, HPCT_EINVAL,
+				                        "MGET of %u keys whose names take over %zu "
+				                        "bytes (%u keys x 512)",
+				                        c->n, c->s->lim.mget_key_bytes,
+				                        c->s->lim.mget_keys);
+				c->discard = 1;
+			}
+			if (c->discard) {
+				c->ipos += c->klen;
+				if (++c->nkeys < c->n) {
+					c->st = ST_KLEN;
+				} else {
+					c->discard = 0;
+					hpct__stdsrv_req_done(c);
+					c->st = ST_OP;
+				}
+				break;
+			}
 			if (add_key(c, p) != 0) {
 				hpct__stdsrv_conn_bad(c, "out of memory for %zu keys", c->nkeys);
 				return;
@@ -292,27 +408,38 @@ void hpct__stdsrv_conn_progress(struct conn *c)
 				        hpct__stdsrv_ckey(c, 0), HPCT_STD_MAX_VALUE);
 				return;
 			}
-			c->val = malloc(c->vlen ? c->vlen : 1);
-			if (!c->val) {
-				hpct__stdsrv_conn_bad(c, "out of memory for a value of %u bytes",
-				                      c->vlen);
+			c->vgot = c->vcap = 0;
+			c->st = ST_VAL;
+			set_admit(c);
+			break;
+		case ST_VAL:
+			if (c->vgot < c->vlen) {
+				if (!c->discard && c->vgot == c->vcap && val_grow(c) != 0)
+					return; /* closed */
+				size_t take = (c->discard ? c->vlen : c->vcap) - c->vgot;
+				if (avail == 0)
+					goto more;
+				if (take > avail)
+					take = avail;
+				if (!c->discard)
+					memcpy(c->val + c->vgot, p, take);
+				c->vgot += (uint32_t)take;
+				c->ipos += take;
+				if (c->vgot < c->vlen)
+					break;
+			}
+			if (c->discard) {
+				c->discard = 0;
+				hpct__stdsrv_req_done(c);
+				c->st = ST_OP;
+				break;
+			}
+			if (!c->val && !(c->val = malloc(1))) { /* an empty value is a buffer too */
+				hpct__stdsrv_conn_bad(c, "out of memory for an empty value");
 				return;
 			}
-			c->vgot = 0;
-			c->st = ST_VAL;
-			break;
-		case ST_VAL: {
-			size_t take = c->vlen - c->vgot;
-			if (take > avail)
-				take = avail;
-			memcpy(c->val + c->vgot, p, take);
-			c->vgot += (uint32_t)take;
-			c->ipos += take;
-			if (c->vgot < c->vlen)
-				goto more;
 			exec(c);
 			break;
-		}
 		case ST_I64:
 			if (avail < 8)
 				goto more;

@@ -52,11 +52,12 @@ static size_t read_room(struct conn *c, unsigned char **dst)
 {
 	if (c->closing)
 		return 0;
-	if (c->st == ST_VAL && c->ipos == c->ilen) {
-		/* Large values go straight to their buffer, not through c->in. */
+	if (c->st == ST_VAL && !c->discard && c->ipos == c->ilen && c->vcap > c->vgot) {
+		/* Large values go straight to their buffer, not through c->in;
+		 * the parser grows it as it fills (request.c, val_grow). */
 		c->ipos = c->ilen = 0;
 		*dst = c->val + c->vgot;
-		return c->vlen - c->vgot;
+		return c->vcap - c->vgot;
 	}
 	*dst = c->in + c->ilen;
 	return IN_CAP - c->ilen;
@@ -96,6 +97,7 @@ static void conn_read(struct conn *c, uint32_t events)
 			hpct__stdsrv_conn_close(c);
 			break;
 		}
+		c->rx += (uint64_t)r;
 		if (dst != c->in + c->ilen)
 			c->vgot += (uint32_t)r;
 		else
@@ -161,14 +163,28 @@ static void accept_all(struct hpct_std_server *s)
 				continue;
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 			    errno == ENOMEM) {
-				/* Level-triggered: stop listening until a connection closes. */
-				HPCT_WARN(HPCT_SUB_STD,
-				          "rendezvous %s: cannot accept (%s); pausing", s->addr,
-				          strerror(errno));
+				/* Level-triggered: the pending connection would wake
+				 * us at once, forever.  Stop listening until one of
+				 * ours closes or ACCEPT_RETRY_S passed (the process's
+				 * other descriptors may be what frees up). */
+				if (!s->accept_stalled)
+					HPCT_WARN(HPCT_SUB_STD,
+					          "rendezvous %s: cannot accept (%s) with %zu "
+					          "connections before HELLO; pausing new "
+					          "connections, retrying every %.2f s",
+					          s->addr, strerror(errno), s->nearly,
+					          ACCEPT_RETRY_S);
+				s->accept_stalled = 1;
 				epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
 				s->listen_paused = 1;
+				s->accept_retry_at = hpct__now() + ACCEPT_RETRY_S;
 			}
 			return;
+		}
+		if (s->accept_stalled) {
+			HPCT_WARN(HPCT_SUB_STD, "rendezvous %s: accepting connections again",
+			          s->addr);
+			s->accept_stalled = 0;
 		}
 		struct conn *c = calloc(1, sizeof(*c));
 		if (!c) {
@@ -193,7 +209,35 @@ static void accept_all(struct hpct_std_server *s)
 		if (s->conns)
 			s->conns->prev = c;
 		s->conns = c;
+		hpct__stdsrv_early_add(c);
 	}
+}
+
+/* The next thing due without an event (a HELLO deadline, a paused accept's
+ * retry) as an epoll timeout in ms; -1 for none. */
+static int timers(struct hpct_std_server *s, double stop_at)
+{
+	double now = hpct__now();
+	double next = hpct__stdsrv_early_expire(s, now);
+	if (s->listen_paused) {
+		if (now >= s->accept_retry_at) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &s->lfd };
+			if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) == 0)
+				s->listen_paused = 0;
+			else
+				s->accept_retry_at = now + ACCEPT_RETRY_S;
+		}
+		if (s->listen_paused && (next == 0 || s->accept_retry_at < next))
+			next = s->accept_retry_at;
+	}
+	if (stop_at > 0 && (next == 0 || stop_at < next))
+		next = stop_at;
+	if (next == 0)
+		return -1;
+	if (next <= now)
+		return 0;
+	/* HPCT_TIMEOUT may be days: waking once a minute keeps this an int */
+	return next - now > 60 ? 60000 : (int)((next - now) * 1000) + 1;
 }
 
 static int live_conns(const struct hpct_std_server *s)
@@ -213,12 +257,15 @@ static void *server_main(void *arg)
 	for (;;) {
 		if (stopping && (live_conns(s) == 0 || hpct__now() >= deadline))
 			break;
-		int timeout = -1;
-		if (stopping) {
-			double left = deadline - hpct__now();
-			timeout = left <= 0 ? 0 : (int)(left * 1000) + 1;
+		int timeout = timers(s, stopping ? deadline : 0);
+		/* the early connections closed just now */
+		while (s->deadq) {
+			struct conn *c = s->deadq;
+			s->deadq = c->dnext;
+			hpct__stdsrv_conn_free(c);
 		}
 		int n = epoll_wait(s->epfd, evs, 64, timeout);
+		s->wakeups++;
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 			if (p == &s->lfd) {
@@ -289,13 +336,27 @@ static int is_wildcard(const struct sockaddr_storage *ss)
 int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
                            const struct hpct_auth_key *key, struct hpct_std_server **server_out)
 {
+	return hpct__std_server_start_limits(host, port, nranks, job, key, NULL, server_out);
+}
+
+int hpct__std_server_start_limits(const char *host, int port, int nranks, uint64_t job,
+                                  const struct hpct_auth_key *key,
+                                  const struct hpct_std_limits *lim,
+                                  struct hpct_std_server **server_out)
+{
 	struct sockaddr_storage ss;
 	socklen_t sl;
+	struct hpct_std_limits deflim;
 	int rc, one = 1;
 	if (!host || !*host || port < 0 || port > 65535 || nranks < 1)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_STD,
 		                  "rendezvous: bad arguments (host '%s', port %d, %d ranks)",
 		                  host ? host : "(null)", port, nranks);
+	if (!lim) {
+		if ((rc = hpct__std_limits_default(nranks, &deflim)) != 0)
+			return rc;
+		lim = &deflim;
+	}
 	rc = hpct__resolve(host, port, AF_UNSPEC, &ss, &sl);
 	if (rc)
 		return rc;
@@ -309,6 +370,7 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory");
 	s->nranks = nranks;
 	s->job = job;
+	s->lim = *lim;
 	if (key && key->secret) {
 		s->auth_id = (struct hpct_auth_id){ .job = job,
 			                            .epoch = key->epoch,
@@ -328,7 +390,8 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 	s->by_rank = calloc((size_t)nranks, sizeof(*s->by_rank));
 	s->tab.b = calloc(1024, sizeof(*s->tab.b));
 	s->tab.mask = 1023;
-	if (!s->by_rank || !s->tab.b) {
+	s->tab.owned = calloc((size_t)nranks, sizeof(*s->tab.owned));
+	if (!s->by_rank || !s->tab.b || !s->tab.owned) {
 		rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_STD, "rendezvous: out of memory for %d ranks",
 		                nranks);
 		goto free_server;
@@ -385,7 +448,12 @@ int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
 		                s->addr, strerror(rc));
 		goto destroy_lock;
 	}
-	HPCT_INFO(HPCT_SUB_STD, "rendezvous serving %d ranks at %s", nranks, s->addr);
+	HPCT_INFO(HPCT_SUB_STD,
+	          "rendezvous serving %d ranks at %s (limits: %zu bytes and %zu keys stored, "
+	          "%zu bytes per rank, %u keys per MGET, HELLO within %.1f s, %zu connections "
+	          "before HELLO)",
+	          nranks, s->addr, lim->store_bytes, lim->store_keys, lim->rank_bytes,
+	          lim->mget_keys, lim->hello_s, lim->early_conns);
 	*server_out = s;
 	return 0;
 
@@ -398,6 +466,7 @@ close_epoll:
 close_listener:
 	close(s->lfd);
 free_server:
+	free(s->tab.owned);
 	free(s->tab.b);
 	free(s->by_rank);
 	free(s->secret);
@@ -437,15 +506,26 @@ HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len)
 	struct hpct_std_server *s = calloc(1, sizeof(*s));
 	struct conn *c = calloc(1, sizeof(*c));
 	if (!s || !c || !(s->by_rank = calloc(4, sizeof(*s->by_rank))) ||
+	    !(s->tab.owned = calloc(4, sizeof(*s->tab.owned))) ||
 	    !(s->tab.b = calloc(1024, sizeof(*s->tab.b)))) {
-		if (s)
+		if (s) {
 			free(s->by_rank);
+			free(s->tab.owned);
+		}
 		free(s);
 		free(c);
 		return;
 	}
 	s->nranks = 4;
 	s->job = HPCT_STD_FUZZ_JOB;
+	/* 4 ranks' limits with a small store, so inputs reach its refusals */
+	s->lim = (struct hpct_std_limits){ .hello_s = 120,
+		                           .mget_keys = 4 + 64,
+		                           .mget_key_bytes = (4 + 64) * 512,
+		                           .store_bytes = 1u << 20,
+		                           .rank_bytes = 1u << 19,
+		                           .store_keys = 64,
+		                           .early_conns = 8 + 256 };
 	s->lost_rank = -1;
 	s->epfd = s->lfd = s->evfd = -1;
 	s->tab.mask = 1023;
@@ -472,7 +552,22 @@ HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len)
 		hpct__stdsrv_conn_progress(c);
 		c->opos = c->olen = 0; /* the replies */
 	}
+	/* What the limits rest on: every present key charged to a rank, the
+	 * charges adding up, values being received counted. */
+	size_t bytes = 0, owned = 0;
+	for (size_t i = 0; i <= s->tab.mask; i++)
+		for (struct entry *e = s->tab.b[i]; e; e = e->next) {
+			if (e->present != (e->owner >= 0))
+				abort();
+			if (e->present)
+				bytes += ENTRY_COST(e->klen) + e->vlen;
+		}
+	for (int r = 0; r < 4; r++)
+		owned += s->tab.owned[r];
+	if (bytes != s->tab.bytes || owned != bytes || s->inflight != c->vcap)
+		abort();
 	drop_all(s);
+	free(s->tab.owned);
 	free(s->tab.b);
 	free(s->by_rank);
 	free(s);
@@ -497,6 +592,7 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 	close(s->epfd);
 	close(s->lfd);
 	pthread_mutex_destroy(&s->lock);
+	free(s->tab.owned);
 	free(s->tab.b);
 	free(s->by_rank);
 	free(s->secret);
@@ -506,4 +602,9 @@ void hpct__std_server_stop(struct hpct_std_server *s, double deadline)
 size_t hpct__std_server_keys(const struct hpct_std_server *s)
 {
 	return s->tab.count;
+}
+
+uint64_t hpct__std_server_wakeups(const struct hpct_std_server *s)
+{
+	return s->wakeups;
 }

@@ -17,6 +17,10 @@
 #define OUT_HIGH        (4u << 20)  /* stop parsing a connection while this much is unsent */
 #define READS_PER_EVENT 16          /* fairness: one busy sender cannot starve the loop */
 #define KEY_SHOWN       200         /* bytes of a key quoted in a log line */
+#define VAL_WINDOW      (64 * 1024) /* a value's buffer runs this far ahead of its bytes */
+#define ACCEPT_RETRY_S  0.25        /* accept paused (EMFILE): how often to try again */
+/* What a key costs the store besides its value. */
+#define ENTRY_COST(klen) (sizeof(struct entry) + (size_t)(klen) + 1)
 
 struct conn;
 
@@ -27,6 +31,7 @@ struct entry {
 	uint32_t vlen;
 	int present;           /* absent entries exist only while someone waits on them */
 	uint32_t readers_left; /* reads before deletion; 0: kept */
+	int owner;             /* rank charged for it (the last to set it); -1 while absent */
 	int64_t min_wait;      /* lowest WAITGE target parked here (a lower bound) */
 	struct conn *waiters;
 	uint32_t klen;
@@ -37,6 +42,8 @@ struct table {
 	struct entry **b;
 	size_t mask;
 	_Atomic size_t count; /* written by the server thread, read by tests */
+	size_t bytes;         /* ENTRY_COST + value of every present key */
+	size_t *owned;        /* the same per rank (owner) */
 };
 
 enum { ST_OP, ST_HELLO, ST_N, ST_KLEN, ST_KEY, ST_SETHDR, ST_VAL, ST_I64 };
@@ -46,6 +53,7 @@ struct conn {
 	int fd, rank; /* rank -1 until HELLO */
 	int dead, closing, queued, parked, ever_parked;
 	int said_bye, dropped; /* left properly; closed by us after a protocol error */
+	int discard;           /* refused over a limit: the request's bytes are dropped */
 	int err;               /* errno that ended the connection, 0 if none */
 	uint32_t evmask;
 	char peer[HPCT_ADDRSTRLEN];
@@ -54,12 +62,17 @@ struct conn {
 	struct entry *wentry;
 	struct conn *qnext; /* run queue */
 	struct conn *dnext; /* dead list */
+	/* not through HELLO yet: on the server's early list, in accept order */
+	struct conn *eprev, *enext;
+	int early;
+	double hello_by;
+	uint64_t rx; /* bytes received */
 	/* the request being parsed or parked; keys live in kbuf at koff[i] */
 	int st;
 	uint8_t op;
-	uint32_t reqrank, klen, n, readers, vlen, vgot, cursor;
+	uint32_t reqrank, klen, n, readers, vlen, vgot, vcap, cursor;
 	int64_t i64;
-	unsigned char *val;
+	unsigned char *val; /* vcap bytes, counted in the server's inflight */
 	char *kbuf;
 	size_t kused, kcap, nkeys, keycap;
 	size_t *koff;
@@ -89,6 +102,13 @@ struct hpct_std_server {
 	pthread_t thread;
 	struct table tab;
 	struct conn *conns, *runq, *deadq, **by_rank;
+	struct hpct_std_limits lim;
+	size_t inflight;                 /* bytes allocated for values being received */
+	struct conn *early, *early_tail; /* accepted, not through HELLO, oldest first */
+	size_t nearly;
+	int accept_stalled;     /* accept failed for want of descriptors or memory */
+	double accept_retry_at; /* while listen_paused */
+	_Atomic uint64_t wakeups;
 	double t0;
 	/* The first rank whose connection closed without BYE: from then on no
 	 * wait can be trusted to end, so none is parked (lost_rank -1: none). */
@@ -101,6 +121,24 @@ struct hpct_std_server {
 
 /* Parses and runs whatever complete fields the input buffer holds. */
 void hpct__stdsrv_conn_progress(struct conn *c);
+/* c was just accepted: on the early list, closing the oldest past the
+ * limit. */
+void hpct__stdsrv_early_add(struct conn *c);
+/* c is through HELLO, or gone: off the early list. */
+void hpct__stdsrv_early_done(struct conn *c);
+/* Closes the connections past their HELLO deadline; returns the next
+ * deadline, 0 if none. */
+double hpct__stdsrv_early_expire(struct hpct_std_server *s, double now);
+/* A request over one of the limits: one line naming the client, the
+ * reason (with the limit and its value) as an error reply, and the rest of
+ * the request dropped; the connection stays usable. */
+void hpct__stdsrv_over_limit(struct conn *c, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* Whether the store can take `more` bytes set by rank r (0), or the
+ * refusal's reason in why (HPCT_ENOMEM). */
+int hpct__stdsrv_store_room(struct conn *c, size_t more, char *why, size_t len);
+/* Charges e (present, value set) to rank `owner`, or uncharges it (-1). */
+void hpct__stdsrv_entry_charge(struct table *t, struct entry *e, int owner);
 /* Drops the value; the entry itself stays while someone waits on it. */
 void hpct__stdsrv_entry_clear(struct table *t, struct entry *e);
 /* Answers the MGET if every key exists, else parks on the first missing one. */

@@ -32,7 +32,14 @@
  * MGET and WAITGE, and from then on every one that cannot be answered at
  * once, gets HPCT_EPEERDEAD with a reason naming the first rank lost ("rank 3
  * at 10.0.0.7:41234 left without saying goodbye (Connection reset by
- * peer)").  Keys that exist are still served; SET and ADD still work. */
+ * peer)").  Keys that exist are still served; SET and ADD still work.
+ * A request over one of the server's limits (struct hpct_std_limits: keys in
+ * one MGET, bytes of its keys or of its answer, bytes or keys stored, bytes
+ * stored by one rank) gets HPCT_EINVAL or HPCT_ENOMEM with a reason naming
+ * the limit and its value; the rest of the request is read and dropped, and
+ * the connection stays usable.  A connection that has not completed HELLO
+ * (and the shared secret's proof) within hello_s of being accepted is
+ * closed. */
 #ifndef HPCT_STDPATH_H
 #define HPCT_STDPATH_H
 
@@ -46,7 +53,7 @@
 #define HPCT_STD_MAGIC     0x48504331u           /* "HPC1" */
 #define HPCT_STD_MAX_KEY   4096u                 /* bytes in a key */
 #define HPCT_STD_MAX_VALUE (64u << 20)           /* bytes in a value */
-#define HPCT_STD_MAX_KEYS  1000000u              /* keys in one MGET */
+#define HPCT_STD_MAX_KEYS  1000000u              /* keys in one MGET (the wire's; see mget_keys) */
 #define HPCT_STD_FUZZ_JOB  0x66757a7a6a6f6221ull /* hpct__std_fuzz_one's job */
 
 enum hpct_std_op {
@@ -61,6 +68,39 @@ enum hpct_std_op {
 struct hpct_std_server;
 struct hpct_std_client;
 
+/* What one rendezvous server accepts, so that no client can make it grow
+ * without bound.  hpct__std_limits_default() gives, for N ranks:
+ *   hello_s        HPCT_TIMEOUT: a client gives up on its own by then, so
+ *                  no client within its deadline is closed;
+ *   mget_keys      N + 64: the collectives fetch N - 1 keys, Gloo's store 1;
+ *   mget_key_bytes mget_keys x 512: the collectives' keys are under 96 bytes;
+ *   store_bytes    HPCT_STD_STORE_MB MiB, by default 128 + 2 N: an allgather
+ *                  of items of s bytes holds N s at once, an alltoall N^2 s,
+ *                  a broadcast s, and a 64 MiB value (the wire's largest)
+ *                  must fit in the smallest job; each key counts its value,
+ *                  its name and its entry, and values being received count
+ *                  what was allocated for them so far;
+ *   rank_bytes     store_bytes / 2: what the keys one rank set may hold, so
+ *                  one rank cannot fill the store for the others;
+ *   store_keys     HPCT_STD_STORE_KEYS, by default 4 (N + 32)^2: two
+ *                  alltoalls in flight hold 2 N (N - 1) keys;
+ *   early_conns    2 N + 256: connections that have not said HELLO yet (a
+ *                  whole job connecting at once is N); past it the oldest is
+ *                  closed.
+ * An MGET's answer may not exceed store_bytes either (a key may be named
+ * more than once). */
+struct hpct_std_limits {
+	double hello_s;
+	uint32_t mget_keys;
+	size_t mget_key_bytes;
+	size_t store_bytes, rank_bytes, store_keys;
+	size_t early_conns;
+};
+
+/* The limits above for `nranks` from the settings; HPCT_EBADENV (logged,
+ * naming the variable) for a bad setting. */
+int hpct__std_limits_default(int nranks, struct hpct_std_limits *lim_out);
+
 /* Starts the server thread listening on host:port (a literal or a name;
  * never the wildcard), for `nranks` clients of job `job`.  Binds before
  * returning: HPCT_EADDRINUSE names host:port.  With a secret in `key` (may
@@ -68,6 +108,11 @@ struct hpct_std_client;
  * logged with the source address). */
 int hpct__std_server_start(const char *host, int port, int nranks, uint64_t job,
                            const struct hpct_auth_key *key, struct hpct_std_server **server_out);
+/* The same with given limits (NULL: hpct__std_limits_default()). */
+int hpct__std_server_start_limits(const char *host, int port, int nranks, uint64_t job,
+                                  const struct hpct_auth_key *key,
+                                  const struct hpct_std_limits *lim,
+                                  struct hpct_std_server **server_out);
 /* Waits until every client said BYE or hung up, or until `deadline`
  * (CLOCK_MONOTONIC seconds, see hpct__now), then stops the thread and frees
  * everything.  A connection that has not said HELLO yet is waited for too.
@@ -77,6 +122,9 @@ void hpct__std_server_stop(struct hpct_std_server *server, double deadline);
 
 /* Keys the store holds now (for tests: finished collectives leave none). */
 size_t hpct__std_server_keys(const struct hpct_std_server *server);
+/* Times the server thread woke from epoll_wait (for tests: a paused accept
+ * loop does not spin). */
+uint64_t hpct__std_server_wakeups(const struct hpct_std_server *server);
 /* For tests/fuzz/fuzz_stdpath.c (see server.c). */
 HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len);
 

@@ -67,6 +67,7 @@ struct entry *hpct__stdsrv_tab_get(struct table *t, const char *k, uint32_t klen
 	e->hash = key_hash(k, klen);
 	e->klen = klen;
 	e->min_wait = INT64_MAX;
+	e->owner = -1;
 	memcpy(e->key, k, klen);
 	e->next = t->b[e->hash & t->mask];
 	t->b[e->hash & t->mask] = e;
@@ -80,6 +81,7 @@ void hpct__stdsrv_tab_remove(struct table *t, struct entry *e)
 	while (*pp != e)
 		pp = &(*pp)->next;
 	*pp = e->next;
+	hpct__stdsrv_entry_charge(t, e, -1);
 	t->count--;
 	free(e->val);
 	free(e);
@@ -88,10 +90,25 @@ void hpct__stdsrv_tab_remove(struct table *t, struct entry *e)
 /* Drops the value; the entry itself stays while someone waits on it. */
 void hpct__stdsrv_entry_clear(struct table *t, struct entry *e)
 {
+	hpct__stdsrv_entry_charge(t, e, -1);
 	free(e->val);
 	e->val = NULL;
 	e->vlen = 0;
 	e->present = 0;
 	if (!e->waiters)
 		hpct__stdsrv_tab_remove(t, e);
+}
+
+void hpct__stdsrv_entry_charge(struct table *t, struct entry *e, int owner)
+{
+	size_t cost = ENTRY_COST(e->klen) + e->vlen;
+	if (e->owner >= 0) {
+		t->bytes -= cost;
+		t->owned[e->owner] -= cost;
+	}
+	e->owner = owner;
+	if (owner >= 0) {
+		t->bytes += cost;
+		t->owned[owner] += cost;
+	}
 }

@@ -298,6 +298,17 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		                                       : "closed its connection: it died or left",
 		                hpct_strerror(io));
 	}
+	if (io == 0 && rc == HPCT_ENOMEM) {
+		char text[HPCT_ADDRSTRLEN] = "?", kb[KEY_SHOWN + 8];
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+		rc = hpct__fail(rc, HPCT_SUB_NET,
+		                "store: %s: key '%s' (%zu bytes): rank %d (the key's home) at %s "
+		                "refused it: its store is full (HPCT_STORE_MAX_KEYS or "
+		                "HPCT_STORE_MAX_BYTES; that rank's log names which)",
+		                what, shown(key, kb, sizeof(kb)), blen ? blen : alen, home, text);
+	}
 	pthread_mutex_unlock(&s->mu);
 	if (rc && *rep) {
 		free(*rep);

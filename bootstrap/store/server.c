@@ -1,7 +1,28 @@
 /* The rootless store's server (see store.h): one thread per process, serving
- * the keys whose home is this rank: a hash table of keys, non-blocking
- * connections, parked GETs and WAITs, the shared-secret proof, and the
- * socket-free hook the fuzz target drives. */
+ * the keys whose home is this rank (table.c) with the requests' semantics
+ * of requests.c: the listener, non-blocking connections, the shared-secret
+ * proof, the bounds on what a client can make a rank hold, and the
+ * socket-free hook the fuzz target drives.
+ *
+ * What a client can make a rank hold, and for how long:
+ *   - a connection that has not proved the secret (HPCT_SECRET) or, with no
+ *     secret, has not sent a whole first request, is closed after
+ *     HPCT_STORE_ADMIT_TIMEOUT; once admitted it may idle for ever (a
+ *     PyTorch client parks in WAIT as long as its job likes);
+ *   - at most 4 connections a rank of the job, and at least 4096
+ *     (max_conns): the next is accepted, closed and logged;
+ *   - out of descriptors (EMFILE), accepting pauses (PAUSE_S, or until a
+ *     connection closes) instead of spinning on a listener that stays
+ *     readable;
+ *   - a connection's input buffer holds what came and an eighth, never a
+ *     frame's claimed length up front, and none once served; while it
+ *     waits for a reply to drain or a parked request, it reads at most
+ *     WINDOW more (a client sends one request at a time);
+ *   - requests and replies on their way, over all connections, and keys
+ *     and values stored, each at most HPCT_STORE_MAX_BYTES; keys at most
+ *     HPCT_STORE_MAX_KEYS.  A refused SET/ADD/CAS is answered HPCT_ENOMEM;
+ *     an input past the cap closes its connection.  Each refusal is logged
+ *     naming the client, the key and the limit. */
 #include "bootstrap/store/store.h"
 
 #include <errno.h>
@@ -14,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,310 +45,51 @@
 #include "bootstrap/base/param.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/store/server.h"
 #include "bootstrap/store/store_internal.h"
+#include "bootstrap/store/table.h"
 #include "bootstrap/topo/derive.h"
 #include "bootstrap/world.h"
 
-#define MAX_CONNS 4096
+/* A rank's clients are the job's ranks: one connection from each per
+ * store handle that used a key homed here (torch opens one or two), so a
+ * key every rank reads brings the whole job.  Connections beyond
+ * CONNS_PER_RANK a rank of the job, and at least MIN_CONNS, are closed as
+ * they come; an idle admitted one costs some 400 bytes. */
+#define MIN_CONNS      4096
+#define CONNS_PER_RANK 4
+#define WINDOW         65536u /* what a read may take beyond what came */
+#define PAUSE_S        0.1    /* accepting paused on EMFILE, at most */
 
-struct entry {
-	struct entry *next;
-	uint64_t ns;
-	char *key;
-	unsigned char *val;
-	size_t len;
-};
+static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
 
-struct sconn {
-	int fd;
-	unsigned char *in;
-	size_t inlen, incap;
-	unsigned char *out;
-	size_t outlen, outoff;
-	/* a parked GET or WAIT */
-	int parked;
-	uint8_t op;
-	uint64_t ns;
-	char *key;
-	double deadline;
-	/* with a secret: admitted once it proved it (auth.h) */
-	int admitted;
-	struct hpct_auth_srv auth;
-};
-
-static struct server {
-	pthread_mutex_t mu; /* start only: the thread owns everything else */
-	int started, err;
-	char where[HPCT_ADDRSTRLEN];
-	int lfd;
-	struct entry **tab;
-	size_t nb, n;
-	struct sconn *c;
-	int nc;
-	/* with HPCT_SECRET: what a client proves, and the secret (a copy) */
-	struct hpct_auth_id id;
-	unsigned char *secret;
-	size_t slen;
-} srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
-
-static size_t bucket(uint64_t ns, const char *key)
+/* 1 when a line of this kind may go out now; *quiet_out: how many were
+ * held back since the last one. */
+int ssrv_burst_ok(struct burst *b, unsigned long *quiet_out)
 {
-	return (size_t)(hpct__hash(key, strlen(key), ns) & (srv.nb - 1));
-}
-
-static struct entry **find(uint64_t ns, const char *key)
-{
-	struct entry **e = &srv.tab[bucket(ns, key)];
-	while (*e && ((*e)->ns != ns || strcmp((*e)->key, key) != 0))
-		e = &(*e)->next;
-	return e;
-}
-
-static void grow(void)
-{
-	size_t nb = srv.nb * 2;
-	struct entry **t = calloc(nb, sizeof(*t));
-	if (!t)
-		return;
-	struct entry **old = srv.tab;
-	size_t onb = srv.nb;
-	srv.tab = t;
-	srv.nb = nb;
-	for (size_t i = 0; i < onb; i++)
-		for (struct entry *e = old[i], *next; e; e = next) {
-			next = e->next;
-			size_t b = bucket(e->ns, e->key);
-			e->next = t[b];
-			t[b] = e;
-		}
-	free(old);
-}
-
-/* Sets (or replaces) a value; 0 or HPCT_ENOMEM. */
-static int put(uint64_t ns, const char *key, const void *val, size_t len)
-{
-	struct entry **pe = find(ns, key), *e = *pe;
-	unsigned char *v = malloc(len ? len : 1);
-	if (!v)
-		return HPCT_ENOMEM;
-	memcpy(v, val, len);
-	if (!e) {
-		if (!(e = calloc(1, sizeof(*e))) || !(e->key = strdup(key))) {
-			free(e);
-			free(v);
-			return HPCT_ENOMEM;
-		}
-		e->ns = ns;
-		*pe = e;
-		if (++srv.n > srv.nb * 2)
-			grow();
-	} else {
-		free(e->val);
+	double now = hpct__now();
+	if (now - b->since >= 1.0) {
+		b->since = now;
+		b->lines = 0;
 	}
-	e->val = v;
-	e->len = len;
-	return 0;
-}
-
-static void reply(struct sconn *c, int32_t status, const void *a, size_t alen, const void *b,
-                  size_t blen)
-{
-	size_t need = c->outlen + 8 + alen + blen;
-	unsigned char *o = realloc(c->out, need);
-	if (!o) {
-		close(c->fd);
-		c->fd = -1;
-		return;
-	}
-	c->out = o;
-	o += c->outlen;
-	hpct__put32(o, (uint32_t)(4 + alen + blen));
-	hpct__put32(o + 4, (uint32_t)status);
-	if (alen)
-		memcpy(o + 8, a, alen);
-	if (blen)
-		memcpy(o + 8 + alen, b, blen);
-	c->outlen = need;
-}
-
-static void reply_value(struct sconn *c, const struct entry *e)
-{
-	unsigned char l[4];
-	hpct__put32(l, (uint32_t)e->len);
-	reply(c, 0, l, 4, e->val, e->len);
-}
-
-static void unpark(struct sconn *c)
-{
-	free(c->key);
-	c->key = NULL;
-	c->parked = 0;
-}
-
-/* A key came into being: answer whoever waits for it. */
-static void woken(uint64_t ns, const char *key)
-{
-	struct entry *e = *find(ns, key);
-	for (int i = 0; i < srv.nc; i++) {
-		struct sconn *c = &srv.c[i];
-		if (!c->parked || c->ns != ns || strcmp(c->key, key) != 0)
-			continue;
-		if (c->op == OP_GET)
-			reply_value(c, e);
-		else
-			reply(c, 0, NULL, 0, NULL, 0);
-		unpark(c);
-	}
-}
-
-static int counter_of(const struct entry *e, int64_t *v)
-{
-	char buf[32];
-	if (!e) {
-		*v = 0;
+	if (b->lines >= BURST) {
+		b->quiet++;
 		return 0;
 	}
-	if (e->len == 0 || e->len >= sizeof(buf))
-		return HPCT_EINVAL;
-	memcpy(buf, e->val, e->len);
-	buf[e->len] = 0;
-	char *end;
-	errno = 0;
-	long long x = strtoll(buf, &end, 10);
-	if (errno || *end)
-		return HPCT_EINVAL;
-	*v = x;
-	return 0;
+	b->lines++;
+	*quiet_out = b->quiet;
+	b->quiet = 0;
+	return 1;
 }
 
-/* One request; 0, or -1 when the connection must close (malformed). */
-static int serve(struct sconn *c, const unsigned char *p, size_t len)
+/* "10.0.0.3:41234 (rank 7)": the address, and the rank it proved. */
+const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len)
 {
-	if (len < HDR)
-		return -1;
-	uint8_t op = p[0];
-	uint64_t ns = hpct__get64(p + 1);
-	uint32_t klen = hpct__get32(p + 9);
-	if (klen > HPCT_STORE_MAX_KEY || klen > len - HDR)
-		return -1;
-	char key[HPCT_STORE_MAX_KEY + 1];
-	memcpy(key, p + HDR, klen);
-	key[klen] = 0;
-	if (strlen(key) != klen)
-		return -1;
-	p += HDR + klen;
-	len -= HDR + klen;
-	struct entry **pe = find(ns, key), *e = *pe;
-	unsigned char b[8];
-	switch (op) {
-	case OP_SET: {
-		if (len < 4 || hpct__get32(p) != len - 4)
-			return -1;
-		int rc = put(ns, key, p + 4, len - 4);
-		reply(c, rc, NULL, 0, NULL, 0);
-		if (rc == 0)
-			woken(ns, key);
-		return 0;
-	}
-	case OP_GET:
-	case OP_WAIT: {
-		if (len != 8)
-			return -1;
-		if (e) {
-			if (op == OP_GET)
-				reply_value(c, e);
-			else
-				reply(c, 0, NULL, 0, NULL, 0);
-			return 0;
-		}
-		int64_t ms = (int64_t)hpct__get64(p);
-		if (!(c->key = strdup(key))) {
-			reply(c, HPCT_ENOMEM, NULL, 0, NULL, 0);
-			return 0;
-		}
-		c->parked = 1;
-		c->op = op;
-		c->ns = ns;
-		c->deadline = hpct__now() + (ms < 0 ? 0 : (double)ms / 1000);
-		return 0;
-	}
-	case OP_ADD: {
-		if (len != 8)
-			return -1;
-		int64_t v = 0;
-		int rc = counter_of(e, &v);
-		if (rc == 0 && __builtin_add_overflow(v, (int64_t)hpct__get64(p), &v))
-			rc = HPCT_EINVAL; /* the counter would overflow: left as it is */
-		if (rc == 0) {
-			char text[32];
-			int n = snprintf(text, sizeof(text), "%" PRId64, v);
-			rc = put(ns, key, text, (size_t)n);
-		}
-		hpct__put64(b, (uint64_t)v);
-		reply(c, rc, b, rc ? 0 : 8, NULL, 0);
-		if (rc == 0 && !e)
-			woken(ns, key);
-		return 0;
-	}
-	case OP_CAS: {
-		if (len < 4)
-			return -1;
-		uint32_t el = hpct__get32(p);
-		if (el > len - 4 || len - 4 - el < 4)
-			return -1;
-		const unsigned char *exp = p + 4, *des = p + 8 + el;
-		uint32_t dl = hpct__get32(p + 4 + el);
-		if (dl != len - 8 - el)
-			return -1;
-		int rc = 0, made = 0;
-		if (!e) {
-			if (el == 0) {
-				rc = put(ns, key, des, dl);
-				made = rc == 0;
-			}
-		} else if (e->len == el && memcmp(e->val, exp, el) == 0) {
-			rc = put(ns, key, des, dl);
-		}
-		e = *find(ns, key);
-		if (rc)
-			reply(c, rc, NULL, 0, NULL, 0);
-		else if (e)
-			reply_value(c, e);
-		else { /* missing, and something else was expected: c10d answers that */
-			hpct__put32(b, el);
-			reply(c, 0, b, 4, exp, el);
-		}
-		if (made)
-			woken(ns, key);
-		return 0;
-	}
-	case OP_CHECK:
-	case OP_DEL:
-		if (len != 0)
-			return -1;
-		b[0] = e != NULL;
-		if (op == OP_DEL && e) {
-			*pe = e->next;
-			free(e->key);
-			free(e->val);
-			free(e);
-			srv.n--;
-		}
-		reply(c, 0, b, 1, NULL, 0);
-		return 0;
-	case OP_COUNT: {
-		if (len != 0)
-			return -1;
-		int64_t n = 0;
-		for (size_t i = 0; i < srv.nb; i++)
-			for (struct entry *x = srv.tab[i]; x; x = x->next)
-				n += x->ns == ns;
-		hpct__put64(b, (uint64_t)n);
-		reply(c, 0, b, 8, NULL, 0);
-		return 0;
-	}
-	}
-	return -1;
+	if (s->secret && c->admitted)
+		snprintf(buf, len, "%s (rank %u)", c->peer, c->auth.hello.src);
+	else
+		snprintf(buf, len, "%s", c->peer);
+	return buf;
 }
 
 static void drop(int i)
@@ -334,47 +97,104 @@ static void drop(int i)
 	struct sconn *c = &srv.c[i];
 	if (c->fd >= 0)
 		close(c->fd);
+	set_incap(&srv, c, 0);
+	set_outcap(&srv, c, 0);
+	sval_release(&srv.t, c->oval);
 	free(c->in);
 	free(c->out);
 	free(c->key);
 	srv.c[i] = srv.c[--srv.nc];
+	srv.resume_at = 0; /* a descriptor came free: try accepting again */
 }
 
-/* Serves each whole frame buffered, unless a request is parked (a client
- * sends one at a time).  -1: close the connection. */
-static int serve_buffered(struct sconn *c)
+/* Serves the first whole frame buffered: 1 served, 0 none there, -1 close
+ * the connection (a frame over HPCT_STORE_MAX_FRAME, or malformed). */
+static int serve_one(struct sconn *c)
 {
-	size_t off = 0;
-	int rc = 0;
-	while (!c->parked && c->inlen - off >= 4) {
-		uint32_t fl = hpct__get32(c->in + off);
-		if (fl > HPCT_STORE_MAX_FRAME) {
-			rc = -1;
-			break;
+	if (c->inlen < 4)
+		return 0;
+	uint32_t fl = hpct__get32(c->in);
+	if (fl > HPCT_STORE_MAX_FRAME)
+		return -1;
+	if (c->inlen - 4 < fl)
+		return 0;
+	if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
+		return -1;
+	c->admitted = 1; /* without a secret, a whole request admits it */
+	c->inlen -= 4 + (size_t)fl;
+	memmove(c->in, c->in + 4 + fl, c->inlen);
+	if (c->inlen == 0) { /* an idle connection holds no buffer */
+		free(c->in);
+		c->in = NULL;
+		set_incap(&srv, c, 0);
+	} else if (c->incap > 4 * WINDOW && c->inlen < c->incap / 4) {
+		/* a big request is done: give back what it took */
+		unsigned char *in = realloc(c->in, c->inlen + c->inlen / 8);
+		if (in) {
+			c->in = in;
+			set_incap(&srv, c, c->inlen + c->inlen / 8);
 		}
-		if (c->inlen - off - 4 < fl)
-			break;
-		if ((rc = serve(c, c->in + off + 4, fl)) < 0)
-			break;
-		off += 4 + (size_t)fl;
 	}
-	memmove(c->in, c->in + off, c->inlen - off);
-	c->inlen -= off;
-	return rc;
+	return 1;
 }
 
-/* With a secret, a connection's first bytes are its proof (auth.h): 0 when
- * admitted or still proving, -1 to close it (refused, logged with the
- * address it came from). */
+static void flush(struct sconn *c)
+{
+	while (c->fd >= 0 && pending(c)) {
+		int head = c->outoff < c->outlen;
+		const unsigned char *p = head ? c->out + c->outoff : c->oval->b + c->ovoff;
+		size_t n = head ? c->outlen - c->outoff : c->oval->len - c->ovoff;
+		ssize_t w = send(c->fd, p, n,
+		                 MSG_DONTWAIT | MSG_NOSIGNAL | (head && c->oval ? MSG_MORE : 0));
+		if (w < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				close(c->fd);
+				c->fd = -1;
+			}
+			return;
+		}
+		if (head)
+			c->outoff += (size_t)w;
+		else if ((c->ovoff += (size_t)w) == c->oval->len) {
+			sval_release(&srv.t, c->oval);
+			c->oval = NULL;
+		}
+	}
+	/* sent (or, with no socket, dropped) */
+	sval_release(&srv.t, c->oval);
+	c->oval = NULL;
+	c->outlen = c->outoff = 0;
+	if (c->outcap > 4096) {
+		free(c->out);
+		c->out = NULL;
+		set_outcap(&srv, c, 0);
+	}
+}
+
+/* Sends what is due and serves what came, one request at a time: a reply
+ * must be gone, and a parked request answered, before the next is served.
+ * -1: close the connection. */
+static int progress(struct sconn *c)
+{
+	for (;;) {
+		flush(c);
+		if (c->fd < 0 && !c->fuzz)
+			return -1;
+		if (pending(c) || c->parked || (!c->admitted && srv.secret))
+			return 0;
+		int r = serve_one(c);
+		if (r <= 0)
+			return r;
+	}
+}
+
+/* A connection's first bytes are its proof when there is a secret
+ * (auth.h): 0 when admitted or still proving, -1 to close it (refused,
+ * logged with the address it came from). */
 static void refused(const struct sconn *c, const char *why)
 {
-	char from[HPCT_ADDRSTRLEN] = "?";
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0)
-		hpct__addr_str((struct sockaddr *)&ss, from, sizeof(from));
-	HPCT_WARN(HPCT_SUB_NET, "store: rank %u refused a connection from %s: %s", srv.id.server,
-	          from, why);
+	HPCT_WARN(HPCT_SUB_NET, "store: rank %d refused a connection from %s: %s", srv.rank,
+	          c->peer, why);
 }
 
 static int admit(struct sconn *c)
@@ -396,87 +216,211 @@ static int admit(struct sconn *c)
 	return 0;
 }
 
-/* Reads what came and serves it.  -1: close it. */
-static int on_readable(struct sconn *c)
+/* 1 while the connection waits on a reply to drain or a parked request:
+ * a client sends one request at a time, so it may have sent WINDOW at
+ * most meanwhile. */
+static int stalled(const struct sconn *c)
 {
-	for (;;) {
-		if (c->incap - c->inlen < 65536) {
-			size_t cap = c->incap ? c->incap * 2 : 65536;
-			if (cap > HPCT_STORE_MAX_FRAME + 65536)
-				cap = HPCT_STORE_MAX_FRAME + 65536;
-			if (cap <= c->inlen)
-				return -1;
-			unsigned char *in = realloc(c->in, cap);
-			if (!in)
-				return -1;
-			c->in = in;
-			c->incap = cap;
-		}
-		ssize_t r = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, MSG_DONTWAIT);
-		char why[160];
-		if (r == 0 && !c->admitted && hpct__auth_server_gone(&c->auth, why, sizeof(why)))
-			refused(c, why);
-		if (r == 0)
+	return (pending(c) || c->parked) && c->inlen >= WINDOW;
+}
+
+/* Takes n bytes that came into the connection's buffer, which grows to
+ * what came and an eighth (a 64 MiB request in some 60 steps), never past
+ * one frame (WINDOW while proving a secret), nor past HPCT_STORE_MAX_BYTES
+ * over all connections.  0, or -1: close it (logged). */
+static int take(struct sconn *c, const unsigned char *p, size_t n)
+{
+	size_t need = c->inlen + n;
+	if (need > c->incap) {
+		size_t lim =
+		        !c->admitted && srv.secret ? WINDOW : HPCT_STORE_MAX_FRAME + 4 + WINDOW;
+		size_t cap = need + need / 8;
+		if (cap > lim)
+			cap = lim;
+		if (cap < need)
+			return -1; /* more than a frame: serve_one would have closed it */
+		if (srv.inflight - c->incap + cap > srv.t.max_bytes) {
+			unsigned long quiet;
+			char w[HPCT_ADDRSTRLEN + 32];
+			if (ssrv_burst_ok(&srv.b_inflight, &quiet))
+				HPCT_WARN(HPCT_SUB_NET,
+				          "store: rank %d closed the connection from %s: requests "
+				          "and "
+				          "replies on their way would take %zu bytes, over "
+				          "HPCT_STORE_MAX_BYTES=%zu (%zu bytes of its request "
+				          "came)%s%.0lu%s",
+				          srv.rank, ssrv_who(&srv, c, w, sizeof(w)),
+				          srv.inflight - c->incap + cap, srv.t.max_bytes, need,
+				          quiet ? " (and " : "", quiet,
+				          quiet ? " more in the last second)" : "");
 			return -1;
-		if (r < 0)
+		}
+		unsigned char *in = realloc(c->in, cap);
+		if (!in)
+			return -1;
+		c->in = in;
+		set_incap(&srv, c, cap);
+	}
+	memcpy(c->in + c->inlen, p, n);
+	c->inlen = need;
+	return 0;
+}
+
+/* Reads what came and serves it.  -1: close it. */
+static int on_readable(struct sconn *c, short revents)
+{
+	static unsigned char scratch[WINDOW]; /* the server thread's alone */
+	for (;;) {
+		if (stalled(c)) /* closed or broken is all it can tell us now */
+			return revents & (POLLHUP | POLLERR) ? -1 : 0;
+		ssize_t n = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+		char why[160];
+		if (n == 0 && !c->admitted && srv.secret &&
+		    hpct__auth_server_gone(&c->auth, why, sizeof(why)))
+			refused(c, why);
+		if (n == 0)
+			return -1;
+		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
-		c->inlen += (size_t)r;
-		if (!c->admitted) {
+		if (take(c, scratch, (size_t)n) < 0)
+			return -1;
+		if (!c->admitted && srv.secret) {
 			if (admit(c) < 0)
 				return -1;
 			if (!c->admitted)
 				continue;
 		}
-		if (serve_buffered(c) < 0)
+		if (progress(c) < 0)
 			return -1;
 	}
 }
 
-static void flush(struct sconn *c)
-{
-	while (c->fd >= 0 && c->outoff < c->outlen) {
-		ssize_t w = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
-		                 MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (w < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				close(c->fd);
-				c->fd = -1;
-			}
-			return;
-		}
-		c->outoff += (size_t)w;
-	}
-	c->outlen = c->outoff = 0;
-}
-
 /* For the fuzz target: `data` as bytes from one connection, served as the
- * thread would (replies kept, then dropped), then every key forgotten. */
-HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len)
+ * thread would (replies dropped as they are made), then every key
+ * forgotten.  Small caps, so that inputs reach the refusals.  -1 when
+ * the accounting did not come back to nothing. */
+HPCT_PRIVATE int hpct__store_fuzz_one(const unsigned char *data, size_t len)
 {
-	if (!srv.tab && !(srv.tab = calloc(srv.nb = 1024, sizeof(*srv.tab))))
-		return;
-	struct sconn c = { .fd = -1 };
+	if (!srv.t.tab && stab_init(&srv.t, 64, 16384) != 0)
+		return 0;
+	struct sconn c = { .fd = -1, .admitted = 1, .fuzz = 1 };
 	srv.c = &c;
 	srv.nc = 1;
 	if ((c.in = malloc(len ? len : 1))) {
 		memcpy(c.in, data, len);
-		c.inlen = c.incap = len;
-		serve_buffered(&c);
+		c.inlen = len;
+		set_incap(&srv, &c, len);
+		progress(&c);
 	}
+	set_incap(&srv, &c, 0);
+	set_outcap(&srv, &c, 0);
+	sval_release(&srv.t, c.oval);
 	free(c.in);
 	free(c.out);
 	free(c.key);
 	srv.c = NULL;
 	srv.nc = 0;
-	for (size_t i = 0; i < srv.nb; i++)
-		for (struct entry *e = srv.tab[i], *next; e; e = next) {
-			next = e->next;
-			free(e->key);
-			free(e->val);
-			free(e);
+	int bad = srv.t.n > srv.t.max_keys || srv.t.bytes > srv.t.max_bytes;
+	stab_clear(&srv.t);
+	return bad || srv.t.n || srv.t.bytes || srv.inflight ? -1 : 0;
+}
+
+/* Closes a connection that did not get admitted in time, saying how far
+ * it got. */
+static void too_slow(struct sconn *c)
+{
+	char how[96];
+	if (srv.secret)
+		snprintf(how, sizeof(how), "%s",
+		         c->auth.state == 0 && c->inlen == 0 && c->auth.have == 0
+		                 ? "it sent nothing"
+		         : c->auth.state == 0 ? "its HELLO was not whole"
+		                              : "it never sent its proof after our CHALLENGE");
+	else if (c->inlen == 0)
+		snprintf(how, sizeof(how), "it sent nothing");
+	else if (c->inlen < 4)
+		snprintf(how, sizeof(how), "%zu bytes came, less than a frame's length", c->inlen);
+	else
+		snprintf(how, sizeof(how), "%zu of the %" PRIu32 " bytes of its first request came",
+		         c->inlen - 4, hpct__get32(c->in));
+	unsigned long quiet;
+	if (ssrv_burst_ok(&srv.b_admit, &quiet))
+		HPCT_WARN(HPCT_SUB_NET,
+		          "store: rank %d closed the connection from %s: no %s within "
+		          "HPCT_STORE_ADMIT_TIMEOUT=%.1f s (%s)%s%.0lu%s",
+		          srv.rank, c->peer,
+		          srv.secret ? "proof of the secret (HPCT_SECRET)" : "whole first request",
+		          srv.admit_s, how, quiet ? " (and " : "", quiet,
+		          quiet ? " more in the last second)" : "");
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void accept_all(double now)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd =
+		        accept4(srv.lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS &&
+			    errno != ENOMEM)
+				return; /* EAGAIN: all taken */
+			/* the listener stays readable: polling it now would spin */
+			srv.resume_at = now + PAUSE_S;
+			if (!srv.pause_told) {
+				struct rlimit rl = { 0 };
+				getrlimit(RLIMIT_NOFILE, &rl);
+				HPCT_WARN(HPCT_SUB_NET,
+				          "store: rank %d cannot accept connections at %s: %s "
+				          "(descriptors: RLIMIT_NOFILE %llu; %d store connections "
+				          "open); accepting paused until one closes, tried again "
+				          "every %.1f s",
+				          srv.rank, srv.where, strerror(errno),
+				          (unsigned long long)rl.rlim_cur, srv.nc, PAUSE_S);
+				srv.pause_told = 1;
+			}
+			return;
 		}
-	memset(srv.tab, 0, srv.nb * sizeof(*srv.tab));
-	srv.n = 0;
+		if (srv.pause_told) {
+			HPCT_INFO(HPCT_SUB_NET, "store: rank %d accepts connections at %s again",
+			          srv.rank, srv.where);
+			srv.pause_told = 0;
+		}
+		char peer[HPCT_ADDRSTRLEN];
+		hpct__addr_str((struct sockaddr *)&ss, peer, sizeof(peer));
+		if (srv.nc == srv.ccap && srv.nc < srv.max_conns) { /* doubled: few copies */
+			int cap = srv.ccap ? srv.ccap * 2 : 16;
+			struct sconn *c = realloc(srv.c, (size_t)cap * sizeof(*c));
+			if (c) {
+				srv.c = c;
+				srv.ccap = cap;
+			}
+		}
+		if (srv.nc == srv.ccap || srv.nc >= srv.max_conns) {
+			unsigned long quiet;
+			if (ssrv_burst_ok(&srv.b_conns, &quiet))
+				HPCT_WARN(HPCT_SUB_NET,
+				          "store: rank %d at %s closed the connection from %s: it "
+				          "holds %d connections, %s%s%.0lu%s",
+				          srv.rank, srv.where, peer, srv.nc,
+				          srv.nc < srv.max_conns
+				                  ? "and no memory for more"
+				                  : "its most (4 a rank of the job, at least 4096)",
+				          quiet ? " (and " : "", quiet,
+				          quiet ? " more in the last second)" : "");
+			close(fd);
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		struct sconn *c = &srv.c[srv.nc++];
+		*c = (struct sconn){ .fd = fd, .admit_by = now + srv.admit_s };
+		memcpy(c->peer, peer, sizeof(peer));
+	}
 }
 
 static void *server_main(void *arg)
@@ -486,71 +430,76 @@ static void *server_main(void *arg)
 	int cap = 0;
 	for (;;) {
 		if (cap < srv.nc + 1) {
-			cap = (srv.nc + 1) * 2;
-			struct pollfd *p = realloc(pfd, (size_t)cap * sizeof(*p));
+			struct pollfd *p = realloc(pfd, (size_t)(srv.nc + 1) * 2 * sizeof(*p));
 			if (!p) {
 				hpct__sleep(0.01);
 				continue;
 			}
 			pfd = p;
+			cap = (srv.nc + 1) * 2;
 		}
 		double now = hpct__now(), next = now + 3600;
 		for (int i = 0; i < srv.nc; i++) {
 			struct sconn *c = &srv.c[i];
 			if (c->parked && c->deadline <= now) { /* its wait is over */
-				reply(c, HPCT_ETIMEDOUT, NULL, 0, NULL, 0);
-				unpark(c);
+				sreq_reply(&srv, c, HPCT_ETIMEDOUT, NULL, 0, NULL, 0);
+				sreq_unpark(c);
 			}
-			if (c->parked && c->deadline < next)
-				next = c->deadline;
-			/* frames that came in behind a parked request */
-			if (c->admitted && !c->parked && c->inlen >= 4 && serve_buffered(c) < 0) {
+			if (c->fd >= 0 && !c->admitted && c->admit_by <= now)
+				too_slow(c);
+			if (c->fd >= 0 && progress(c) < 0) {
 				close(c->fd);
 				c->fd = -1;
 			}
-			flush(c);
+			if (c->parked && c->deadline < next)
+				next = c->deadline;
+			if (c->fd >= 0 && !c->admitted && c->admit_by < next)
+				next = c->admit_by;
 		}
 		for (int i = srv.nc - 1; i >= 0; i--)
 			if (srv.c[i].fd < 0)
 				drop(i);
-		pfd[0] = (struct pollfd){ .fd = srv.lfd, .events = POLLIN };
+		int paused = srv.resume_at > now;
+		if (paused && srv.resume_at < next)
+			next = srv.resume_at;
+		pfd[0] = (struct pollfd){ .fd = paused ? -1 : srv.lfd, .events = POLLIN };
 		for (int i = 0; i < srv.nc; i++)
 			pfd[i + 1] = (struct pollfd){
 				.fd = srv.c[i].fd,
-				.events = (short)(POLLIN | (srv.c[i].outlen ? POLLOUT : 0)),
+				.events = (short)((stalled(&srv.c[i]) ? 0 : POLLIN) |
+				                  (pending(&srv.c[i]) ? POLLOUT : 0)),
 			};
-		int ms = (int)((next - now) * 1000) + 1;
+		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
 		if (poll(pfd, (nfds_t)srv.nc + 1, ms) < 0 && errno != EINTR)
 			hpct__sleep(0.01);
 		for (int i = srv.nc - 1; i >= 0; i--) {
 			short re = pfd[i + 1].revents;
 			if (re & (POLLIN | POLLHUP | POLLERR))
-				if (on_readable(&srv.c[i]) < 0) {
+				if (on_readable(&srv.c[i], re) < 0) {
 					close(srv.c[i].fd);
 					srv.c[i].fd = -1;
 				}
 		}
-		if (pfd[0].revents & POLLIN) {
-			int fd;
-			while ((fd = accept4(srv.lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >=
-			       0) {
-				struct sconn *c =
-				        srv.nc < MAX_CONNS
-				                ? realloc(srv.c, (size_t)(srv.nc + 1) * sizeof(*c))
-				                : NULL;
-				if (!c) {
-					close(fd);
-					continue;
-				}
-				srv.c = c;
-				int one = 1;
-				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-				srv.c[srv.nc++] =
-				        (struct sconn){ .fd = fd, .admitted = !srv.secret };
-			}
-		}
+		if (pfd[0].revents & POLLIN)
+			accept_all(hpct__now());
 	}
 	return NULL;
+}
+
+/* The bounds (server.c's head comment), from the settings table. */
+static int read_bounds(void)
+{
+	const struct hpct_env *env = hpct__env_process();
+	long keys, bytes;
+	int rc = hpct__env_int(env, "HPCT_STORE_MAX_KEYS", 1, 1L << 40, 1L << 20, &keys, NULL);
+	if (rc == 0)
+		rc = hpct__env_int(env, "HPCT_STORE_MAX_BYTES", 1L << 16, 1L << 50, 1L << 30,
+		                   &bytes, NULL);
+	if (rc == 0)
+		rc = hpct__env_seconds(env, "HPCT_STORE_ADMIT_TIMEOUT", &srv.admit_s, NULL);
+	if (rc == 0)
+		rc = stab_init(&srv.t, (size_t)keys, (size_t)bytes);
+	return rc;
 }
 
 int hpct__store_server_start(struct hpct_world *w)
@@ -561,6 +510,9 @@ int hpct__store_server_start(struct hpct_world *w)
 		pthread_mutex_unlock(&srv.mu);
 		return rc;
 	}
+	srv.rank = w->topo.rank;
+	srv.max_conns = w->topo.size > MIN_CONNS / CONNS_PER_RANK ? w->topo.size * CONNS_PER_RANK
+	                                                          : MIN_CONNS;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	rc = hpct__store_addr(w, w->topo.rank, &ss, &sl, srv.where, sizeof(srv.where));
@@ -579,10 +531,8 @@ int hpct__store_server_start(struct hpct_world *w)
 				close(fd);
 		}
 	}
-	if (rc == 0 && !(srv.tab = calloc(srv.nb = 1024, sizeof(*srv.tab)))) {
+	if (rc == 0 && (rc = read_bounds()) != 0)
 		close(fd);
-		rc = HPCT_ENOMEM;
-	}
 	if (rc == 0 && w->topo.secret) {
 		srv.id = hpct__store_auth_id(w, w->topo.rank, w->topo.rank);
 		srv.slen = w->topo.secret_len;
@@ -602,8 +552,10 @@ int hpct__store_server_start(struct hpct_world *w)
 	if (rc == 0) {
 		pthread_detach(th);
 		srv.started = 1;
-		HPCT_INFO(HPCT_SUB_NET, "store: rank %d serves its keys at %s", w->topo.rank,
-		          srv.where);
+		HPCT_INFO(HPCT_SUB_NET,
+		          "store: rank %d serves its keys at %s (at most %zu keys, %zu bytes; "
+		          "admission within %.1f s)",
+		          w->topo.rank, srv.where, srv.t.max_keys, srv.t.max_bytes, srv.admit_s);
 	} else {
 		srv.err = rc;
 	}

@@ -79,8 +79,11 @@ HPCT_PRIVATE int hpct__store_delete(struct hpct_store *s, const char *key, int *
 HPCT_PRIVATE int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out);
 
 /* The server's request parser on `data` as one connection's bytes, with
- * no socket (tests/fuzz/fuzz_store.c); not for a process that serves. */
-HPCT_PRIVATE void hpct__store_fuzz_one(const unsigned char *data, size_t len);
+ * no socket, under caps of 64 keys and 16 KiB (tests/fuzz/fuzz_store.c);
+ * not for a process that serves.  -1 when the table held more than its
+ * caps, or its accounting of keys, bytes and buffers did not come back to
+ * zero once every key was forgotten. */
+HPCT_PRIVATE int hpct__store_fuzz_one(const unsigned char *data, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,249 @@
+/* The rootless store's requests (store.h's wire): what each does to the
+ * key table, what it answers, and the GETs and WAITs it parks; the caps'
+ * refusals logged naming the client, the key and the limit. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/base/bytes.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/store/server.h"
+#include "bootstrap/store/store.h"
+#include "bootstrap/store/store_internal.h"
+#include "bootstrap/store/table.h"
+#include "hpct/hpct.h"
+
+/* Queues a reply: u32 length, i32 status, a, b, then v (a reference to a
+ * stored value, sent from the table's copy; may be NULL). */
+static void reply_with(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen,
+                       const void *b, size_t blen, struct sval *v)
+{
+	size_t need = c->outlen + 8 + alen + blen;
+	if (need > c->outcap) {
+		unsigned char *o = realloc(c->out, need);
+		if (!o) {
+			close(c->fd);
+			c->fd = -1;
+			return;
+		}
+		c->out = o;
+		set_outcap(s, c, need);
+	}
+	unsigned char *o = c->out + c->outlen;
+	hpct__put32(o, (uint32_t)(4 + alen + blen + (v ? v->len : 0)));
+	hpct__put32(o + 4, (uint32_t)status);
+	if (alen)
+		memcpy(o + 8, a, alen);
+	if (blen)
+		memcpy(o + 8 + alen, b, blen);
+	c->outlen = need;
+	if (v && v->len) {
+		c->oval = sval_ref(v);
+		c->ovoff = 0;
+	}
+}
+
+void sreq_reply(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen,
+                const void *b, size_t blen)
+{
+	reply_with(s, c, status, a, alen, b, blen, NULL);
+}
+
+/* status 0, u32 length, the value */
+static void reply_value(struct ssrv *s, struct sconn *c, struct sval *v)
+{
+	unsigned char l[4];
+	hpct__put32(l, (uint32_t)v->len);
+	reply_with(s, c, 0, l, 4, NULL, 0, v);
+}
+
+void sreq_unpark(struct sconn *c)
+{
+	free(c->key);
+	c->key = NULL;
+	c->parked = 0;
+}
+
+/* A key came into being: answer whoever waits for it. */
+static void woken(struct ssrv *s, uint64_t ns, const char *key)
+{
+	struct entry *e = stab_get(&s->t, ns, key);
+	for (int i = 0; i < s->nc; i++) {
+		struct sconn *c = &s->c[i];
+		if (!c->parked || c->ns != ns || strcmp(c->key, key) != 0)
+			continue;
+		if (c->op == OP_GET)
+			reply_value(s, c, e->val);
+		else
+			sreq_reply(s, c, 0, NULL, 0, NULL, 0);
+		sreq_unpark(c);
+	}
+}
+
+static int counter_of(const struct entry *e, int64_t *v)
+{
+	char buf[32];
+	if (!e) {
+		*v = 0;
+		return 0;
+	}
+	if (e->val->len == 0 || e->val->len >= sizeof(buf))
+		return HPCT_EINVAL;
+	memcpy(buf, e->val->b, e->val->len);
+	buf[e->val->len] = 0;
+	char *end;
+	errno = 0;
+	long long x = strtoll(buf, &end, 10);
+	if (errno || *end)
+		return HPCT_EINVAL;
+	*v = x;
+	return 0;
+}
+
+/* stab_put, with a refusal logged naming the client, the key and the
+ * limit; 0 or HPCT_ENOMEM (the status the client gets). */
+static int put(struct ssrv *s, const struct sconn *c, const char *op, uint64_t ns, const char *key,
+               const void *val, size_t len)
+{
+	size_t need = 0;
+	int rc = stab_put(&s->t, ns, key, val, len, &need);
+	unsigned long quiet;
+	if (rc == STAB_OK || rc == STAB_NOMEM || !ssrv_burst_ok(&s->b_full, &quiet))
+		return rc == STAB_OK ? 0 : HPCT_ENOMEM;
+	char w[HPCT_ADDRSTRLEN + 32];
+	HPCT_WARN(HPCT_SUB_NET,
+	          "store: rank %d refused %s of key '%.*s%s' (namespace %#" PRIx64
+	          ", %zu bytes) from %s: the store would hold %zu %s, over %s=%zu%s%.0lu%s",
+	          s->rank, op, KEY_SHOWN, key, strlen(key) > KEY_SHOWN ? "..." : "", ns, len,
+	          ssrv_who(s, c, w, sizeof(w)), need,
+	          rc == STAB_FULL_KEYS ? "keys" : "bytes of keys and values",
+	          rc == STAB_FULL_KEYS ? "HPCT_STORE_MAX_KEYS" : "HPCT_STORE_MAX_BYTES",
+	          rc == STAB_FULL_KEYS ? s->t.max_keys : s->t.max_bytes, quiet ? " (and " : "",
+	          quiet, quiet ? " more refusals in the last second)" : "");
+	return HPCT_ENOMEM;
+}
+
+/* One request; 0, or -1 when the connection must close (malformed). */
+int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len)
+{
+	if (len < HDR)
+		return -1;
+	uint8_t op = p[0];
+	uint64_t ns = hpct__get64(p + 1);
+	uint32_t klen = hpct__get32(p + 9);
+	if (klen > HPCT_STORE_MAX_KEY || klen > len - HDR)
+		return -1;
+	char key[HPCT_STORE_MAX_KEY + 1];
+	memcpy(key, p + HDR, klen);
+	key[klen] = 0;
+	if (strlen(key) != klen)
+		return -1;
+	p += HDR + klen;
+	len -= HDR + klen;
+	struct entry *e = stab_get(&s->t, ns, key);
+	unsigned char b[8];
+	switch (op) {
+	case OP_SET: {
+		if (len < 4 || hpct__get32(p) != len - 4)
+			return -1;
+		int rc = put(s, c, "set", ns, key, p + 4, len - 4);
+		sreq_reply(s, c, rc, NULL, 0, NULL, 0);
+		if (rc == 0)
+			woken(s, ns, key);
+		return 0;
+	}
+	case OP_GET:
+	case OP_WAIT: {
+		if (len != 8)
+			return -1;
+		if (e) {
+			if (op == OP_GET)
+				reply_value(s, c, e->val);
+			else
+				sreq_reply(s, c, 0, NULL, 0, NULL, 0);
+			return 0;
+		}
+		int64_t ms = (int64_t)hpct__get64(p);
+		if (!(c->key = strdup(key))) {
+			sreq_reply(s, c, HPCT_ENOMEM, NULL, 0, NULL, 0);
+			return 0;
+		}
+		c->parked = 1;
+		c->op = op;
+		c->ns = ns;
+		c->deadline = hpct__now() + (ms < 0 ? 0 : (double)ms / 1000);
+		return 0;
+	}
+	case OP_ADD: {
+		if (len != 8)
+			return -1;
+		int64_t v = 0;
+		int rc = counter_of(e, &v);
+		if (rc == 0 && __builtin_add_overflow(v, (int64_t)hpct__get64(p), &v))
+			rc = HPCT_EINVAL; /* the counter would overflow: left as it is */
+		if (rc == 0) {
+			char text[32];
+			int n = snprintf(text, sizeof(text), "%" PRId64, v);
+			rc = put(s, c, "add", ns, key, text, (size_t)n);
+		}
+		hpct__put64(b, (uint64_t)v);
+		sreq_reply(s, c, rc, b, rc ? 0 : 8, NULL, 0);
+		if (rc == 0 && !e)
+			woken(s, ns, key);
+		return 0;
+	}
+	case OP_CAS: {
+		if (len < 4)
+			return -1;
+		uint32_t el = hpct__get32(p);
+		if (el > len - 4 || len - 4 - el < 4)
+			return -1;
+		const unsigned char *exp = p + 4, *des = p + 8 + el;
+		uint32_t dl = hpct__get32(p + 4 + el);
+		if (dl != len - 8 - el)
+			return -1;
+		int rc = 0, made = 0;
+		if (!e) {
+			if (el == 0) {
+				rc = put(s, c, "compare_set", ns, key, des, dl);
+				made = rc == 0;
+			}
+		} else if (e->val->len == el && memcmp(e->val->b, exp, el) == 0) {
+			rc = put(s, c, "compare_set", ns, key, des, dl);
+		}
+		e = stab_get(&s->t, ns, key);
+		if (rc)
+			sreq_reply(s, c, rc, NULL, 0, NULL, 0);
+		else if (e)
+			reply_value(s, c, e->val);
+		else { /* missing, and something else was expected: c10d answers that */
+			hpct__put32(b, el);
+			sreq_reply(s, c, 0, b, 4, exp, el);
+		}
+		if (made)
+			woken(s, ns, key);
+		return 0;
+	}
+	case OP_CHECK:
+	case OP_DEL:
+		if (len != 0)
+			return -1;
+		b[0] = e != NULL;
+		if (op == OP_DEL && e)
+			stab_del(&s->t, ns, key);
+		sreq_reply(s, c, 0, b, 1, NULL, 0);
+		return 0;
+	case OP_COUNT: {
+		if (len != 0)
+			return -1;
+		hpct__put64(b, (uint64_t)stab_count(&s->t, ns));
+		sreq_reply(s, c, 0, b, 8, NULL, 0);
+		return 0;
+	}
+	}
+	return -1;
+}

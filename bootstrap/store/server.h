@@ -1,0 +1,106 @@
+/* Inside the rootless store's server: its state and its connections,
+ * shared by the event loop (server.c) and the requests' semantics
+ * (requests.c).  The server thread owns all of it. */
+#ifndef HPCT_STORE_SERVER_H
+#define HPCT_STORE_SERVER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap/base/auth.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/store/table.h"
+#include "hpct/hpct.h"
+
+#define KEY_SHOWN 100
+#define BURST     8 /* log lines of one kind a second; the rest are counted */
+
+struct sconn {
+	int fd;
+	char peer[HPCT_ADDRSTRLEN];
+	unsigned char *in;
+	size_t inlen, incap;
+	/* a reply on its way: out[outoff..outlen), then oval from ovoff */
+	unsigned char *out;
+	size_t outlen, outoff, outcap;
+	struct sval *oval;
+	size_t ovoff;
+	/* a parked GET or WAIT */
+	int parked;
+	uint8_t op;
+	uint64_t ns;
+	char *key;
+	double deadline;
+	/* admitted: proved the secret, or (none) sent a whole first request;
+	 * closed at admit_by otherwise */
+	int admitted;
+	double admit_by;
+	struct hpct_auth_srv auth;
+	int fuzz; /* no socket: replies are dropped as they are made */
+};
+
+/* At most BURST lines a second of one kind; the rest counted, and said
+ * with the next line that goes out. */
+struct burst {
+	double since;
+	int lines;
+	unsigned long quiet;
+};
+
+struct ssrv {
+	pthread_mutex_t mu; /* start only: the thread owns everything else */
+	int started, err;
+	int rank;
+	char where[HPCT_ADDRSTRLEN];
+	int lfd;
+	struct stab t;
+	struct sconn *c;
+	int nc, ccap, max_conns;
+	/* bytes of input and output buffers, all connections */
+	size_t inflight;
+	double admit_s;
+	/* accepting paused (EMFILE and kin) until then; logged once a pause */
+	double resume_at;
+	int pause_told;
+	struct burst b_admit, b_full, b_conns, b_inflight;
+	/* with HPCT_SECRET: what a client proves, and the secret (a copy) */
+	struct hpct_auth_id id;
+	unsigned char *secret;
+	size_t slen;
+};
+
+/* Buffer sizes, counted in inflight as they change. */
+static inline void set_incap(struct ssrv *s, struct sconn *c, size_t cap)
+{
+	s->inflight = s->inflight - c->incap + cap;
+	c->incap = cap;
+}
+
+static inline void set_outcap(struct ssrv *s, struct sconn *c, size_t cap)
+{
+	s->inflight = s->inflight - c->outcap + cap;
+	c->outcap = cap;
+}
+
+/* 1 while a reply is on its way. */
+static inline int pending(const struct sconn *c)
+{
+	return c->outoff < c->outlen || c->oval;
+}
+
+/* server.c: 1 when a line of this kind may go out now (*quiet_out: how
+ * many were held back since the last one); "10.0.0.3:41234 (rank 7)",
+ * the address and the rank it proved. */
+int ssrv_burst_ok(struct burst *b, unsigned long *quiet_out);
+const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len);
+
+/* requests.c: one request (the frame's body) from c: 0, or -1 when the
+ * connection must close (malformed).  Its reply is queued on c, or c is
+ * parked. */
+int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len);
+void sreq_reply(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen,
+                const void *b, size_t blen);
+void sreq_unpark(struct sconn *c);
+
+#endif
