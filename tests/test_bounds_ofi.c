@@ -458,7 +458,7 @@ static int rank_main(int r, void *arg)
 			/* waits a moment on the stranger (a pace for the loop: the job
 			 * need not spin two cores while the attack goes on) */
 			struct pollfd pfd = { .fd = c->done_pipe[0], .events = POLLIN };
-			if (!done && poll(&pfd, 1, 1) == 1 && read(c->done_pipe[0], &b, 1) == 1)
+			if (poll(&pfd, 1, 1) == 1 && !done && read(c->done_pipe[0], &b, 1) == 1)
 				done = b == '1' ? 1 : -1;
 			if (seen && done)
 				item[2] = 1;
