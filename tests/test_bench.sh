@@ -5,12 +5,7 @@
 # Usage: test_bench.sh HPCT_BENCH
 set -eu
 bench=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/sh_common.sh"
 
 "$bench" --scenario cold,restart,kill-root --recovery inprocess --ranks 2,4 --repeat 1 \
 	--port 16600 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||

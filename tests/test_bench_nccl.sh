@@ -6,12 +6,7 @@
 # Usage: test_bench_nccl.sh HPCT_BENCH
 set -eu
 bench=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/sh_common.sh"
 "$bench" --scenario nccl-root --ranks 2,4,64 --repeat 1 --port 16700 --json "$dir/n.json" \
 	>"$dir/out" 2>"$dir/err" || fail "the nccl-root run failed: $(cat "$dir/out" "$dir/err")"
 for p in rootless standard; do

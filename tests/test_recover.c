@@ -51,6 +51,16 @@ struct hundred {
 	long replacements;     /* connections the replacements made */
 };
 
+/* A rank in a child process: main(r, epoch) is its exit status. */
+static pid_t start_rank(int (*main_fn)(int, int), int r, int epoch)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(main_fn(r, epoch));
+	return pid;
+}
+
 static struct hundred *hs;
 static int hport;
 
@@ -121,14 +131,6 @@ static int hundred_rank(int r, int epoch)
 	return 0;
 }
 
-static pid_t hundred_start(int r, int epoch)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid == 0)
-		_exit(hundred_rank(r, epoch));
-	return pid;
-}
 
 Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries, .timeout = 600)
 {
@@ -138,7 +140,7 @@ Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries, .timeout =
 	hport = hpct_test_ports(0);
 	pid_t pids[HN];
 	for (int r = 0; r < HN; r++)
-		pids[r] = hundred_start(r, 0);
+		pids[r] = start_rank(hundred_rank, r, 0);
 	int st;
 	for (int e = 1; e <= HUNDRED; e++) {
 		wait_for(&hs->done[e - 1], HN);
@@ -149,7 +151,7 @@ Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries, .timeout =
 		cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
 		          "rank 3 of epoch %d ended with %d before it was killed", e - 1,
 		          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-		pids[HN - 1] = hundred_start(HN - 1, e);           /* its replacement */
+		pids[HN - 1] = start_rank(hundred_rank, HN - 1, e); /* its replacement */
 		__atomic_store_n(&hs->epoch, e, __ATOMIC_SEQ_CST); /* the agent's word */
 	}
 	wait_for(&hs->done[HUNDRED], HN);
@@ -249,14 +251,6 @@ static int rank_main(int r, int epoch)
 	return 0;
 }
 
-static pid_t start(int r, int epoch)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid == 0)
-		_exit(rank_main(r, epoch));
-	return pid;
-}
 
 /* The stale one: rank 4 of epoch ROUNDS - 1 joins and tries a barrier. */
 static int stale_main(void)
@@ -281,7 +275,7 @@ Test(recover, three_recoveries_with_replacements_and_a_stale_process)
 	port_base = hpct_test_ports(1);
 	pid_t pids[N];
 	for (int r = 0; r < N; r++)
-		pids[r] = start(r, 0);
+		pids[r] = start_rank(rank_main, r, 0);
 	int lost = 0; /* exit codes of ranks that ended badly */
 	for (int round = 1; round <= ROUNDS; round++) {
 		wait_for(&sh->done[round - 1], N);
@@ -293,7 +287,7 @@ Test(recover, three_recoveries_with_replacements_and_a_stale_process)
 			waitpid(pids[v], &st, 0);
 			if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
 				lost = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-			pids[v] = start(v, round); /* its replacement */
+			pids[v] = start_rank(rank_main, v, round); /* its replacement */
 		}
 		__atomic_store_n(&sh->epoch, round, __ATOMIC_SEQ_CST); /* the agent's word */
 	}

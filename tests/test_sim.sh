@@ -6,12 +6,7 @@
 # Usage: test_sim.sh HPCT_BENCH
 set -eu
 bench=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/sh_common.sh"
 sizes=2,3,5,8,13,16,31,32,64
 
 "$bench" --scenario cold --ranks $sizes --path rootless --repeat 1 --port 17000 \
