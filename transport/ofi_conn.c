@@ -67,7 +67,8 @@ struct ofi_conn *hpct__ofi_conn_new(struct ofi_ctx *x, enum ostate st)
 	c->av = -1;
 	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
 	c->rx_next = 1;
-	c->born = c->last_heard = hpct__ofi_now_s();
+	c->born = x->ptime;
+	c->last_heard = hpct__ofi_now_s();
 	c->serial = ++x->serial;
 	return c;
 }
@@ -452,8 +453,9 @@ static void ping_silent(struct ofi_ctx *x, double now)
 /* Conns past their deadlines: a SYN delivered and never answered (its
  * acceptor refused it, or is gone) fails as a connect; an incoming conn
  * still unidentified after PENDING_AFTER is closed. */
-static void expire(struct ofi_ctx *x, double now)
+static void expire(struct ofi_ctx *x)
 {
+	double now = x->ptime;
 	for (uint32_t i = 0; i < x->nconns; i++) {
 		struct ofi_conn *c = x->conns[i];
 		if (!c)
@@ -532,7 +534,7 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 	double now = hpct__ofi_now_s();
 	push_sends(x, now);
 	drain_cq(x);
-	expire(x, now); /* after what came meanwhile: a SYNACK, a handshake */
+	expire(x); /* after what came meanwhile: a SYNACK, a handshake */
 	if (x->nev == 0 && timeout_ms != 0) {
 		if (timeout_ms > 0)
 			ping_silent(x, now);
@@ -553,6 +555,7 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 		drain_cq(x);
 		push_sends(x, hpct__ofi_now_s());
 	}
+	x->ptime += hpct__ofi_now_s() - now;
 	x->cb = NULL;
 	return x->nev;
 }
