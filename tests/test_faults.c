@@ -178,6 +178,7 @@ struct stranger {
 	struct ht_event listening; /* rank 0 listens: knock now */
 	struct ht_event knocked;   /* the stranger has its answer, or the loris its connection */
 	struct ht_event done;      /* a real rank is through its allgathers */
+	struct ht_event looked;    /* the loris has looked at its connection: rank 0 may close */
 };
 
 /* The deadline of every wait here: it only catches a hang. */
@@ -245,6 +246,17 @@ static int slow_loris(struct stranger *s)
 		fprintf(stderr, "loris: the real ranks hung while it held half a frame\n");
 		return 54;
 	}
+	/* still connected when the job finished: the allgathers went on beside
+	 * it, not after rank 0 gave up on it (its handshake deadline is 10 s) */
+	char b;
+	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+	if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+		fprintf(stderr, "loris: rank 0 had closed it before the job finished (%s)\n",
+		        n == 0 ? "end of stream" : n > 0 ? "it sent a byte" : strerror(errno));
+		ht_event_post(&s->looked, 1);
+		return 55;
+	}
+	ht_event_post(&s->looked, 1);
 	close(fd);
 	return 0;
 }
@@ -332,6 +344,11 @@ static int stranger_main(int r, void *arg)
 	hpct_world_get_stats(w, &st);
 	if (r == 0 && st.conns_refused < 1 && !s->loris)
 		return 5; /* nothing at all was refused by rank 0 */
+	/* rank 0's destroy closes the loris: not before it has looked */
+	if (r == 0 && s->loris && ht_event_wait(&s->looked, 1, HANG_S) != 0) {
+		fprintf(stderr, "rank 0: the loris never looked at its connection\n");
+		return 6;
+	}
 	hpct_world_destroy(w);
 	return 0;
 }
@@ -361,12 +378,13 @@ static void stranger_test(int slot, const char *job, const char *epoch, const ch
 	s.stranger_port = s.real.port + 100;
 	snprintf(s.log, sizeof(s.log), "/tmp/hpct-faults-%d-%d.log", (int)getpid(), slot);
 	cr_assert(ht_event_init(&s.listening) == 0 && ht_event_init(&s.knocked) == 0 &&
-	          ht_event_init(&s.done) == 0);
+	          ht_event_init(&s.done) == 0 && ht_event_init(&s.looked) == 0);
 	int codes[3];
 	ht_spawn(3, stranger_env, stranger_main, &s, 2 * HANG_S, NULL, codes);
 	ht_event_destroy(&s.listening);
 	ht_event_destroy(&s.knocked);
 	ht_event_destroy(&s.done);
+	ht_event_destroy(&s.looked);
 	cr_expect_eq(codes[0], 0, "real rank 0 exited %d", codes[0]);
 	cr_expect_eq(codes[1], 0, "real rank 1 exited %d", codes[1]);
 	cr_expect_eq(codes[2], 0, "%s exited %d", loris ? "loris" : "stranger", codes[2]);
