@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "bootstrap/base/util.h"
 #include "hpct/hpct.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -192,4 +193,21 @@ void hpct__set_last_error(const char *fmt, ...)
 HPCT_API const char *hpct_last_error(void)
 {
 	return last_error;
+}
+
+int hpct__log_burst_ok(struct hpct_log_burst *b, unsigned long *quiet_out)
+{
+	double now = hpct__now();
+	if (now - b->since >= 1.0) {
+		b->since = now;
+		b->lines = 0;
+	}
+	if (b->lines >= HPCT_LOG_BURST) {
+		b->quiet++;
+		return 0;
+	}
+	b->lines++;
+	*quiet_out = b->quiet;
+	b->quiet = 0;
+	return 1;
 }

@@ -29,6 +29,18 @@ HPCT_PRIVATE int hpct__log_enabled(int level, int subsys);
 HPCT_PRIVATE void hpct__log(int level, int subsys, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
+/* A refusal a hostile peer can repeat at will is logged at most
+ * HPCT_LOG_BURST times a second of its kind: hpct__log_burst_ok() says
+ * whether a line may go out now, and *quiet_out how many were held back
+ * since the last one (to be said with it).  Zero-initialised; not locked. */
+#define HPCT_LOG_BURST 8
+struct hpct_log_burst {
+	double since;
+	int lines;
+	unsigned long quiet;
+};
+HPCT_PRIVATE int hpct__log_burst_ok(struct hpct_log_burst *b, unsigned long *quiet_out);
+
 /* Logs a failure once at WARN, keeps the message for hpct_last_error() and
  * returns err, so callers write `return hpct__fail(err, SUB, "...")`. */
 HPCT_PRIVATE int hpct__fail(int err, int subsys, const char *fmt, ...)

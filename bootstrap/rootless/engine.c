@@ -355,20 +355,26 @@ void hpct__eng_on_closed(struct hpct_engine *e, struct econn *c, int err)
 static void bad_frame(struct hpct_engine *e, struct econn *c)
 {
 	char from[HPCT_ADDRSTRLEN];
+	unsigned long quiet;
+	if (c->peer < 0)
+		e->stats.conns_refused++;
+	if (!hpct__log_burst_ok(&e->bad_frames, &quiet))
+		return;
 	e->cfg.ops->peer_name(c->t, from, sizeof(from));
-	if (c->peer < 0) {
+	if (c->peer < 0)
 		HPCT_WARN(HPCT_SUB_NET,
 		          "rank %d: refused connection from %s: its first frame is no handshake "
-		          "(longer than one, or malformed)",
-		          e->cfg.rank, from);
-		e->stats.conns_refused++;
-		return;
-	}
-	HPCT_WARN(HPCT_SUB_NET,
-	          "rank %d: closed the link from rank %d at %s (epoch %llu): it sent a frame "
-	          "longer than %u bytes, or a malformed one",
-	          e->cfg.rank, c->peer, from, (unsigned long long)e->cfg.epoch,
-	          HPCT_TRANSPORT_MAX_MSG);
+		          "(longer than one, or malformed)%s%.0lu%s",
+		          e->cfg.rank, from, quiet ? " (and " : "", quiet,
+		          quiet ? " more such frames in the last second)" : "");
+	else
+		HPCT_WARN(HPCT_SUB_NET,
+		          "rank %d: closed the link from rank %d at %s (epoch %llu): it sent a "
+		          "frame longer than the link allows (a handshake's length before it is "
+		          "admitted, %u bytes after), or a malformed one%s%.0lu%s",
+		          e->cfg.rank, c->peer, from, (unsigned long long)e->cfg.epoch,
+		          HPCT_TRANSPORT_MAX_MSG, quiet ? " (and " : "", quiet,
+		          quiet ? " more such frames in the last second)" : "");
 }
 
 /* Too many accepted connections still in their handshake (strangers that

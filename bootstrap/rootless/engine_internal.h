@@ -3,6 +3,7 @@
 #ifndef HPCT_ENGINE_INTERNAL_H
 #define HPCT_ENGINE_INTERNAL_H
 
+#include "bootstrap/base/log.h"
 #include "bootstrap/base/wire.h"
 #include "bootstrap/rootless/engine.h"
 
@@ -91,6 +92,7 @@ struct hpct_engine {
 	double ptime;
 	struct econn *accepted; /* accepted, waiting for their HELLO */
 	int hwarned;            /* a handshake was dropped over the bound (logged) */
+	struct hpct_log_burst bad_frames; /* refusals of frames: a stranger repeats them */
 	struct econn *awaiting; /* ours, HELLO sent, waiting for the answer */
 	size_t mbytes;          /* what every peer's kept messages cost */
 	struct abort_rec *aborts, **aborts_tail; /* oldest first */

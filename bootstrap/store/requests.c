@@ -112,7 +112,7 @@ static int put(struct ssrv *s, const struct sconn *c, const char *op, uint64_t n
 	size_t need = 0;
 	int rc = stab_put(&s->t, ns, key, val, len, &need);
 	unsigned long quiet;
-	if (rc == STAB_OK || rc == STAB_NOMEM || !ssrv_burst_ok(&s->b_full, &quiet))
+	if (rc == STAB_OK || rc == STAB_NOMEM || !hpct__log_burst_ok(&s->b_full, &quiet))
 		return rc == STAB_OK ? 0 : HPCT_ENOMEM;
 	char w[HPCT_ADDRSTRLEN + 32];
 	HPCT_WARN(HPCT_SUB_NET,

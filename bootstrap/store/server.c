@@ -63,25 +63,6 @@
 
 static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
 
-/* 1 when a line of this kind may go out now; *quiet_out: how many were
- * held back since the last one. */
-int ssrv_burst_ok(struct burst *b, unsigned long *quiet_out)
-{
-	double now = hpct__now();
-	if (now - b->since >= 1.0) {
-		b->since = now;
-		b->lines = 0;
-	}
-	if (b->lines >= BURST) {
-		b->quiet++;
-		return 0;
-	}
-	b->lines++;
-	*quiet_out = b->quiet;
-	b->quiet = 0;
-	return 1;
-}
-
 /* "10.0.0.3:41234 (rank 7)": the address, and the rank it proved. */
 const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len)
 {
@@ -242,7 +223,7 @@ static int take(struct sconn *c, const unsigned char *p, size_t n)
 		if (srv.inflight - c->incap + cap > srv.t.max_bytes) {
 			unsigned long quiet;
 			char w[HPCT_ADDRSTRLEN + 32];
-			if (ssrv_burst_ok(&srv.b_inflight, &quiet))
+			if (hpct__log_burst_ok(&srv.b_inflight, &quiet))
 				HPCT_WARN(HPCT_SUB_NET,
 				          "store: rank %d closed the connection from %s: requests "
 				          "and "
@@ -344,7 +325,7 @@ static void too_slow(struct sconn *c)
 		snprintf(how, sizeof(how), "%zu of the %" PRIu32 " bytes of its first request came",
 		         c->inlen - 4, hpct__get32(c->in));
 	unsigned long quiet;
-	if (ssrv_burst_ok(&srv.b_admit, &quiet))
+	if (hpct__log_burst_ok(&srv.b_admit, &quiet))
 		HPCT_WARN(HPCT_SUB_NET,
 		          "store: rank %d closed the connection from %s: no %s within "
 		          "HPCT_STORE_ADMIT_TIMEOUT=%.1f s (%s)%s%.0lu%s",
@@ -402,7 +383,7 @@ static void accept_all(double now)
 		}
 		if (srv.nc == srv.ccap || srv.nc >= srv.max_conns) {
 			unsigned long quiet;
-			if (ssrv_burst_ok(&srv.b_conns, &quiet))
+			if (hpct__log_burst_ok(&srv.b_conns, &quiet))
 				HPCT_WARN(HPCT_SUB_NET,
 				          "store: rank %d at %s closed the connection from %s: it "
 				          "holds %d connections, %s%s%.0lu%s",

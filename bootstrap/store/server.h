@@ -9,12 +9,12 @@
 #include <stdint.h>
 
 #include "bootstrap/base/auth.h"
+#include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/store/table.h"
 #include "hpct/hpct.h"
 
 #define KEY_SHOWN 100
-#define BURST     8 /* log lines of one kind a second; the rest are counted */
 
 struct sconn {
 	int fd;
@@ -40,13 +40,6 @@ struct sconn {
 	int fuzz; /* no socket: replies are dropped as they are made */
 };
 
-/* At most BURST lines a second of one kind; the rest counted, and said
- * with the next line that goes out. */
-struct burst {
-	double since;
-	int lines;
-	unsigned long quiet;
-};
 
 struct ssrv {
 	pthread_mutex_t mu; /* start only: the thread owns everything else */
@@ -63,7 +56,7 @@ struct ssrv {
 	/* accepting paused (EMFILE and kin) until then; logged once a pause */
 	double resume_at;
 	int pause_told;
-	struct burst b_admit, b_full, b_conns, b_inflight;
+	struct hpct_log_burst b_admit, b_full, b_conns, b_inflight; /* HPCT_LOG_BURST */
 	/* with HPCT_SECRET: what a client proves, and the secret (a copy) */
 	struct hpct_auth_id id;
 	unsigned char *secret;
@@ -92,7 +85,6 @@ static inline int pending(const struct sconn *c)
 /* server.c: 1 when a line of this kind may go out now (*quiet_out: how
  * many were held back since the last one); "10.0.0.3:41234 (rank 7)",
  * the address and the rank it proved. */
-int ssrv_burst_ok(struct burst *b, unsigned long *quiet_out);
 const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len);
 
 /* requests.c: one request (the frame's body) from c: 0, or -1 when the
