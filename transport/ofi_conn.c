@@ -67,8 +67,7 @@ struct ofi_conn *hpct__ofi_conn_new(struct ofi_ctx *x, enum ostate st)
 	c->av = -1;
 	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
 	c->rx_next = 1;
-	c->born = x->ptime;
-	c->last_heard = hpct__ofi_now_s();
+	c->born = c->last_heard = hpct__ofi_now_s();
 	c->serial = ++x->serial;
 	return c;
 }
@@ -453,16 +452,20 @@ static void ping_silent(struct ofi_ctx *x, double now)
 /* Conns past their deadlines: a SYN delivered and never answered (its
  * acceptor refused it, or is gone) fails as a connect; an incoming conn
  * still unidentified after PENDING_AFTER is closed. */
-static void expire(struct ofi_ctx *x)
+static int past(const struct ofi_ctx *x, const struct ofi_conn *c, double now, double after)
 {
-	double now = x->ptime;
+	return now - c->born > after && now - x->active_since >= 1.0;
+}
+
+static void expire(struct ofi_ctx *x, double now)
+{
 	for (uint32_t i = 0; i < x->nconns; i++) {
 		struct ofi_conn *c = x->conns[i];
 		if (!c)
 			continue;
-		if (c->state == O_CONNECTING && !c->qhead && now - c->born > CONNECT_AFTER) {
+		if (c->state == O_CONNECTING && !c->qhead && past(x, c, now, CONNECT_AFTER)) {
 			fail_conn(x, c, HPCT_TEV_CONNECT_FAILED, -ETIMEDOUT);
-		} else if (c->pending && now - c->born > PENDING_AFTER) {
+		} else if (c->pending && past(x, c, now, PENDING_AFTER)) {
 			char why[80];
 			snprintf(why, sizeof(why), "not identified within %.0f s", PENDING_AFTER);
 			refuse_conn(x, c, R_SILENT, -ETIMEDOUT, why);
@@ -532,9 +535,11 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 	x->cbarg = cbarg;
 	x->nev = 0;
 	double now = hpct__ofi_now_s();
+	if (now - x->last_progress > 1.0)
+		x->active_since = now; /* back from elsewhere: listen a second first */
 	push_sends(x, now);
 	drain_cq(x);
-	expire(x); /* after what came meanwhile: a SYNACK, a handshake */
+	expire(x, now); /* after what came meanwhile: a SYNACK, a handshake */
 	if (x->nev == 0 && timeout_ms != 0) {
 		if (timeout_ms > 0)
 			ping_silent(x, now);
@@ -555,7 +560,7 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 		drain_cq(x);
 		push_sends(x, hpct__ofi_now_s());
 	}
-	x->ptime += hpct__ofi_now_s() - now;
+	x->last_progress = hpct__ofi_now_s();
 	x->cb = NULL;
 	return x->nev;
 }

@@ -85,7 +85,7 @@ struct ofi_conn {
 	struct op *qhead, *qtail; /* not yet taken by fi_send, in order */
 	size_t queued;            /* their bytes */
 	struct op *held;          /* messages sent before the peer answered */
-	double born;              /* ctx->ptime when it was made: CONNECT_AFTER, PENDING_AFTER */
+	double born;              /* when it was made: CONNECT_AFTER, PENDING_AFTER */
 	uint64_t serial;          /* the order conns were made in: the oldest pending goes first */
 	double failing_since;     /* fi_send of the head refused since, or 0 */
 	double last_heard, last_ping;
@@ -130,10 +130,13 @@ struct ofi_ctx {
 	struct ofi_conn **conns; /* by slot - 1; NULL: free */
 	uint32_t *gens;          /* each slot's reuse count, for the ids */
 	uint32_t nconns, capconns;
-	/* seconds spent in progress, the clock of CONNECT_AFTER and PENDING_AFTER:
-	 * a rank that computes between collectives reads nothing meanwhile, and
-	 * must not find its healthy conns expired when it comes back */
-	double ptime;
+	/* CONNECT_AFTER and PENDING_AFTER pass on the clock, but only while we
+	 * listen: a rank that computes between collectives reads nothing
+	 * meanwhile, and must not find a healthy conn expired the moment it
+	 * comes back.  active_since: when the current run of progress calls
+	 * began (a gap of over a second between two ends one); a conn expires
+	 * only a second or more into such a run. */
+	double active_since, last_progress;
 	uint64_t serial;
 	unsigned npending;
 	size_t backlog;  /* bytes queued on every conn, not yet taken by fi_send */
