@@ -248,6 +248,17 @@ static int live_conns(const struct hpct_std_server *s)
 	return n;
 }
 
+/* Connections closed (conn_close moves them to deadq) are freed here, out
+ * of the loops that may still hold them. */
+static void free_dead(struct hpct_std_server *s)
+{
+	while (s->deadq) {
+		struct conn *c = s->deadq;
+		s->deadq = c->dnext;
+		hpct__stdsrv_conn_free(c);
+	}
+}
+
 static void *server_main(void *arg)
 {
 	struct hpct_std_server *s = arg;
@@ -258,12 +269,7 @@ static void *server_main(void *arg)
 		if (stopping && (live_conns(s) == 0 || hpct__now() >= deadline))
 			break;
 		int timeout = timers(s, stopping ? deadline : 0);
-		/* the early connections closed just now */
-		while (s->deadq) {
-			struct conn *c = s->deadq;
-			s->deadq = c->dnext;
-			hpct__stdsrv_conn_free(c);
-		}
+		free_dead(s); /* the early connections closed just now */
 		int n = epoll_wait(s->epfd, evs, 64, timeout);
 		s->wakeups++;
 		for (int i = 0; i < n; i++) {
@@ -300,11 +306,7 @@ static void *server_main(void *arg)
 			if (!c->dead)
 				conn_update(c);
 		}
-		while (s->deadq) {
-			struct conn *c = s->deadq;
-			s->deadq = c->dnext;
-			hpct__stdsrv_conn_free(c);
-		}
+		free_dead(s);
 	}
 	if (live_conns(s) > 0) {
 		char list[256] = "";
@@ -482,11 +484,7 @@ static void drop_all(struct hpct_std_server *s)
 		struct conn *c = s->conns;
 		hpct__stdsrv_conn_close(c); /* unlinks c and moves it to deadq */
 	}
-	while (s->deadq) {
-		struct conn *c = s->deadq;
-		s->deadq = c->dnext;
-		hpct__stdsrv_conn_free(c);
-	}
+	free_dead(s);
 	for (size_t i = 0; i <= s->tab.mask; i++) {
 		while (s->tab.b[i]) {
 			struct entry *e = s->tab.b[i];
