@@ -700,7 +700,8 @@ static int full(struct ctx *x)
 		rc = hpct__store_set(x->s, key, "p", 1);
 		if (rc == HPCT_ENOMEM)
 			named = strstr(hpct_last_error(), "rank 0 (the key's home)") &&
-			        strstr(hpct_last_error(), "its store is full");
+			        strstr(hpct_last_error(),
+			               "its store is full (HPCT_STORE_MAX_KEYS or HPCT_STORE_MAX_BYTES)");
 		else if (rc != 0)
 			return 96;
 	}

@@ -289,7 +289,7 @@ static void on_message(struct hpct_engine *e, struct econn *c, const void *data,
 	if (!m) {
 		/* a silently dropped message would hang its receiver */
 		e->cfg.ops->close(c->t);
-		hpct__eng_on_closed(e, c, HPCT_ENOMEM);
+		hpct__eng_on_closed(e, c, src ? HPCT_ENOMEM : HPCT_EPROTO);
 		return;
 	}
 	m->next = NULL;

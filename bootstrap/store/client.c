@@ -305,8 +305,9 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 		rc = hpct__fail(rc, HPCT_SUB_NET,
 		                "store: %s: key '%s' (%zu bytes): rank %d (the key's home) at %s "
-		                "refused it: its store is full (HPCT_STORE_MAX_KEYS or "
-		                "HPCT_STORE_MAX_BYTES; that rank's log names which)",
+		                "refused it for want of memory: its store is full "
+		                "(HPCT_STORE_MAX_KEYS or HPCT_STORE_MAX_BYTES), or the rank is out "
+		                "of memory; that rank's log says which",
 		                what, shown(key, kb, sizeof(kb)), blen ? blen : alen, home, text);
 	}
 	pthread_mutex_unlock(&s->mu);
