@@ -144,7 +144,7 @@ static int peer_failed(struct op *op, int grank, int err)
 	return err;
 }
 
-/* silent: seconds the peer we wait for, connected, left a probe unanswered
+/* silent: seconds the peer we wait for left a probe unanswered
  * (0: not probed, or it answered) */
 static int timed_out(struct op *op, double timeout, double silent)
 {
@@ -269,20 +269,21 @@ static int drive_op(struct op *op)
 			else
 				pull_at = now + PULL_AGAIN;
 		}
-		/* The deadline passed while the peer we wait for is connected:
-		 * it may be alive and itself waiting on someone else, or silent
-		 * behind a cut link (the link still looks open).  Ask it: if it
-		 * answers, the rank that knows the cause is further on, and we
-		 * give it a moment to say (its abort reaches us); if not, it is
-		 * the culprit, and we say so after half that moment. */
+		/* The deadline passed while we wait for a peer: it may be alive
+		 * and itself waiting on someone else, or silent behind a cut link
+		 * (a link that still looks open), or never up.  Ask it (over a new
+		 * connection if it never made one to us: it may have been slower
+		 * to listen than our first try): if it answers, the rank that
+		 * knows the cause is further on, and we give it a moment to say
+		 * (its abort reaches us over the link the probe made); if not, it
+		 * is the culprit, and we say so after half that moment. */
 		int from = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from) : -1;
 		if (probed >= 0 && probe_at > 0 && hpct__eng_heard(w->eng, probed) >= probe_at) {
 			deadline = probe_at + grace; /* it answered */
 			left = deadline - now;
 			probe_at = 0;
 		}
-		if (left <= 0 && probed < 0 && from >= 0 &&
-		    hpct__eng_peer_connected(w->eng, from)) {
+		if (left <= 0 && probed < 0 && from >= 0) {
 			grace = timeout * 0.1 < 0.5 ? 0.5 : timeout * 0.1 > 3 ? 3 : timeout * 0.1;
 			probed = from;
 			if (hpct__eng_probe(w->eng, from, g->id) == 0) {

@@ -136,10 +136,8 @@ int hpct__eng_peer_error(struct hpct_engine *eng, int peer);
  * handshake and may be that very peer: ask again shortly. */
 int hpct__eng_pull(struct hpct_engine *eng, int peer, uint64_t group);
 
-/* 1 when a handshaken connection to the peer is open. */
-int hpct__eng_peer_connected(struct hpct_engine *eng, int peer);
-/* Asks a connected peer whether it is alive (PING; it answers PONG): 0 when
- * sent, HPCT_ESTATE when there is no open link to it. */
+/* Asks a peer whether it is alive (PING; it answers PONG), connecting to it
+ * first where no link is up: 0 when sent or queued, else the peer's error. */
 int hpct__eng_probe(struct hpct_engine *eng, int peer, uint64_t group);
 /* When a message from the peer last arrived (hpct__now() time), 0 if never. */
 double hpct__eng_heard(struct hpct_engine *eng, int peer);

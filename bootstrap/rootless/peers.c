@@ -141,17 +141,9 @@ int hpct__eng_peer_error(struct hpct_engine *e, int r)
 	return 0;
 }
 
-int hpct__eng_peer_connected(struct hpct_engine *e, int r)
-{
-	struct peer *p = hpct__eng_peer_find(e, r);
-	return p && (p->state == OUT_READY || p->in != NULL);
-}
-
 int hpct__eng_probe(struct hpct_engine *e, int r, uint64_t group)
 {
-	struct peer *p = hpct__eng_peer_find(e, r);
-	if (!p || !hpct__eng_ready_conn(e, p))
-		return HPCT_ESTATE;
+	/* queued and connected first where no link is up */
 	return hpct__eng_send(e, r, HPCT_MSG_PING, group, 0, 0, NULL, 0);
 }
 
