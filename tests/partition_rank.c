@@ -11,7 +11,11 @@
  *   rank R failed in bootstrap|collective at T: MESSAGE
  *
  * T is the wall-clock time (seconds, CLOCK_REALTIME) of the failure, so the
- * test can compare it with the moment it cut the link.  Exit 0 or 1. */
+ * test can compare it with the moment it cut the link.  Exit 0 or 1.
+ *
+ * With DIR/hold present at start, the rank leaves DIR/started.RANK and
+ * waits for DIR/go before it joins, so that every rank's deadline starts
+ * at once, as when a launcher starts a job (at most 120 s: a hang guard). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +64,22 @@ int main(int argc, char **argv)
 	long iters = atol(argv[2]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/hold", argv[1]);
+	if (access(path, F_OK) == 0) {
+		snprintf(path, sizeof(path), "%s/started.%d", argv[1], me);
+		FILE *s = fopen(path, "w");
+		if (s)
+			fclose(s);
+		snprintf(path, sizeof(path), "%s/go", argv[1]);
+		for (int i = 0; access(path, F_OK) != 0; i++) {
+			if (i == 120000) {
+				printf("rank %d: no %s within 120 s\n", me, path);
+				return 1;
+			}
+			usleep(1000); /* a poll of the go file, not an ordering sleep */
+		}
+	}
 	hpct_world *w;
 	int rc = hpct_world_create(&w);
 	if (rc)
@@ -69,7 +89,6 @@ int main(int argc, char **argv)
 	if (n > 1024 || (rc = round_of(g, me, n, 0)) != 0)
 		return failed(me, "bootstrap", rc ? rc : HPCT_EINVAL);
 
-	char path[4096];
 	snprintf(path, sizeof(path), "%s/ready.%d", argv[1], me);
 	FILE *f = fopen(path, "w");
 	if (f)

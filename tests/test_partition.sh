@@ -122,13 +122,23 @@ restored_epoch() {
 	check_ok "link restored: the job at epoch $1 succeeds"
 }
 
-# 1. cut during bootstrap: node 4 cut before its ranks start
-rm -f "$dir"/out.* "$dir"/ready.*
+# 1. cut during bootstrap: node 4 cut before its ranks start; every rank
+# waits until all are up (started.R), then all join at once (go): their
+# deadlines run together, as when a launcher starts a job
+rm -f "$dir"/out.* "$dir"/ready.* "$dir"/started.* "$dir"/go
+touch "$dir/hold"
 for ((r = 0; r < (nodes - 1) * per; r++)); do start_rank $r 0 50; done
 cut
-since=$(now)
 for ((r = (nodes - 1) * per; r < n; r++)); do start_rank $r 0 50; done
+for ((i = 0; i < 1200; i++)); do
+	[ "$(ls "$dir" | grep -c '^started\.')" -eq $n ] && break
+	sleep 0.1 # a poll of the started files (a hang guard of 120 s), no ordering sleep
+done
+rm -f "$dir/hold"
+since=$(now)
+touch "$dir/go"
 wait_all
+rm -f "$dir"/started.* "$dir/go"
 check_failed "node $nodes cut during bootstrap: every rank fails, naming node $nodes's ranks" "$since"
 
 # 2. restored: the next epoch joins and works
