@@ -20,4 +20,19 @@ done
 # hpct's roots: at most 6 connections at the busiest root, whatever N
 grep -Eq "^nccl-root +rootless +64 +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[1-6] +6 " "$dir/out" ||
 	fail "hpct's roots took more than 6 connections at N=64: $(grep '^nccl-root +rootless +64' "$dir/out")"
+# --nccl: the same runs against each library listed, one table with the
+# release in its first column (here this build's NCCL, twice over)
+lib=$NCCL_HOME/lib/libnccl.so.2
+"$bench" --scenario nccl-root --ranks 4 --repeat 1 --port 16700 --nccl "$lib,$lib" \
+	--json "$dir/r.json" >"$dir/rout" 2>"$dir/rerr" ||
+	fail "nccl-root --nccl failed: $(cat "$dir/rout" "$dir/rerr")"
+[ "$(grep -Ec '^[0-9]+\.[0-9]+\.[0-9]+ +(rootless|standard) +4 +1 ' "$dir/rout")" -eq 4 ] ||
+	fail "--nccl: want 4 rows (2 releases x 2 paths): $(cat "$dir/rout")"
+[ "$(grep -c 'standard/rootless median ratio' "$dir/rout")" -eq 2 ] ||
+	fail "--nccl: want a ratio line per release: $(cat "$dir/rout")"
+grep -q '"nccl":"[0-9]*\.[0-9]*\.[0-9]*","path":"rootless","ranks":4' "$dir/r.json" ||
+	fail "--nccl: no JSON row naming its release: $(cat "$dir/r.json")"
+"$bench" --scenario nccl-root --ranks 4 --nccl /nonexistent/libnccl.so.2 >"$dir/rout" 2>&1 &&
+	fail "--nccl with a missing library succeeded"
+grep -q '/nonexistent/libnccl.so.2' "$dir/rout" || fail "the missing library is not named: $(cat "$dir/rout")"
 echo ok

@@ -3,6 +3,7 @@
  *
  *   hpct-bench --scenario cold|gloo|nccl-root --ranks 64,256 --path rootless,standard
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
+ *   hpct-bench --scenario nccl-root --ranks 64,256,1024 --nccl LIB,LIB
  *
  * Every scenario is timed from the first fork until the last rank has done
  * its work; each rank reports its CLOCK_MONOTONIC finish time through a
@@ -15,7 +16,8 @@
  * the result checked exactly).  Built only with Gloo (HPCT_HAVE_GLOO).
  * restart, kill-root: see bench_restart_once (--kill K ranks, --seed S).
  * nccl-root: no launch; see bench_nccl_root_once.  "standard" is NCCL's own root,
- * "rootless" hpct's micro-roots.
+ * "rootless" hpct's micro-roots.  With --nccl, the same runs against each
+ * libnccl.so.2 listed, one table (bench_releases.c).
  *
  * Every rank then waits until all have reported before it tears down: on a
  * cluster a finished rank goes on with its own cores, while here 1024 exits
@@ -39,6 +41,7 @@
 #include <unistd.h>
 
 #include "hpct/hpct.h"
+#include "hpct/nccl.h"
 #include "tools/bench.h"
 #include "tools/bench_measure.h"
 #include "tools/bench_plot.h"
@@ -104,6 +107,8 @@ static void usage(FILE *f)
 	        "                  [--timeout S] [--port P] [--kill K] [--recovery "
 	        "full|inprocess]\n"
 	        "                  [--seed S] [--transport tcp,ofi] [--gate]\n"
+	        "                  [--nccl LIBNCCL[,LIBNCCL..]] (nccl-root: one table over "
+	        "releases)\n"
 	        "scenarios: cold, gloo, nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
 	        "and sim on its own\n"
@@ -184,7 +189,7 @@ int main(int argc, char **argv)
 		}
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
-	const char *recovery = "full", *plot = NULL, *transports = NULL;
+	const char *recovery = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
 	int kills = 1;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
@@ -203,10 +208,11 @@ int main(int argc, char **argv)
 		                              { "kill", required_argument, NULL, 'K' },
 		                              { "recovery", required_argument, NULL, 'R' },
 		                              { "seed", required_argument, NULL, 'S' },
+		                              { "nccl", required_argument, NULL, 'N' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'g':
 			bench_gate = 1;
@@ -255,6 +261,9 @@ int main(int argc, char **argv)
 		case 'S':
 			seed = (unsigned)strtoul(optarg, NULL, 10);
 			break;
+		case 'N':
+			nccl_libs = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -301,6 +310,17 @@ int main(int argc, char **argv)
 		usage(stderr);
 		free(list);
 		return 2;
+	}
+	if (nccl_libs) {
+		for (int si = 0; si < nscens; si++)
+			if (!scens[si].nccl_root) {
+				fprintf(stderr, "hpct-bench: --nccl goes with --scenario nccl-root "
+				                "only\n");
+				free(list);
+				return 2;
+			}
+		free(list);
+		return bench_nccl_releases(argc, argv, nccl_libs, json);
 	}
 	/* a path, or with --transport the rootless path over each transport */
 	const char *path_names[2], *path_transport[2] = { NULL, NULL };
@@ -445,14 +465,19 @@ int main(int argc, char **argv)
 		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s %11s\n", r->scenario,
 		       r->path, r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1],
 		       r->max_conns, bound, rss);
+		char nccl[48] = "";
+		int nv = 0;
+		if (nccl_root && hpct_nccl_version(&nv) == 0)
+			snprintf(nccl, sizeof(nccl), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
+			         nv / 100 % 100, nv % 100);
 		if (jf)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
-			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld}",
+			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld%s}",
 			        nrows ? "," : "", r->scenario, r->path, r->ranks, r->nodes, med,
 			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs,
-			        r->max_rss);
+			        r->max_rss, nccl);
 		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
 			                           .path = r->path,
 			                           .detail = recov ? detail : NULL,

@@ -1,0 +1,133 @@
+# Sourced by tools/check: the nccl suite against every NCCL release users
+# run, each from its PyPI wheel (tools/nccl-wheel.sh), through HPCT_NCCL_LIB
+# in one build; then one table, release x what was verified.
+
+# The releases: the oldest hpct supports, the first with ncclCommInitRankScalable
+# (2.23.4), the last before and the first with the env plugin (2.28.3,
+# 2.28.7), what PyTorch 2.10-2.14 ship (2.28.9, 2.29.3, 2.29.7, 2.30.7), the
+# first that lets ranks share a GPU (2.30.3), and the newest of each line.
+hpct_nccl_releases=${HPCT_NCCL_MATRIX:-2.19.3 2.21.5 2.23.4 2.26.5 2.27.7 2.28.3 2.28.7 \
+2.28.9 2.29.3 2.29.7 2.30.3 2.30.7 2.31.2 2.32.3}
+
+# The table's columns: a heading, and the meson tests that verify it.
+hpct_nccl_columns=(codec route tier2 shim)
+declare -A hpct_nccl_tests=(
+	[codec]="nccl-codec"
+	[route]="nccl-env"
+	[tier2]="nccl-roots nccl-ids"
+	[shim]="preload nccl-first"
+)
+
+# 2.19.3 -> 21903, as ncclGetVersion says it
+hpct_nccl_code() {
+	local IFS=.
+	set -- $1
+	echo $(($1 * 10000 + $2 * 100 + $3))
+}
+
+# What each column means for a release (what the tests of that column
+# check there): the id's layout, how NCCL is shown NCCL_COMM_ID, the root
+# wire and tier, what the shim does.
+hpct_nccl_cell() {
+	local col=$1 v=$2
+	case $col in
+	codec) [ "$v" -ge 22900 ] && echo "nRanks@36" || echo "128 B" ;;
+	route) if [ "$v" -ge 23007 ]; then echo "plugin v2"
+	       elif [ "$v" -ge 22807 ]; then echo "plugin v1"
+	       else echo "getenv"; fi ;;
+	tier2) if [ "$v" -ge 22900 ]; then echo "176 B"
+	       elif [ "$v" -ge 22300 ]; then echo "172 B"
+	       else echo "T1 only, 64 B"; fi ;;
+	shim) [ "$v" -ge 22300 ] && echo "Tier 2" || echo "Tier 1" ;;
+	esac
+}
+
+# hpct_nccl_status LOGJSON COLUMN: ok, FAIL, skip or "not run", from meson's
+# JSON test log (one object a line; the newest entry of a test counts)
+hpct_nccl_status() {
+	python3 - "$1" ${hpct_nccl_tests[$2]} <<'EOF'
+import json, sys
+res = {}
+try:
+    for line in open(sys.argv[1]):
+        t = json.loads(line)
+        res[t["name"].split(" / ")[-1]] = t["result"]
+except OSError:
+    pass
+st = "ok"
+for name in sys.argv[2:]:
+    r = res.get(name)
+    if r is None:
+        st = "not run"
+        break
+    if r == "SKIP":
+        st = "skip" if st == "ok" else st
+    elif r != "OK":
+        st = "FAIL"
+        break
+print(st)
+EOF
+}
+
+# hpct_nccl_matrix BUILDDIR DEFAULT_RELEASE: runs the columns' tests against
+# each release but DEFAULT_RELEASE (whose results come from the build's own
+# run, meson-logs/testlog.json), adds to passed/failed/skipped like
+# run_suite, and prints the table.
+hpct_nccl_matrix() {
+	local dir=$1 default=$2 v home rc code out log tests="" col row
+	local rows=""
+	for col in "${hpct_nccl_columns[@]}"; do tests="$tests ${hpct_nccl_tests[$col]}"; done
+	for v in $hpct_nccl_releases; do
+		code=$(hpct_nccl_code "$v")
+		if [ "$v" = "$default" ]; then
+			log=$dir/meson-logs/testlog.json
+		else
+			rc=0
+			home=$(hpct_nccl_home "$v") || rc=$?
+			if [ $rc -eq 2 ]; then
+				rows="$rows$(printf '%-8s %s' "$v" "not run: PyPI could not be reached")
+"
+				skips="$skips  nccl matrix: NCCL $v: PyPI could not be reached
+"
+				skipped=$((skipped + 1))
+				continue
+			elif [ $rc -ne 0 ]; then
+				rows="$rows$(printf '%-8s %s' "$v" "FAILED: no wheel (see above)")
+"
+				failed=$((failed + 1))
+				continue
+			fi
+			echo "== nccl suite against NCCL $v ($home) =="
+			out=$(mktemp)
+			rc=0
+			HPCT_NCCL_LIB=$home/lib/libnccl.so.2 HPCT_NCCL_EXPECT_VERSION=$code \
+				meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 \
+				--logbase "matrix-$v" $tests >"$out" 2>&1 || rc=$?
+			grep -E '^ *[0-9]+/[0-9]+ |^Ok:|^Fail:' "$out" || true
+			count_run "$out"
+			passed=$((passed + p)) failed=$((failed + f)) programs=$((programs + n))
+			[ $rc -eq 0 ] || [ $f -gt 0 ] || failed=$((failed + 1))
+			[ $rc -eq 0 ] || sed -n '/^Summary of Failures/,$p; /-------- 8< --------/,/^$/p' "$out" | tail -n 80
+			rm -f "$out"
+			log=$dir/meson-logs/matrix-$v.json
+		fi
+		row=$(printf '%-8s' "$v")
+		for col in "${hpct_nccl_columns[@]}"; do
+			row="$row $(printf '%-22s' "$(hpct_nccl_cell "$col" "$code"): $(hpct_nccl_status "$log" "$col")")"
+		done
+		rows="$rows$row
+"
+	done
+	hpct_nccl_table=$(
+		echo "NCCL releases verified here (nccl suite through HPCT_NCCL_LIB; no GPU here:"
+		echo "NCCL's own part after the bootstrap is not):"
+		printf '%-8s %-22s %-22s %-22s %-22s\n' release "codec (id layout)" \
+			"route (NCCL_COMM_ID)" "roots (report size)" "shim (tier)"
+		printf '%s' "$rows"
+	)
+	printf '%s\n' "$hpct_nccl_table"
+	if printf '%s' "$rows" | grep -qE ': FAIL|: not run'; then
+		echo "check: the NCCL matrix has failures"
+		failed=$((failed + 1))
+	fi
+}
