@@ -299,7 +299,7 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 
 	for (int i = 0; i < nroots; i++)
 		cr_assert_eq(l->get_unique_id(&ids[i]), 0); /* each starts a root of NCCL's */
-	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, real, NULL), 0,
+	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, l->version, real, NULL), 0,
 	             "against NCCL's root: %s", hpct_last_error());
 	check_ring(real, n, "NCCL's root");
 
@@ -307,7 +307,7 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 	loopback_ids(ids, nroots, port, 0x5eed0000u + seed);
 	cr_assert_eq(hpct__nccl_roots_start(ids, nroots, n, 30, 0, &roots), 0, "%s",
 	             hpct_last_error());
-	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, ours, NULL), 0,
+	cr_assert_eq(hpct__nccl_play_ranks(ids, nroots, n, order, 30, 0, l->version, ours, NULL), 0,
 	             "against hpct's roots: %s", hpct_last_error());
 	struct hpct_nccl_root_stats st;
 	cr_assert_eq(hpct__nccl_roots_wait(roots, &st), 0, "%s", hpct_last_error());
@@ -370,11 +370,11 @@ Test(nccl, roots_ignore_strangers_and_refuse_duplicates)
 	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	cr_assert_eq(connect(silent, (struct sockaddr *)&in, sizeof(in)), 0);
-	unsigned char body[HPCT_NCCL_EXTINFO_LEN];
+	unsigned char body[HPCT_NCCL_REPORT_MAX];
 	memset(body, 0x41, sizeof(body));
-	knock(port, 0x1234, 1, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body));   /* wrong magic */
-	knock(port, 0xabcdef, 2, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body)); /* wrong type */
-	knock(port, 0xabcdef, 1, 64, body, 64); /* a 2.19-2.22 sized report */
+	knock(port, 0x1234, 1, 172, body, 172);   /* wrong magic */
+	knock(port, 0xabcdef, 2, 172, body, 172); /* wrong type */
+	knock(port, 0xabcdef, 1, 100, body, 100); /* a length no release sends */
 	/* rank 0 of 2 checks in twice (from a listener nobody answers on: the
 	 * root answers rank 0 only once rank 1 came, which never happens here) */
 	int32_t hdr[4] = { 0, 2, 0, 1 };
@@ -384,8 +384,8 @@ Test(nccl, roots_ignore_strangers_and_refuse_duplicates)
 	back.sin_port = htons((uint16_t)(port + 1));
 	memcpy(body + 16, &back, sizeof(back));
 	body[16 + HPCT_NCCL_ADDR_LEN] = 1;
-	knock(port, 0xabcdef, 1, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body));
-	knock(port, 0xabcdef, 1, HPCT_NCCL_EXTINFO_LEN, body, sizeof(body));
+	knock(port, 0xabcdef, 1, 172, body, 172);
+	knock(port, 0xabcdef, 1, 172, body, 172);
 	/* then nobody else: the deadline names rank 1 */
 	struct hpct_nccl_root_stats st;
 	double t0 = hpct__now();
@@ -429,8 +429,9 @@ Test(nccl, a_detached_root_finishes_and_frees_itself)
 	cr_assert_eq(hpct__nccl_roots_start(ids, 4, 4, 20, 0, &roots), 0, "%s", hpct_last_error());
 	hpct__nccl_roots_detach(roots); /* as Tier 2 does once NCCL has the init going */
 	unsigned char replies[4 * HPCT_NCCL_RING_LEN];
-	cr_assert_eq(hpct__nccl_play_ranks(ids, 4, 4, NULL, 20, 0, replies, NULL), 0, "%s",
-	             hpct_last_error());
+	cr_assert_eq(hpct__nccl_play_ranks(ids, 4, 4, NULL, 20, 0, hpct__nccl_lib()->version,
+	                                   replies, NULL),
+	             0, "%s", hpct_last_error());
 	check_ring(replies, 4, "detached roots");
 	/* answered, so closed: the ports come free */
 	double until = hpct__now() + 60; /* a poll: the bound is a hang guard */
