@@ -121,10 +121,6 @@ HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
 #define HPCT_NCCL_TIER2_MIN_VERSION       22300
 #define HPCT_NCCL_NEWEST_VERIFIED_VERSION 23299 /* 2.32.x */
 #define HPCT_NCCL_NEWEST_VERIFIED_NAME    "2.32"
-/* the Tier 2 range as nccl.c still reads it (2.23-2.28), until it moves to
- * the names above */
-#define HPCT_NCCL_ROOT_MIN_VERSION 22300
-#define HPCT_NCCL_ROOT_MAX_VERSION 22899
 
 #define HPCT_NCCL_ADDR_LEN   28  /* union ncclSocketAddress */
 #define HPCT_NCCL_RING_LEN   128 /* union ringConnectInfo (2.23 and later) */
