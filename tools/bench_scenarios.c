@@ -182,7 +182,8 @@ double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *
 		rc = l->get_unique_id(&ids[0]) == 0 ? 0 : HPCT_ENCCL;
 	}
 	if (rc == 0)
-		rc = hpct__nccl_play_ranks(ids, nids, n, NULL, timeout, !rootless, replies, conns);
+		rc = hpct__nccl_play_ranks(ids, nids, n, NULL, timeout, !rootless, l->version,
+		                           replies, conns);
 	double ms = (mono() - t0) * 1000;
 	if (roots) {
 		int wrc = rc == 0 ? hpct__nccl_roots_wait(roots, NULL) : 0;

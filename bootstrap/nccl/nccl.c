@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "bootstrap/base/param.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/base/wire.h"
+#include "bootstrap/nccl/root_wire.h"
 #include "bootstrap/topo/derive.h"
 #include "bootstrap/world.h"
 
@@ -378,15 +380,28 @@ int hpct__nccl_last_result(void)
 	return last_nccl_result;
 }
 
+/* Tier 2 from 2.23 (ncclCommInitRankScalable) to the newest release
+ * verified here; NCCL's own root (Tier 1) before, and after, where hpct
+ * cannot know the root's wire: said once per process. */
 enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l, const struct hpct_world *w)
 {
-	if (!l || l->version < 21900 || w->topo.nnodes == 0)
+	static atomic_flag newer_said = ATOMIC_FLAG_INIT;
+	if (!l || l->version < HPCT_NCCL_OLDEST_VERSION || w->topo.nnodes == 0)
 		return HPCT_NCCL_TIER_NONE;
+	if (l->version > HPCT_NCCL_NEWEST_VERIFIED_VERSION) {
+		if (!atomic_flag_test_and_set(&newer_said))
+			HPCT_WARN(HPCT_SUB_NCCL,
+			          "NCCL %d.%d.%d (%s) is newer than the newest release hpct "
+			          "verified (%s): its communicators keep NCCL's own root (Tier 1) "
+			          "at a derived address",
+			          l->version / 10000, l->version / 100 % 100, l->version % 100,
+			          l->path, HPCT_NCCL_NEWEST_VERIFIED_NAME);
+		return HPCT_NCCL_TIER_ROOT;
+	}
 	int rootless = 1;
 	if (hpct__env_bool(hpct__env_process(), "HPCT_NCCL_ROOTLESS", &rootless, NULL))
 		rootless = 1; /* logged by the reader; the default stands */
-	if (rootless && l->version >= HPCT_NCCL_ROOT_MIN_VERSION &&
-	    l->version <= HPCT_NCCL_ROOT_MAX_VERSION)
+	if (rootless && l->version >= HPCT_NCCL_TIER2_MIN_VERSION)
 		return HPCT_NCCL_TIER_ROOTLESS;
 	return HPCT_NCCL_TIER_ROOT;
 }
@@ -412,9 +427,10 @@ static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 
 /* Tier 1: one root, on rank 0 at the id's address.  NCCL's own, shown
  * NCCL_COMM_ID for this call only, after a check the port is free; where
- * NCCL cannot be shown it (no env plugin, no shim) and speaks the root
- * protocol hpct does, hpct's root in its place, which NCCL's rank 0 then
- * reaches like any other rank. */
+ * NCCL cannot be shown it (no env plugin, no shim), hpct's root in its
+ * place, which NCCL's rank 0 then reaches like any other rank: it speaks
+ * the root wire of every release from 2.19 to the newest verified here
+ * (root_wire.h), so only a newer NCCL is refused. */
 static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
                       hpct_nccl_id id, void *config, void **comm)
 {
@@ -431,9 +447,15 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	char text[80];
 	snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
 	int ours = !hpct__nccl_comm_id_possible(l);
-	if (ours &&
-	    (l->version < HPCT_NCCL_ROOT_MIN_VERSION || l->version > HPCT_NCCL_ROOT_MAX_VERSION))
-		return hpct__nccl_comm_id_begin(l, text); /* fails, saying why */
+	if (ours && !hpct__nccl_wire_for_version(l->version))
+		return hpct__fail(
+		        HPCT_ESTATE, HPCT_SUB_NCCL,
+		        "rank %d: %s (Tier 1): NCCL %d.%d.%d does not consult hpct's env "
+		        "plugin (NCCL_COMM_ID cannot be shown to one call), and hpct cannot "
+		        "host its root in NCCL's place: it is newer than the newest release "
+		        "whose root wire hpct verified (%s)",
+		        c->w->topo.rank, c->name, l->version / 10000, l->version / 100 % 100,
+		        l->version % 100, HPCT_NCCL_NEWEST_VERIFIED_NAME);
 	const char *tier = ours ? "Tier 1, hpct's root here" : "Tier 1, root here";
 	struct hpct_nccl_roots *root = NULL;
 	/* free now, or fail fast: NCCL's root shares a port with a stale one

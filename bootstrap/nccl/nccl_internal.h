@@ -110,30 +110,43 @@ HPCT_PRIVATE void hpct__nccl_getenv_route(void);
 HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
 HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
 
-/* --- NCCL's root protocol (2.23 to 2.28): root_wire.h, root.c -------- */
+/* --- releases, tiers and NCCL's root protocol: root_wire.h, root.c ----- */
 
-#define HPCT_NCCL_ROOT_MIN_VERSION 22300
-#define HPCT_NCCL_ROOT_MAX_VERSION 22899
-#define HPCT_NCCL_ADDR_LEN         28  /* union ncclSocketAddress */
-#define HPCT_NCCL_RING_LEN         128 /* union ringConnectInfo */
-#define HPCT_NCCL_EXTINFO_LEN      172 /* rank, nranks, iroot, nroots, address, ring info */
+/* The releases hpct knows, as ncclGetVersion() codes: 2.19 is the oldest
+ * it drives; Tier 2 needs ncclCommInitRankScalable (2.23 and later) and a
+ * root wire verified here; 2.32.x is the newest release verified here (its
+ * root's wire, byte for byte against the real library).  A newer NCCL
+ * keeps NCCL's own root (Tier 1), as hpct cannot know its wire. */
+#define HPCT_NCCL_OLDEST_VERSION          21900
+#define HPCT_NCCL_TIER2_MIN_VERSION       22300
+#define HPCT_NCCL_NEWEST_VERIFIED_VERSION 23299 /* 2.32.x */
+#define HPCT_NCCL_NEWEST_VERIFIED_NAME    "2.32"
+
+#define HPCT_NCCL_ADDR_LEN   28  /* union ncclSocketAddress */
+#define HPCT_NCCL_RING_LEN   128 /* union ringConnectInfo (2.23 and later) */
+#define HPCT_NCCL_REPORT_MAX 176 /* the longest report: struct extInfo of 2.29+ */
 
 /* Roots served by one thread: each listens at its id's address (bound
  * without SO_REUSEPORT: a port held by anyone, a stale NCCL root included,
  * is HPCT_EADDRINUSE naming host:port), takes the ranks' reports in any
  * order, sends each of its ranks the next rank's ring info, and closes.
+ * Every wire of 2.19 to 2.32 is served: each root speaks the one of the
+ * first report it takes (told by its length) and drops reports of another.
  * Nothing a peer sends or withholds blocks the others; the whole set has a
- * deadline. */
+ * deadline.  Every connection a root drops (wrong magic or type, a length
+ * no release sends or another than its ranks', a grow report, a duplicate,
+ * a malformed or too slow one) is logged at WARN naming the peer's address
+ * and why, at most HPCT_LOG_BURST lines a second. */
 struct hpct_nccl_roots;
 struct hpct_nccl_root_stats {
 	int accepted;  /* reports taken, over all roots */
-	int ignored;   /* connections dropped: wrong magic, malformed, duplicates */
+	int ignored;   /* connections dropped (each logged): wrong magic, malformed, duplicates */
 	int max_conns; /* connections of the busiest root (in + out) */
 };
 /* nranks: the communicator's size; a report that says another is ignored
  * (memory goes with the real size, not with what a report claims).
- * keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): a
- * connection with another magic is then logged, naming its address. */
+ * keyed: the ids' magics are keyed by HPCT_SECRET (hpct__nccl_keyed): the
+ * line about a connection with another magic then says so. */
 HPCT_PRIVATE int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks,
                                         double timeout_s, int keyed, struct hpct_nccl_roots **out);
 /* 0 when a root could listen at the id's address now (it is then closed

@@ -1,7 +1,7 @@
 /* The rank side of NCCL's root exchange, for tests and hpct-bench only:
- * plays N NCCL ranks against a set of roots (NCCL's own or hpct's) and
- * collects what each rank is sent.  Not part of libhpct.so: built into the
- * static library hpct_nccl_player. */
+ * plays N NCCL ranks of one release (its wire, root_wire.h) against a set
+ * of roots (NCCL's own or hpct's) and collects what each rank is sent.
+ * Not part of libhpct.so: built into the static library hpct_nccl_player. */
 #include "bootstrap/nccl/player.h"
 
 #include <errno.h>
@@ -25,6 +25,16 @@ void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN])
 	memcpy(out, &in, sizeof(in));
 	for (int i = HPCT_NCCL_ADDR_LEN; i < HPCT_NCCL_RING_LEN; i++)
 		out[i] = (unsigned char)(rank * 7 + i);
+}
+
+int hpct__nccl_test_answer(int rank, int version, unsigned char out[HPCT_NCCL_RING_LEN])
+{
+	const struct hpct_nccl_wire *w = hpct__nccl_wire_for_version(version);
+	if (!w)
+		return HPCT_EINVAL;
+	hpct__nccl_test_ring(rank, out);
+	memset(out + w->reply_len, 0, (size_t)(HPCT_NCCL_RING_LEN - w->reply_len));
+	return 0;
 }
 
 /* NCCL_UID_STAGGER_THRESHOLD and NCCL_UID_STAGGER_RATE's defaults: ranks of
@@ -53,27 +63,31 @@ static uint64_t id_magic(const hpct_nccl_id *id)
 	return m;
 }
 
-/* Rank `rank` tells root `root` about itself as rank `as`. */
-static int report(const hpct_nccl_id *ids, int nids, int nranks, int root, int as,
-                  const struct sockaddr_storage *mine, const unsigned char *ring, double deadline)
+/* Rank `rank` tells root `root` about itself as rank `as`, in wire w's
+ * report (offset 0: not a grow). */
+static int report(const struct hpct_nccl_wire *w, const hpct_nccl_id *ids, int nids, int nranks,
+                  int root, int as, const struct sockaddr_storage *mine, const unsigned char *ring,
+                  double deadline)
 {
 	struct sockaddr_storage to;
 	id_addr(&ids[root], &to);
-	unsigned char msg[HPCT_NCCL_REPORT_LEN];
+	unsigned char msg[HPCT_NCCL_HDR_LEN + HPCT_NCCL_REPORT_MAX];
+	unsigned char *e = msg + HPCT_NCCL_HDR_LEN;
 	memset(msg, 0, sizeof(msg));
-	hpct__nccl_header(msg, id_magic(&ids[root]), HPCT_NCCL_EXTINFO_LEN);
-	hpct__nccl_put32(msg + HPCT_NCCL_HDR_LEN, as);
-	hpct__nccl_put32(msg + HPCT_NCCL_HDR_LEN + 4, nranks);
-	hpct__nccl_put32(msg + HPCT_NCCL_HDR_LEN + 8, root);
-	hpct__nccl_put32(msg + HPCT_NCCL_HDR_LEN + 12, nids);
-	memcpy(msg + HPCT_NCCL_HDR_LEN + 16, mine,
-	       hpct__nccl_addr_len((const struct sockaddr *)mine));
-	memcpy(msg + HPCT_NCCL_HDR_LEN + 16 + HPCT_NCCL_ADDR_LEN, ring, HPCT_NCCL_RING_LEN);
+	hpct__nccl_header(msg, id_magic(&ids[root]), w->report_len);
+	hpct__nccl_put32(e, as);
+	hpct__nccl_put32(e + 4, nranks);
+	if (w->multi_root) {
+		hpct__nccl_put32(e + 8, root);
+		hpct__nccl_put32(e + 12, nids);
+	}
+	memcpy(e + w->addr_at, mine, hpct__nccl_addr_len((const struct sockaddr *)mine));
+	memcpy(e + w->ring_at, ring, (size_t)w->reply_len);
 	int fd, rc;
 	double left = deadline - hpct__now();
 	if ((rc = hpct__nccl_connect_to((struct sockaddr *)&to, left > 0.05 ? left : 0.05, &fd)) ==
 	    0) {
-		rc = hpct__nccl_send_all(fd, msg, sizeof(msg));
+		rc = hpct__nccl_send_all(fd, msg, HPCT_NCCL_HDR_LEN + (size_t)w->report_len);
 		close(fd);
 	}
 	if (rc < 0) {
@@ -86,9 +100,11 @@ static int report(const hpct_nccl_id *ids, int nids, int nranks, int root, int a
 	return 0;
 }
 
-/* Takes the answers to every player; 0 when all came. */
-static int collect(const hpct_nccl_id *ids, int nids, int nranks, struct player *p, double deadline)
+/* Takes the answers (of wire w) to every player; 0 when all came. */
+static int collect(const struct hpct_nccl_wire *w, const hpct_nccl_id *ids, int nids, int nranks,
+                   struct player *p, double deadline)
 {
+	size_t want_len = HPCT_NCCL_HDR_LEN + (size_t)w->reply_len;
 	struct pollfd *pf = calloc((size_t)nranks, sizeof(*pf));
 	if (!pf)
 		return HPCT_ENOMEM;
@@ -122,7 +138,7 @@ static int collect(const hpct_nccl_id *ids, int nids, int nranks, struct player 
 				q->fd = accept4(q->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 				continue;
 			}
-			ssize_t k = recv(q->fd, q->buf + q->got, sizeof(q->buf) - q->got, 0);
+			ssize_t k = recv(q->fd, q->buf + q->got, want_len - q->got, 0);
 			if (k < 0 && (errno == EAGAIN || errno == EINTR))
 				continue;
 			if (k <= 0) {
@@ -134,17 +150,20 @@ static int collect(const hpct_nccl_id *ids, int nids, int nranks, struct player 
 				break;
 			}
 			q->got += (size_t)k;
-			if (q->got < sizeof(q->buf))
+			if (q->got < want_len)
 				continue;
+			/* the answer opens with the magic of the rank's root's id
+			 * and type 1, its size that of the wire's ring info */
 			uint64_t want = id_magic(&ids[hpct__nccl_root_of(r, nranks, nids)]);
-			if (memcmp(q->buf, &want, 8) != 0 || hpct__nccl_get32(q->buf + 8) != 1 ||
-			    hpct__nccl_get32(q->buf + 12) != HPCT_NCCL_RING_LEN)
+			if (memcmp(q->buf, &want, 8) != 0 ||
+			    hpct__nccl_get32(q->buf + 8) != HPCT_NCCL_SOCK_TYPE_BOOTSTRAP ||
+			    hpct__nccl_get32(q->buf + 12) != w->reply_len)
 				rc = hpct__fail(
 				        HPCT_EPROTO, HPCT_SUB_NCCL,
 				        "simulated rank %d: the root's answer has magic, type or "
-				        "size wrong (type %d, size %d)",
+				        "size wrong (type %d, size %d; NCCL %s: %d)",
 				        r, hpct__nccl_get32(q->buf + 8),
-				        hpct__nccl_get32(q->buf + 12));
+				        hpct__nccl_get32(q->buf + 12), w->releases, w->reply_len);
 			q->done = 1;
 			left--;
 		}
@@ -154,12 +173,24 @@ static int collect(const hpct_nccl_id *ids, int nids, int nranks, struct player 
 }
 
 int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const int *order,
-                          double timeout_s, int stagger, unsigned char *replies,
+                          double timeout_s, int stagger, int version, unsigned char *replies,
                           int *root_conns_out)
 {
+	const struct hpct_nccl_wire *w = hpct__nccl_wire_for_version(version);
+	if (!w)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "simulated ranks: no known root wire for NCCL version code %d "
+		                  "(hpct knows %s to %s)",
+		                  version, hpct__nccl_wires[0].releases,
+		                  hpct__nccl_wires[HPCT_NCCL_NWIRES - 1].releases);
 	if (nids < 1 || nranks < nids)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
 		                  "simulated ranks: %d ranks cannot use %d roots", nranks, nids);
+	if (!w->multi_root && nids != 1)
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "simulated ranks: NCCL %s ranks report to one root only, not %d "
+		                  "(several roots came with ncclCommInitRankScalable in 2.23)",
+		                  w->releases, nids);
 	double deadline = hpct__now() + timeout_s;
 	struct player *p = calloc((size_t)nranks, sizeof(*p));
 	struct sockaddr_storage *mine = calloc((size_t)nranks, sizeof(*mine));
@@ -201,20 +232,23 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 				usleep((useconds_t)(wait * 1e6));
 		}
 		hpct__nccl_test_ring(r, ring);
-		rc = report(ids, nids, nranks, root, r, &mine[r], ring, deadline);
+		rc = report(w, ids, nids, nranks, root, r, &mine[r], ring, deadline);
 		per_root[root]++;
 		if (rc == 0 && nids > 1 && r == hpct__nccl_first_of(root, nranks, nids)) {
 			int prev = (r - 1 + nranks) % nranks;
 			int proot = hpct__nccl_root_of(prev, nranks, nids);
-			rc = report(ids, nids, nranks, proot, prev + 1, &mine[r], ring, deadline);
+			rc = report(w, ids, nids, nranks, proot, prev + 1, &mine[r], ring,
+			            deadline);
 			per_root[proot]++;
 		}
 	}
 	if (rc == 0)
-		rc = collect(ids, nids, nranks, p, deadline);
-	for (int r = 0; rc == 0 && r < nranks; r++)
-		memcpy(replies + (size_t)r * HPCT_NCCL_RING_LEN, p[r].buf + HPCT_NCCL_HDR_LEN,
-		       HPCT_NCCL_RING_LEN);
+		rc = collect(w, ids, nids, nranks, p, deadline);
+	for (int r = 0; rc == 0 && r < nranks; r++) {
+		unsigned char *slot = replies + (size_t)r * HPCT_NCCL_RING_LEN;
+		memset(slot, 0, HPCT_NCCL_RING_LEN);
+		memcpy(slot, p[r].buf + HPCT_NCCL_HDR_LEN, (size_t)w->reply_len);
+	}
 	if (rc == 0 && root_conns_out) {
 		/* every answer came: one more connection per rank to its root */
 		*root_conns_out = 0;

@@ -1,9 +1,13 @@
-/* hpct's NCCL bootstrap roots (NCCL 2.23 to 2.28): a thread that hosts
+/* hpct's NCCL bootstrap roots (NCCL 2.19 to 2.32): a thread that hosts
  * roots, takes the ranks' reports and answers each rank with its ring
- * neighbour's info.  The wire is in root_wire.h.
+ * neighbour's info.  The wires are in root_wire.h; a root speaks the one
+ * of the first report it takes.
  *
  * Every root here is one listener in a poll loop: a peer that connects and
- * sends nothing, or sends slowly, holds only its own connection. */
+ * sends nothing, or sends slowly, holds only its own connection.  Unlike
+ * NCCL's root (which, from 2.30.7, drops a bad handshake without a word and
+ * goes on waiting), every connection dropped here is logged, naming the
+ * peer and why: a rank is never left waiting in silence. */
 #include "bootstrap/nccl/nccl_internal.h"
 
 #include <errno.h>
@@ -21,20 +25,27 @@
 #include "bootstrap/base/util.h"
 #include "bootstrap/nccl/root_wire.h"
 
+/* A report is one small write: whoever takes longer than this is stuck or
+ * hostile, and gives up only its own connection. */
+#define REPORT_WITHIN_S 5.0
+
 struct report_conn {
 	int fd;
 	int root; /* the listener it came in on */
 	size_t got;
 	double deadline;
-	char from[80]; /* the peer's address, for messages */
-	unsigned char buf[HPCT_NCCL_REPORT_LEN];
+	const struct hpct_nccl_wire *wire; /* by the length its header gives */
+	char from[80];                     /* the peer's address, for messages */
+	unsigned char buf[HPCT_NCCL_HDR_LEN + HPCT_NCCL_REPORT_MAX];
 };
 
 struct root {
 	int lfd; /* -1 once finished */
 	uint64_t magic;
 	char where[64];
-	int known; /* nranks, iroot, nroots set from the first report */
+	/* the wire of the first report taken, and nranks, iroot, nroots as it
+	 * said; NULL until then */
+	const struct hpct_nccl_wire *wire;
 	int nranks, iroot, nroots, first, n2send, nrecv, sent;
 	unsigned char *have, *replied;
 	unsigned char (*addr)[HPCT_NCCL_ADDR_LEN];
@@ -55,9 +66,10 @@ struct hpct_nccl_roots {
 	int result;
 	char failure[1024];
 	struct hpct_nccl_root_stats stats;
-	int nranks; /* the communicator's size */
-	int keyed;  /* magics keyed by HPCT_SECRET: a wrong one is a stranger */
-	int fuzz;   /* hpct__nccl_root_fuzz_one: answers are not sent */
+	int nranks;                  /* the communicator's size */
+	int keyed;                   /* magics keyed by HPCT_SECRET: a wrong one is a stranger */
+	int fuzz;                    /* hpct__nccl_root_fuzz_one: answers are not sent */
+	struct hpct_log_burst drops; /* the lines about dropped connections */
 };
 
 static void root_free(struct root *rt)
@@ -88,7 +100,35 @@ static int fail_set(struct hpct_nccl_roots *s, int err, const char *fmt, ...)
 	return err;
 }
 
-/* Sends local rank l of root rt the ring info of the rank after it. */
+/* A connection from `from` to root rt is dropped: counted, and logged at
+ * WARN saying why, at most HPCT_LOG_BURST lines a second (a stranger can
+ * repeat it at will; how many were held back is said with the next). */
+static void dropped(struct hpct_nccl_roots *s, const struct root *rt, const char *from,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void dropped(struct hpct_nccl_roots *s, const struct root *rt, const char *from,
+                    const char *fmt, ...)
+{
+	s->stats.ignored++;
+	unsigned long quiet;
+	if (!hpct__log_enabled(HPCT_LOG_WARN, HPCT_SUB_NCCL) ||
+	    !hpct__log_burst_ok(&s->drops, &quiet))
+		return;
+	char why[320];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	hpct__log(HPCT_LOG_WARN, HPCT_SUB_NCCL,
+	          "NCCL root at %s: dropped the connection from %s: %s%s%.0lu%s", rt->where, from,
+	          why, quiet ? " (and " : "", quiet,
+	          quiet ? " more dropped connections in the last second)" : "");
+}
+
+/* Sends local rank l of root rt the ring info of the rank after it.  As
+ * NCCL's root does, the connection opens with the magic of the root's own
+ * id and socket type 1 (bootstrap), whichever rank it is: the rank listens
+ * with that magic (from 2.23 the magic of the id of its root, which is
+ * this one; before, the only id). */
 static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 {
 	int next = (l + 1) % rt->nrecv;
@@ -108,9 +148,10 @@ static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 	                                     &fd);
 	if (rc == 0 && !s->fuzz) {
 		unsigned char msg[HPCT_NCCL_HDR_LEN + HPCT_NCCL_RING_LEN];
-		hpct__nccl_header(msg, rt->magic, HPCT_NCCL_RING_LEN);
-		memcpy(msg + HPCT_NCCL_HDR_LEN, rt->ring[next], HPCT_NCCL_RING_LEN);
-		rc = hpct__nccl_send_all(fd, msg, sizeof(msg));
+		int len = rt->wire->reply_len;
+		hpct__nccl_header(msg, rt->magic, len);
+		memcpy(msg + HPCT_NCCL_HDR_LEN, rt->ring[next], (size_t)len);
+		rc = hpct__nccl_send_all(fd, msg, HPCT_NCCL_HDR_LEN + (size_t)len);
 		close(fd);
 	}
 	if (rc < 0)
@@ -135,24 +176,32 @@ static void try_reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 		reply(s, rt, l);
 }
 
-/* A whole report came in on root rt. */
-static void take_report(struct hpct_nccl_roots *s, struct root *rt, const unsigned char *b,
-                        const char *from)
+/* A whole report of c's wire came in on root rt. */
+static void take_report(struct hpct_nccl_roots *s, struct root *rt, const struct report_conn *c)
 {
-	const unsigned char *e = b + HPCT_NCCL_HDR_LEN;
-	int rank = hpct__nccl_get32(e), nranks = hpct__nccl_get32(e + 4),
-	    iroot = hpct__nccl_get32(e + 8), nroots = hpct__nccl_get32(e + 12);
-	if (!rt->known) {
+	const struct hpct_nccl_wire *w = c->wire;
+	const unsigned char *e = c->buf + HPCT_NCCL_HDR_LEN;
+	const char *from = c->from;
+	int rank = hpct__nccl_get32(e), nranks = hpct__nccl_get32(e + 4);
+	int iroot = w->multi_root ? hpct__nccl_get32(e + 8) : 0;
+	int nroots = w->multi_root ? hpct__nccl_get32(e + 12) : 1;
+	int offset = w->offset_at >= 0 ? hpct__nccl_get32(e + w->offset_at) : 0;
+	if (offset != 0) {
+		dropped(s, rt, from,
+		        "an ncclCommGrow report (rank %d of %d, offset %d): hpct's roots do not "
+		        "serve ncclCommGrow",
+		        rank, nranks, offset);
+		return;
+	}
+	if (!rt->wire) {
 		if (nranks != s->nranks || nroots < 1 || nroots > nranks || iroot < 0 ||
 		    iroot >= nroots) {
-			HPCT_WARN(HPCT_SUB_NCCL,
-			          "NCCL root at %s: report from %s with nranks %d, nroots %d, "
-			          "iroot %d (the communicator has %d ranks): ignored",
-			          rt->where, from, nranks, nroots, iroot, s->nranks);
-			s->stats.ignored++;
+			dropped(s, rt, from,
+			        "a report with nranks %d, nroots %d, iroot %d (the communicator "
+			        "has %d ranks)",
+			        nranks, nroots, iroot, s->nranks);
 			return;
 		}
-		rt->known = 1;
 		rt->nranks = nranks;
 		rt->iroot = iroot;
 		rt->nroots = nroots;
@@ -168,38 +217,29 @@ static void take_report(struct hpct_nccl_roots *s, struct root *rt, const unsign
 			         rt->where, nranks);
 			return;
 		}
+		rt->wire = w; /* from now on, this root's wire */
 	} else if (nranks != rt->nranks || nroots != rt->nroots || iroot != rt->iroot) {
-		HPCT_WARN(HPCT_SUB_NCCL,
-		          "NCCL root at %s: rank %d from %s says nranks %d, nroots %d, iroot %d; "
-		          "earlier ranks said %d, %d, %d: ignored",
-		          rt->where, rank, from, nranks, nroots, iroot, rt->nranks, rt->nroots,
-		          rt->iroot);
-		s->stats.ignored++;
+		dropped(s, rt, from,
+		        "rank %d says nranks %d, nroots %d, iroot %d; earlier ranks said %d, %d, "
+		        "%d",
+		        rank, nranks, nroots, iroot, rt->nranks, rt->nroots, rt->iroot);
 		return;
 	}
 	long long ll = (long long)rank - rt->first; /* any rank a report claims */
 	int l = ll < 0 || ll >= rt->nrecv ? -1 : (int)ll;
 	if (l < 0) {
-		HPCT_WARN(
-		        HPCT_SUB_NCCL,
-		        "NCCL root at %s (root %d of %d): rank %d from %s is not one of its ranks "
-		        "%d..%d: ignored",
-		        rt->where, rt->iroot, rt->nroots, rank, from, rt->first,
-		        rt->first + rt->nrecv - 1);
-		s->stats.ignored++;
+		dropped(s, rt, from, "rank %d is not one of the ranks %d..%d of root %d of %d",
+		        rank, rt->first, rt->first + rt->nrecv - 1, rt->iroot, rt->nroots);
 		return;
 	}
 	if (rt->have[l]) {
-		HPCT_WARN(HPCT_SUB_NCCL,
-		          "NCCL root at %s: rank %d of %d checked in twice (again from %s): the "
-		          "second report is refused",
-		          rt->where, rank, rt->nranks, from);
-		s->stats.ignored++;
+		dropped(s, rt, from, "rank %d of %d checked in twice: the second report is refused",
+		        rank, rt->nranks);
 		return;
 	}
 	rt->have[l] = 1;
-	memcpy(rt->addr[l], e + 16, HPCT_NCCL_ADDR_LEN);
-	memcpy(rt->ring[l], e + 16 + HPCT_NCCL_ADDR_LEN, HPCT_NCCL_RING_LEN);
+	memcpy(rt->addr[l], e + w->addr_at, HPCT_NCCL_ADDR_LEN);
+	memcpy(rt->ring[l], e + w->ring_at, (size_t)w->reply_len);
 	s->stats.accepted++;
 	try_reply(s, rt, l);
 	try_reply(s, rt, (l - 1 + rt->nrecv) % rt->nrecv);
@@ -212,45 +252,69 @@ static void drop_conn(struct hpct_nccl_roots *s, int i)
 	s->conns[i] = s->conns[--s->nconns];
 }
 
+/* The bytes a connection must send: its header, then the report of the
+ * length the header gives. */
+static size_t conn_want(const struct report_conn *c)
+{
+	return HPCT_NCCL_HDR_LEN + (c->wire ? (size_t)c->wire->report_len : 0);
+}
+
+/* "64 (NCCL 2.19-2.22), 172 (...), ...": the lengths the roots take. */
+static void known_lengths(char *buf, size_t len)
+{
+	size_t at = 0;
+	buf[0] = 0;
+	for (int i = 0; i < HPCT_NCCL_NWIRES && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%d (NCCL %s)", i ? ", " : "",
+		                       hpct__nccl_wires[i].report_len,
+		                       hpct__nccl_wires[i].releases);
+}
+
 /* What the bytes of c so far say: 1 when the connection is finished with
  * (dropped, or its report taken), 0 when more must come. */
 static int examine(struct hpct_nccl_roots *s, struct root *rt, struct report_conn *c)
 {
-	if (c->got >= 8 && memcmp(c->buf, &rt->magic, 8) != 0) {
-		/* another comm's or a stranger's: unseen by NCCL's rule;
-		 * with a secret, only one without it (or another) */
-		if (s->keyed)
-			HPCT_WARN(HPCT_SUB_NCCL,
-			          "NCCL root at %s: refused a connection from %s: wrong magic "
-			          "(this communicator's magic is keyed by HPCT_SECRET: no "
-			          "secret there, or another one)",
-			          rt->where, c->from);
-		s->stats.ignored++;
-		return 1;
-	}
 	const char *from = c->from;
+	if (c->got >= 8 && memcmp(c->buf, &rt->magic, 8) != 0) {
+		/* another comm's, a stale id's, or a stranger's */
+		uint64_t m;
+		memcpy(&m, c->buf, 8);
+		dropped(s, rt, from, "wrong magic %#llx (%s)", (unsigned long long)m,
+		        s->keyed ? "this communicator's magic is keyed by HPCT_SECRET: no secret "
+		                   "there, or another one"
+		                 : "another communicator's or an old id, or not an NCCL rank");
+		return 1;
+	}
 	if (c->got >= 12 && hpct__nccl_get32(c->buf + 8) != HPCT_NCCL_SOCK_TYPE_BOOTSTRAP) {
-		HPCT_WARN(HPCT_SUB_NCCL,
-		          "NCCL root at %s: connection from %s has socket type %d, not %d "
-		          "(bootstrap): dropped",
-		          rt->where, from, hpct__nccl_get32(c->buf + 8),
-		          HPCT_NCCL_SOCK_TYPE_BOOTSTRAP);
-		s->stats.ignored++;
+		dropped(s, rt, from, "socket type %d, not %d (bootstrap)",
+		        hpct__nccl_get32(c->buf + 8), HPCT_NCCL_SOCK_TYPE_BOOTSTRAP);
 		return 1;
 	}
-	if (c->got >= HPCT_NCCL_HDR_LEN && hpct__nccl_get32(c->buf + 12) != HPCT_NCCL_EXTINFO_LEN) {
-		HPCT_WARN(HPCT_SUB_NCCL,
-		          "NCCL root at %s: report from %s is %d bytes, not %d (NCCL 2.23-2.28 "
-		          "ranks send %d): dropped",
-		          rt->where, from, hpct__nccl_get32(c->buf + 12), HPCT_NCCL_EXTINFO_LEN,
-		          HPCT_NCCL_EXTINFO_LEN);
-		s->stats.ignored++;
+	if (c->got >= HPCT_NCCL_HDR_LEN && !c->wire) {
+		int len = hpct__nccl_get32(c->buf + 12);
+		if (!(c->wire = hpct__nccl_wire_for_len(len))) {
+			char lens[160];
+			known_lengths(lens, sizeof(lens));
+			dropped(s, rt, from, "a %d-byte report; NCCL's ranks send %s", len, lens);
+			return 1;
+		}
+	}
+	if (c->wire && rt->wire && c->wire != rt->wire) {
+		dropped(s, rt, from,
+		        "a %d-byte report (NCCL %s) where this root's ranks sent %d bytes (NCCL "
+		        "%s)",
+		        c->wire->report_len, c->wire->releases, rt->wire->report_len,
+		        rt->wire->releases);
 		return 1;
 	}
-	if (c->got == HPCT_NCCL_REPORT_LEN) {
+	if (c->wire && c->got == conn_want(c)) {
 		rt->conns++;
 		if (rt->lfd >= 0)
-			take_report(s, rt, c->buf, from);
+			take_report(s, rt, c);
+		else
+			dropped(s, rt, from,
+			        "a report (rank %d) after this root answered all its ranks",
+			        hpct__nccl_get32(c->buf + HPCT_NCCL_HDR_LEN));
 		return 1;
 	}
 	return 0;
@@ -261,13 +325,14 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 {
 	struct root *rt = &s->roots[c->root];
 	for (;;) {
-		ssize_t k = recv(c->fd, c->buf + c->got, HPCT_NCCL_REPORT_LEN - c->got, 0);
+		ssize_t k = recv(c->fd, c->buf + c->got, conn_want(c) - c->got, 0);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
-		if (k <= 0) {
-			s->stats.ignored++; /* closed early: nothing to act on */
+		if (k <= 0) { /* gone before a whole report: nothing to act on */
+			dropped(s, rt, c->from, "it closed after %zu of %zu bytes%s%s", c->got,
+			        conn_want(c), k < 0 ? ": " : "", k < 0 ? strerror(errno) : "");
 			return 1;
 		}
 		c->got += (size_t)k;
@@ -277,9 +342,9 @@ static int read_conn(struct hpct_nccl_roots *s, struct report_conn *c)
 }
 
 /* For the fuzz target: `data` as the bytes of successive connections to one
- * root (HPCT_NCCL_REPORT_LEN each, the last maybe short) of magic 0x0123456789abcdef
- * for a communicator of 4 ranks, taken as the thread would, answers not
- * sent. */
+ * root of magic 0x0123456789abcdef for a communicator of 4 ranks, each
+ * taking what the thread would read of it (a header, then the report of
+ * the length it gives; the last maybe short), answers not sent. */
 HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len)
 {
 	struct root rt = { .lfd = 0, .magic = 0x0123456789abcdefull };
@@ -290,12 +355,17 @@ HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len
 	s.deadline = hpct__now() + 1;
 	while (len > 0 && s.result == 0) {
 		struct report_conn c = { .fd = -1 };
-		c.got = len < HPCT_NCCL_REPORT_LEN ? len : HPCT_NCCL_REPORT_LEN;
-		memcpy(c.buf, data, c.got);
 		snprintf(c.from, sizeof(c.from), "fuzz");
-		examine(&s, &rt, &c);
-		data += c.got;
-		len -= c.got;
+		int done = 0;
+		while (!done && len > 0) {
+			size_t k = conn_want(&c) - c.got;
+			k = k < len ? k : len;
+			memcpy(c.buf + c.got, data, k);
+			c.got += k;
+			data += k;
+			len -= k;
+			done = examine(&s, &rt, &c);
+		}
 	}
 	rt.lfd = -1; /* nothing to close */
 	root_free(&rt);
@@ -310,11 +380,14 @@ static void accept_on(struct hpct_nccl_roots *s, int r)
 		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return; /* EAGAIN, or EMFILE: the next poll tries again */
+		char from[80];
+		hpct__addr_str((struct sockaddr *)&peer, from, sizeof(from));
 		struct report_conn *c = calloc(1, sizeof(*c));
 		if (!c || (s->nconns == s->capconns && s->capconns >= 4096)) {
 			free(c); /* more half-sent reports than any comm needs */
 			close(fd);
-			s->stats.ignored++;
+			dropped(s, &s->roots[r], from, "%d connections are open already",
+			        s->nconns);
 			continue;
 		}
 		if (s->nconns == s->capconns) {
@@ -323,6 +396,7 @@ static void accept_on(struct hpct_nccl_roots *s, int r)
 			if (!p) {
 				free(c);
 				close(fd);
+				dropped(s, &s->roots[r], from, "out of memory");
 				continue;
 			}
 			s->conns = p;
@@ -330,10 +404,8 @@ static void accept_on(struct hpct_nccl_roots *s, int r)
 		}
 		c->fd = fd;
 		c->root = r;
-		hpct__addr_str((struct sockaddr *)&peer, c->from, sizeof(c->from));
-		/* a report is one small write: whoever takes longer is stuck or
-		 * hostile, and gives up only its own connection */
-		c->deadline = hpct__now() + 5.0;
+		memcpy(c->from, from, sizeof(from));
+		c->deadline = hpct__now() + REPORT_WITHIN_S;
 		s->conns[s->nconns++] = c;
 	}
 }
@@ -346,13 +418,14 @@ static void describe_missing(struct hpct_nccl_roots *s, char *buf, size_t len)
 		struct root *rt = &s->roots[r];
 		if (rt->lfd < 0)
 			continue;
-		if (!rt->known) {
+		if (!rt->wire) {
 			at += (size_t)snprintf(buf + at, len - at, "%sroot at %s: no rank reported",
 			                       at ? "; " : "", rt->where);
 			continue;
 		}
-		at += (size_t)snprintf(buf + at, len - at, "%sroot at %s: not heard from rank",
-		                       at ? "; " : "", rt->where);
+		at += (size_t)snprintf(buf + at, len - at,
+		                       "%sroot at %s (NCCL %s reports): not heard from rank",
+		                       at ? "; " : "", rt->where, rt->wire->releases);
 		int shown = 0;
 		for (int l = 0; l < rt->nrecv && at + 16 < len; l++) {
 			if (rt->have[l])
@@ -391,7 +464,7 @@ static void *serve(void *arg)
 static void *serve_loop(struct hpct_nccl_roots *s)
 {
 	struct pollfd *pf = NULL;
-	int cap = 0;
+	int cap = 0, stopped = 0;
 	while (s->live > 0 && s->result == 0) {
 		int want = 1 + s->n + s->nconns;
 		if (want > cap) {
@@ -419,14 +492,18 @@ static void *serve_loop(struct hpct_nccl_roots *s)
 		int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
 		if (poll(pf, (nfds_t)k, ms) < 0 && errno != EINTR)
 			break;
-		if (pf[0].revents)
-			break; /* stopped */
+		if (pf[0].revents) {
+			stopped = 1;
+			break;
+		}
 		/* connections first: their slots in pf are those of this round */
 		for (int i = s->nconns - 1; i >= 0; i--) {
 			struct report_conn *c = s->conns[i];
 			int done = pf[1 + s->n + i].revents ? read_conn(s, c) : 0;
 			if (!done && hpct__now() > c->deadline) {
-				s->stats.ignored++; /* too slow: it loses its connection */
+				dropped(s, &s->roots[c->root], c->from,
+				        "too slow: %zu of %zu bytes in %.0f s", c->got,
+				        conn_want(c), REPORT_WITHIN_S);
 				done = 1;
 			}
 			if (done) /* the last one moves here: already seen */
@@ -435,6 +512,14 @@ static void *serve_loop(struct hpct_nccl_roots *s)
 		for (int r = 0; r < s->n; r++)
 			if (s->roots[r].lfd >= 0 && pf[1 + r].revents)
 				accept_on(s, r);
+	}
+	/* finished or out of time: whoever is still sending is told of */
+	for (int i = s->nconns - 1; i >= 0 && !stopped; i--) {
+		struct report_conn *c = s->conns[i];
+		dropped(s, &s->roots[c->root], c->from,
+		        "it had sent %zu of %zu bytes when the roots %s", c->got, conn_want(c),
+		        s->result ? "gave up" : "finished");
+		drop_conn(s, i);
 	}
 	free(pf);
 	return NULL;

@@ -1,5 +1,6 @@
-/* What hpct's NCCL roots and the rank-side player both speak: NCCL's split
- * of ranks among roots, and the blocking socket steps of the exchange. */
+/* What hpct's NCCL roots and the rank-side player both speak: the wire of
+ * each release, NCCL's split of ranks among roots, and the blocking socket
+ * steps of the exchange. */
 #include "bootstrap/nccl/root_wire.h"
 
 #include <errno.h>
@@ -8,6 +9,62 @@
 #include <unistd.h>
 
 #include "bootstrap/base/util.h"
+
+/* From NCCL's src/bootstrap.cc of the tags.  2.19-2.22: struct extInfo {
+ * int rank, nranks; ncclSocketAddress extAddressListenRoot,
+ * extAddressListen; }, the root answers sizeof(ncclSocketAddress) and, as a
+ * single root, only once every rank came (answering each as soon as its
+ * next rank is known is the same to the rank).  2.23-2.28: { int rank,
+ * nranks, iroot, nroots; ncclSocketAddress listenRootAddress; union
+ * ringConnectInfo connectInfo (128 B); }, answered with the 128 bytes.
+ * 2.29 added `int offset` after nroots (ncclCommGrow; 0 for every other
+ * init); 2.30.7's and, on the wire, 2.31's and 2.32's are the same. */
+const struct hpct_nccl_wire hpct__nccl_wires[HPCT_NCCL_NWIRES] = {
+	{ .releases = "2.19-2.22",
+	  .min_version = HPCT_NCCL_OLDEST_VERSION,
+	  .max_version = 22299,
+	  .report_len = 8 + 2 * HPCT_NCCL_ADDR_LEN,
+	  .reply_len = HPCT_NCCL_ADDR_LEN,
+	  .multi_root = 0,
+	  .offset_at = -1,
+	  .addr_at = 8,
+	  .ring_at = 8 + HPCT_NCCL_ADDR_LEN },
+	{ .releases = "2.23-2.28",
+	  .min_version = 22300,
+	  .max_version = 22899,
+	  .report_len = 16 + HPCT_NCCL_ADDR_LEN + HPCT_NCCL_RING_LEN,
+	  .reply_len = HPCT_NCCL_RING_LEN,
+	  .multi_root = 1,
+	  .offset_at = -1,
+	  .addr_at = 16,
+	  .ring_at = 16 + HPCT_NCCL_ADDR_LEN },
+	{ .releases = "2.29-" HPCT_NCCL_NEWEST_VERIFIED_NAME,
+	  .min_version = 22900,
+	  .max_version = HPCT_NCCL_NEWEST_VERIFIED_VERSION,
+	  .report_len = 20 + HPCT_NCCL_ADDR_LEN + HPCT_NCCL_RING_LEN,
+	  .reply_len = HPCT_NCCL_RING_LEN,
+	  .multi_root = 1,
+	  .offset_at = 16,
+	  .addr_at = 20,
+	  .ring_at = 20 + HPCT_NCCL_ADDR_LEN },
+};
+
+const struct hpct_nccl_wire *hpct__nccl_wire_for_version(int version)
+{
+	for (int i = 0; i < HPCT_NCCL_NWIRES; i++)
+		if (version >= hpct__nccl_wires[i].min_version &&
+		    version <= hpct__nccl_wires[i].max_version)
+			return &hpct__nccl_wires[i];
+	return NULL;
+}
+
+const struct hpct_nccl_wire *hpct__nccl_wire_for_len(int report_len)
+{
+	for (int i = 0; i < HPCT_NCCL_NWIRES; i++)
+		if (report_len == hpct__nccl_wires[i].report_len)
+			return &hpct__nccl_wires[i];
+	return NULL;
+}
 
 int hpct__nccl_first_of(int root, int nranks, int nroots)
 {

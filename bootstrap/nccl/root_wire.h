@@ -1,17 +1,23 @@
-/* The wire of NCCL's bootstrap root (NCCL 2.23 to 2.28), shared by hpct's
+/* The wires of NCCL's bootstrap root (NCCL 2.19 to 2.32), shared by hpct's
  * roots (root.c) and the rank-side player of tests and hpct-bench
  * (player.c).
  *
  * As NCCL's sockets have it: whoever connects first sends the 8-byte magic
  * of the id and the 4-byte socket type (1, bootstrap), with no answer; an
- * acceptor drops a connection with the wrong magic unseen.  Then messages
- * are a 4-byte size and the bytes.  A rank sends its root a 172-byte report
- * {rank, nranks, iroot, nroots, the address where it waits for the root,
- * its ring info}; the root connects to that address and sends the rank the
- * ring info of the next rank.  With several roots, ranks are cut in
- * contiguous blocks and the first rank of each block also reports to the
- * previous block's root, so every root knows the next rank of its last.
- * Integers are in host order: roots and ranks share an architecture. */
+ * acceptor drops a connection with the wrong magic.  Then messages are a
+ * 4-byte size and the bytes.  A rank sends its root a report (rank,
+ * nranks, the address where it waits for the root, its ring info, and
+ * from 2.23 its root's place among several); the root connects to that
+ * address, with the magic of its own id and type 1, and sends the rank the
+ * ring info of the next rank.  With several roots (2.23 and later), ranks
+ * are cut in contiguous blocks and the first rank of each block also
+ * reports to the previous block's root, so every root knows the next rank
+ * of its last.  Integers are in host order: roots and ranks share an
+ * architecture.
+ *
+ * What changed between releases is the report's layout and the answer's
+ * size: one row of hpct__nccl_wires each, read from NCCL's bootstrap.cc
+ * of the tags (struct extInfo, bootstrapRoot, bootstrapInit). */
 #ifndef HPCT_NCCL_ROOT_WIRE_H
 #define HPCT_NCCL_ROOT_WIRE_H
 
@@ -25,7 +31,30 @@
 
 #define HPCT_NCCL_SOCK_TYPE_BOOTSTRAP 1
 #define HPCT_NCCL_HDR_LEN             16 /* magic, type, size */
-#define HPCT_NCCL_REPORT_LEN          (HPCT_NCCL_HDR_LEN + HPCT_NCCL_EXTINFO_LEN)
+
+/* One wire of the root exchange.  Offsets are into the report (after its
+ * 16-byte header); the answer carries reply_len bytes of the next rank's
+ * ring info, which a rank reports at ring_at. */
+struct hpct_nccl_wire {
+	const char *releases;         /* "2.23-2.28", for messages */
+	int min_version, max_version; /* ncclGetVersion() codes that speak it */
+	int report_len;               /* sizeof(struct extInfo) */
+	int reply_len;                /* the answer's size: the ring info */
+	int multi_root;               /* int iroot, nroots at 8, 12; else one root */
+	int offset_at;                /* int offset (ncclCommGrow's), or -1 */
+	int addr_at;                  /* where the rank waits for its answer (28 B) */
+	int ring_at;                  /* the rank's ring info (reply_len B) */
+};
+
+/* The rows, oldest first: 2.19-2.22 (64-byte report, 28-byte answer, one
+ * root), 2.23-2.28 (172, 128), 2.29-2.32 (176, 128, with offset). */
+#define HPCT_NCCL_NWIRES 3
+extern const struct hpct_nccl_wire hpct__nccl_wires[HPCT_NCCL_NWIRES];
+/* The row NCCL `version` (ncclGetVersion's code, e.g. 22903) speaks; NULL
+ * below 2.19 and above the newest release verified here. */
+const struct hpct_nccl_wire *hpct__nccl_wire_for_version(int version);
+/* The row whose report is `report_len` bytes; NULL when none is. */
+const struct hpct_nccl_wire *hpct__nccl_wire_for_len(int report_len);
 
 /* How NCCL splits ranks among roots: contiguous blocks, the first
  * nranks % nroots roots one rank longer. */
