@@ -164,6 +164,13 @@ double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *
 		fprintf(stderr, "hpct-bench: %s\n", hpct_last_error());
 		return -1;
 	}
+	if (rootless && l->version < HPCT_NCCL_TIER2_MIN_VERSION) {
+		fprintf(stderr,
+		        "hpct-bench: nccl-root rootless: NCCL %d has no ncclCommInitRankScalable "
+		        "(2.23 and later), so no micro-roots: hpct keeps one root there (Tier 1)\n",
+		        l->version);
+		return -1;
+	}
 	int nids = rootless ? n : 1, rc;
 	hpct_nccl_id *ids = calloc((size_t)nids, sizeof(*ids));
 	unsigned char *replies = malloc((size_t)n * HPCT_NCCL_RING_LEN);
@@ -193,7 +200,7 @@ double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *
 	}
 	unsigned char want[HPCT_NCCL_RING_LEN];
 	for (int r = 0; r < n && rc == 0; r++) {
-		hpct__nccl_test_ring((r + 1) % n, want);
+		hpct__nccl_test_answer((r + 1) % n, l->version, want);
 		if (memcmp(replies + (size_t)r * HPCT_NCCL_RING_LEN, want, sizeof(want)) != 0) {
 			fprintf(stderr, "hpct-bench: rank %d was not sent rank %d's ring info\n", r,
 			        (r + 1) % n);
