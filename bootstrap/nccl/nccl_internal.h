@@ -91,7 +91,7 @@ HPCT_PRIVATE int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struc
  * hpct failed before calling NCCL (or NCCL succeeded). */
 HPCT_PRIVATE int hpct__nccl_last_result(void);
 
-/* --- NCCL_COMM_ID for one call (nccl_env.c) ----------------------------- */
+/* --- NCCL_COMM_ID for one call, the env plugin (env.c) ----------------- */
 
 /* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
  * hpct first calls into NCCL. */
@@ -109,6 +109,11 @@ HPCT_PRIVATE int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const c
 HPCT_PRIVATE void hpct__nccl_getenv_route(void);
 HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
 HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
+/* Which of libhpct's env plugins NCCL took: 0 none (NCCL before 2.28.7,
+ * NCCL_ENV_PLUGIN naming another library, or NCCL's env not read yet),
+ * 1 ncclEnvPlugin_v1 (2.28.7 to 2.30.6), 2 ncclEnvPlugin_v2 (2.30.7 and
+ * later look for it first). */
+HPCT_PRIVATE int hpct__nccl_env_plugin_used(void);
 
 /* --- NCCL's root protocol (2.23 to 2.28): root_wire.h, root.c -------- */
 
