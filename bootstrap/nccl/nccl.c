@@ -410,6 +410,17 @@ static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 	                  last && last[0] ? ": " : "", last ? last : "");
 }
 
+void hpct__nccl_result_clear(void)
+{
+	last_nccl_result = 0;
+}
+
+int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
+                           void *comm, const char *call, const char *tier)
+{
+	return nccl_failed(l, c, res, comm, call, tier);
+}
+
 /* Tier 1: one root, on rank 0 at the id's address.  NCCL's own, shown
  * NCCL_COMM_ID for this call only, after a check the port is free; where
  * NCCL cannot be shown it (no env plugin, no shim) and speaks the root
