@@ -316,12 +316,6 @@ static int derive_one(const struct hpct_nccl_comm *c, int crank, int version, hp
 	return 0;
 }
 
-int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
-                       hpct_nccl_id *id)
-{
-	return derive_one(c, c->rank, l->version, id);
-}
-
 static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm *c)
 {
 	memset(c, 0, sizeof(*c));

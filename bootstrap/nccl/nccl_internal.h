@@ -74,10 +74,6 @@ struct hpct_nccl_comm {
 	char name[96];       /* for messages: "group .. key .." */
 };
 
-/* The id whose root this rank of c would host (the preload shim's
- * ncclGetUniqueId: comm rank = world rank). */
-HPCT_PRIVATE int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
-                                    hpct_nccl_id *id);
 /* The tier NCCL `l` allows in world `w` with the settings. */
 HPCT_PRIVATE enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l,
                                                      const struct hpct_world *w);
