@@ -1,12 +1,13 @@
 /* Showing NCCL one variable, in one thread, for one lookup.
  *
  * NCCL 2.28.7 and later ask an env plugin for every variable they read
- * (NCCL_ENV_PLUGIN names the library; 2.28.7 looks up its ncclEnvPlugin_v1,
- * 2.30.7 and later ncclEnvPlugin_v2 first, whose init also gets NCCL's
- * logger).  libhpct is such a plugin, both versions from the same code: it answers from the process environment, except
- * that a thread inside hpct__nccl_comm_id_begin/_end sees NCCL_COMM_ID set
- * to the text it gave, for NCCL's next lookup of it only.  NCCL's one-time
- * init (which would choose its interface by that address) is run before the
+ * (NCCL_ENV_PLUGIN names the library; 2.28.7 looks up its
+ * ncclEnvPlugin_v1, 2.30.7 and later ncclEnvPlugin_v2 first, whose init
+ * also gets NCCL's logger).  libhpct is such a plugin, both versions from
+ * the same code: it answers from the process environment, except that a
+ * thread inside hpct__nccl_comm_id_begin/_end sees NCCL_COMM_ID set to the
+ * text it gave, for NCCL's next lookup of it only.  NCCL's one-time init
+ * (which would choose its interface by that address) is run before the
  * window opens, so the lookup that sees it is the one that starts the root
  * on the comm's rank 0.  Nobody else, the process environment included,
  * ever sees the value.  Before 2.28.7 NCCL calls getenv itself: only the
@@ -22,7 +23,7 @@
 #include "bootstrap/base/log.h"
 
 /* The first release that asks an env plugin. */
-#define ENV_PLUGIN_VERSION    22807
+#define ENV_PLUGIN_VERSION 22807
 
 /* NCCL's ncclDebugLogger_t: level, subsystem flags, file, line, format. */
 typedef void (*nccl_logger)(int level, unsigned long flags, const char *file, int line,
@@ -139,13 +140,13 @@ int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const char *text)
 		const char *plugin = getenv("NCCL_ENV_PLUGIN");
 		int v = l->version;
 		if (v < ENV_PLUGIN_VERSION)
-			return hpct__fail(HPCT_ESTATE, HPCT_SUB_NCCL,
-			                  "NCCL %d.%d.%d reads its variables with getenv and asks no "
-			                  "env plugin (2.28.7 and later do; NCCL_ENV_PLUGIN=%s): "
-			                  "NCCL_COMM_ID can be shown to one call only under the "
-			                  "preload shim, which interposes getenv",
-			                  v / 10000, v / 100 % 100, v % 100,
-			                  plugin ? plugin : "(unset)");
+			return hpct__fail(
+			        HPCT_ESTATE, HPCT_SUB_NCCL,
+			        "NCCL %d.%d.%d reads its variables with getenv and asks no "
+			        "env plugin (2.28.7 and later do; NCCL_ENV_PLUGIN=%s): "
+			        "NCCL_COMM_ID can be shown to one call only under the "
+			        "preload shim, which interposes getenv",
+			        v / 10000, v / 100 % 100, v % 100, plugin ? plugin : "(unset)");
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_NCCL,
 		                  "NCCL %d.%d.%d does not consult hpct's env plugin "
 		                  "(NCCL_ENV_PLUGIN=%s; it is read once, before NCCL's first "

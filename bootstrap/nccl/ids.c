@@ -226,8 +226,8 @@ static int init_hosted(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 	if (roots) {
 		/* they finish by themselves once every rank was answered */
 		hpct__nccl_roots_detach(roots);
-		HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: NCCL took the ids; the roots here go on",
-		          wr, c->name);
+		HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: NCCL took the ids; the roots here go on", wr,
+		          c->name);
 	}
 	return 0;
 }

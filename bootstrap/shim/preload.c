@@ -234,11 +234,12 @@ SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid
 		for (int i = 0; i < nid; i++)
 			derived += hpct_nccl_id_is_derived(&ids[i]);
 	if (derived > 0 && derived < nid)
-		HPCT_WARN(HPCT_SUB_NCCL,
-		          "preload: rank %d of %d: ncclCommInitRankScalable with %d ids, %d of them "
-		          "hpct's and %d NCCL's own: passed to NCCL untouched (the ids should come "
-		          "from one kind of ncclGetUniqueId: all ranks under the shim, or none)",
-		          rank, nranks, nid, derived, nid - derived);
+		HPCT_WARN(
+		        HPCT_SUB_NCCL,
+		        "preload: rank %d of %d: ncclCommInitRankScalable with %d ids, %d of them "
+		        "hpct's and %d NCCL's own: passed to NCCL untouched (the ids should come "
+		        "from one kind of ncclGetUniqueId: all ranks under the shim, or none)",
+		        rank, nranks, nid, derived, nid - derived);
 	if (derived == 0 || derived < nid)
 		return real.init_rank_scalable
 		               ? real.init_rank_scalable(comm, nranks, rank, nid, ids, config)
