@@ -203,7 +203,8 @@ static int init(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids, v
 	int res = hpct__nccl_last_result();
 	if (res)
 		return res;
-	int system = rc == HPCT_EADDRINUSE || (rc < 0 && rc > -4096); /* -errno */
+	/* -errno; hpct's own codes are -1001 and below */
+	int system = rc == HPCT_EADDRINUSE || (rc < 0 && rc > -1000);
 	return system ? NCCL_SYSTEM_ERROR : NCCL_INTERNAL_ERROR;
 }
 
