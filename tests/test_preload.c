@@ -74,9 +74,10 @@ static void job_env(char *buf, size_t len, const char *extra)
 	char lib[4096];
 	nccl_version(lib, sizeof(lib));
 	const char *first = getenv("HPCT_PRELOAD_FIRST"), *path = getenv("LD_LIBRARY_PATH");
-	snprintf(buf, len, "env %s LD_PRELOAD='%s%s%s' LD_LIBRARY_PATH='%s%s%s'", extra,
-	         first ? first : "", first ? " " : "", getenv("HPCT_PRELOAD"), lib, path ? ":" : "",
-	         path ? path : "");
+	/* NCCL_ENV_PLUGIN: set here by loading NCCL; a rank starts without it */
+	snprintf(buf, len, "env -u NCCL_ENV_PLUGIN %s LD_PRELOAD='%s%s%s' LD_LIBRARY_PATH='%s%s%s'",
+	         extra, first ? first : "", first ? " " : "", getenv("HPCT_PRELOAD"), lib,
+	         path ? ":" : "", path ? path : "");
 }
 
 /* Runs `what` (a command line after hpct-run's --) on N ranks over 2
@@ -187,6 +188,12 @@ Test(preload, rootless_ids_are_derived_and_no_root_runs)
 		cr_expect_eq(saw[r].init, 1, "rank %d: NCCL's own error must come back", r);
 	}
 	cr_expect(strstr(log, "failed: NCCL error"), "NCCL's error is not named:\n%s", log);
+	/* the shim set NCCL_ENV_PLUGIN before NCCL read its environment */
+	char need[128];
+	snprintf(need, sizeof(need), "consults hpct's env plugin (ncclEnvPlugin_v%d)",
+	         nr_env_plugin(v));
+	cr_expect_eq(count(log, need), nr_env_plugin(v) ? N : 0, "'%s' on every rank:\n%s", need,
+	             log);
 	if (nr_tier2(v)) {
 		expect_tier2(log);
 		return;
@@ -194,7 +201,6 @@ Test(preload, rootless_ids_are_derived_and_no_root_runs)
 	/* Tier 1: NCCL's root on rank 0 at the id, NCCL_COMM_ID shown to that
 	 * call (env plugin from 2.28.7, the shim's getenv before); without a
 	 * GPU NCCL fails at cudaGetDevice before it looks the value up */
-	char need[128];
 	snprintf(need, sizeof(need), "rank 0: NCCL id");
 	cr_expect(strstr(log, need), "missing '%s' in:\n%s", need, log);
 	snprintf(need, sizeof(need), "Tier 1, root here at 127.0.0.1:%u", saw[0].port);
@@ -218,6 +224,8 @@ Test(preload, without_hpct_use_rootless_nothing_changes)
 		cr_expect_eq(saw[r].init, 1);
 	cr_expect_eq(count(log, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N,
 	             "one notice a rank:\n%s", log);
+	cr_expect_null(strstr(log, "consults hpct's env plugin"), "NCCL was given hpct's:\n%s",
+	               log);
 }
 
 /* nccl_first on N ranks; its lines and the job's stderr (default HPCT_DEBUG:
