@@ -302,7 +302,7 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 		         "-u SLURM_STEP_NODELIST -u HPCT_RANK -u HPCT_WORLD_SIZE "
 		         "HPCT_USE_ROOTLESS=1 RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
 		         "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d HPCT_TIMEOUT=300 "
-		         "NCCL_SET_THREAD_NAME=1",
+		         "NCCL_SET_THREAD_NAME=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=NCCL",
 		         r, master);
 		job_env(env, sizeof(env), extra);
 		/* a hang guard only: a rank that waited would wait HPCT_TIMEOUT */
@@ -316,6 +316,8 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 		          WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
 		cr_expect_eq(count(out, "NCCL left as it is"), 1, "rank %d: one line:\n%s", r, out);
 		cr_expect(strstr(out, "preload: no node list"), "rank %d: why:\n%s", r, out);
+		cr_expect_null(strstr(out, "consults hpct's env plugin"),
+		               "rank %d: NCCL was given hpct's env plugin:\n%s", r, out);
 		snprintf(path, sizeof(path), "%s/first.%d", dir, r);
 		FILE *f = fopen(path, "r");
 		cr_assert_not_null(f, "rank %d wrote nothing:\n%s", r, out);

@@ -103,11 +103,15 @@ static char *env_get(const char *name)
  * it, so it is set before any can.  Nothing else is decided here: a
  * wrapper between launcher and rank (sh -c, timeout) loads this library
  * too and must stay untouched. */
+static int plugin_set_here; /* NCCL_ENV_PLUGIN was unset, the shim set it */
+
 __attribute__((constructor)) static void preload_loaded(void)
 {
 	const char *v = env_get("HPCT_USE_ROOTLESS");
-	if (v && strcmp(v, "1") == 0)
-		hpct__nccl_env_prepare();
+	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN"))
+		return;
+	hpct__nccl_env_prepare();
+	plugin_set_here = env_get("NCCL_ENV_PLUGIN") != NULL;
 }
 
 static void *next(const char *name);
@@ -128,9 +132,13 @@ static void *next(const char *name)
 	return f;
 }
 
-/* The one line of a process where the shim leaves NCCL as it is. */
+/* The one line of a process where the shim leaves NCCL as it is; and
+ * NCCL_ENV_PLUGIN as it was (NCCL reads it at its first call, which comes
+ * after this one unless NCCL was called around the shim). */
 static void decline(const char *why)
 {
+	if (plugin_set_here)
+		unsetenv("NCCL_ENV_PLUGIN");
 	HPCT_WARN(HPCT_SUB_NCCL, "preload: %s: NCCL left as it is (its own ids and roots)", why);
 }
 
