@@ -1,7 +1,11 @@
 /* NCCL_COMM_ID shown to one NCCL call in one thread, through hpct's env
- * plugin, against the real libnccl.so.2 of this machine.  Linked with
- * libhpct.so, as users get it: NCCL must find the plugin there.  Each test
- * runs in a process of its own (NCCL's env init happens once a process). */
+ * plugin, against the real libnccl.so.2 hpct loads (HPCT_NCCL_LIB, else
+ * NCCL_HOME), whichever release: 2.30.7 and later take ncclEnvPlugin_v2,
+ * 2.28.7 to 2.30.6 ncclEnvPlugin_v1, older ones ask no plugin (there only
+ * the preload shim's getenv can show the value, and Tier 1 hosts hpct's
+ * root in NCCL's place).  Linked with libhpct.so, as users get it: NCCL
+ * must find the plugin there.  Each test runs in a process of its own
+ * (NCCL's env init happens once a process). */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +14,7 @@
 
 #include "bootstrap/nccl/nccl_internal.h"
 #include "hpct/nccl.h"
+#include "tests/nccl_release.h"
 
 #define NCCL_FIXED_MAGIC 0x0280028002800280ull
 
@@ -30,14 +35,49 @@ static void *other_thread(void *arg)
 	return NULL;
 }
 
-Test(nccl_env, one_call_in_one_thread_sees_the_override)
+static int version(void)
 {
 	int v;
 	cr_assert_eq(hpct_nccl_version(&v), 0, "%s", hpct_last_error());
+	return v;
+}
+
+/* "2.28.3" for 22803: how messages name a release */
+static const char *dotted(int v)
+{
+	static char buf[32];
+	snprintf(buf, sizeof(buf), "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+	return buf;
+}
+
+Test(nccl_env, the_plugin_nccl_takes_is_the_one_of_its_release)
+{
+	int v = version();
 	const char *plugin = getenv("NCCL_ENV_PLUGIN");
 	cr_assert(plugin && strstr(plugin, "libhpct.so"), "NCCL_ENV_PLUGIN=%s",
 	          plugin ? plugin : "(unset)");
+	cr_expect_eq(hpct__nccl_env_plugin_used(), 0, "taken before NCCL read its environment");
+	int possible = hpct__nccl_comm_id_possible(hpct__nccl_lib()); /* NCCL's init runs */
+	cr_expect_eq(hpct__nccl_env_plugin_used(), nr_env_plugin(v),
+	             "NCCL %s took ncclEnvPlugin_v%d (0: none), not v%d", dotted(v),
+	             hpct__nccl_env_plugin_used(), nr_env_plugin(v));
+	cr_expect_eq(possible, nr_env_plugin(v) > 0);
+}
+
+Test(nccl_env, one_call_in_one_thread_sees_the_override)
+{
+	int v = version();
 	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	if (!nr_env_plugin(v)) {
+		/* no plugin, no shim: NCCL cannot be shown the value, and says why */
+		cr_expect_eq(hpct__nccl_comm_id_begin(l, "127.0.0.1:23456"), HPCT_ESTATE);
+		cr_expect(strstr(hpct_last_error(), dotted(v)) &&
+		                  strstr(hpct_last_error(),
+		                         "asks no env plugin (2.28.7 and later do"),
+		          "%s", hpct_last_error());
+		cr_expect_null(getenv("NCCL_COMM_ID"));
+		return;
+	}
 	cr_assert_eq(hpct__nccl_comm_id_begin(l, "127.0.0.1:23456"), 0, "%s", hpct_last_error());
 
 	struct other o = { .l = l };
@@ -70,11 +110,11 @@ Test(nccl_env, one_call_in_one_thread_sees_the_override)
 Test(nccl_env, a_plugin_the_user_chose_is_left_alone_and_said_so)
 {
 	setenv("NCCL_ENV_PLUGIN", "none", 1);
-	int v;
-	cr_assert_eq(hpct_nccl_version(&v), 0, "%s", hpct_last_error());
+	version();
 	cr_expect_str_eq(getenv("NCCL_ENV_PLUGIN"), "none");
 	cr_expect_eq(hpct__nccl_comm_id_begin(hpct__nccl_lib(), "127.0.0.1:23457"), HPCT_ESTATE);
 	cr_expect(strstr(hpct_last_error(), "NCCL_ENV_PLUGIN=none"), "%s", hpct_last_error());
+	cr_expect_eq(hpct__nccl_env_plugin_used(), 0);
 }
 
 /* No GPU here: NCCL refuses at cudaGetDevice, before any bootstrap.  What
@@ -109,6 +149,12 @@ Test(nccl_env, tier2_hosts_its_micro_root_and_passes_nccls_error_on)
 {
 	hpct_world *w = one_rank_of_two(13500);
 	hpct_group *g = hpct_world_group(w);
+	int v = version();
+	if (!nr_tier2(v)) {
+		cr_expect_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT, "NCCL %s", dotted(v));
+		hpct_world_destroy(w);
+		return;
+	}
 	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOTLESS);
 	void *comm = (void *)1;
 	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
@@ -129,10 +175,19 @@ Test(nccl_env, tier1_on_rank_0_checks_its_port_and_shows_the_id)
 	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT);
 	hpct_nccl_id id;
 	cr_assert_eq(hpct_nccl_derive_id(g, 0, &id), 0);
+	void *comm;
+	int v = version(), plugin = nr_env_plugin(v);
+	if (!plugin && !nr_roots_speak(v)) {
+		/* neither NCCL's root (no plugin to show it the id) nor hpct's */
+		cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ESTATE);
+		cr_expect(strstr(hpct_last_error(), dotted(v)), "%s", hpct_last_error());
+		expect_port_free(&id);
+		hpct_world_destroy(w);
+		return;
+	}
 	/* a stale root holds the derived port: fail fast, naming it */
 	struct hpct_nccl_roots *stale;
 	cr_assert_eq(hpct__nccl_roots_start(&id, 1, 2, 10, 0, &stale), 0);
-	void *comm;
 	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_EADDRINUSE);
 	struct hpct_nccl_id_info in;
 	cr_assert_eq(hpct_nccl_id_decode(&id, 0, &in), 0);
@@ -142,7 +197,10 @@ Test(nccl_env, tier1_on_rank_0_checks_its_port_and_shows_the_id)
 	hpct__nccl_roots_stop(stale);
 	/* port free: NCCL itself is called (and refuses, without a GPU) */
 	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
-	cr_expect(strstr(hpct_last_error(), "(Tier 1, root here)"), "%s", hpct_last_error());
+	/* NCCL's root where NCCL can be shown the id, else hpct's */
+	const char *tier = plugin ? "(Tier 1, root here)" : "(Tier 1, hpct's root here)";
+	cr_expect(strstr(hpct_last_error(), tier), "NCCL %s: want %s in: %s", dotted(v), tier,
+	          hpct_last_error());
 	cr_expect_null(getenv("NCCL_COMM_ID"));
 	expect_port_free(&id);
 	hpct_world_destroy(w);
@@ -168,8 +226,16 @@ Test(nccl_env, tier1_without_the_plugin_hosts_hpcts_root_on_rank_0)
 	hpct_group *g = hpct_world_group(w);
 	cr_assert_eq(hpct_nccl_tier(g), HPCT_NCCL_TIER_ROOT);
 	void *comm;
-	cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
-	cr_expect(strstr(hpct_last_error(), "(Tier 1, hpct's root here)"), "%s", hpct_last_error());
+	int v = version();
+	if (nr_roots_speak(v)) {
+		cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ENCCL);
+		cr_expect(strstr(hpct_last_error(), "(Tier 1, hpct's root here)"), "%s",
+		          hpct_last_error());
+	} else {
+		cr_expect_eq(hpct_nccl_comm_init(g, 0, NULL, &comm), HPCT_ESTATE);
+		cr_expect(strstr(hpct_last_error(), dotted(v)), "NCCL %s: %s", dotted(v),
+		          hpct_last_error());
+	}
 	hpct_nccl_id id;
 	cr_assert_eq(hpct_nccl_derive_id(g, 0, &id), 0);
 	expect_port_free(&id); /* NCCL failed: the root went with it */

@@ -1,78 +1,52 @@
-/* libhpct_preload.so under LD_PRELOAD in a program that plays PyTorch's
- * part with NCCL and knows nothing of hpct (nccl_job), launched by hpct-run
- * on 2 loopback nodes.  Paths come from the environment: HPCT_RUN_BIN,
- * HPCT_PRELOAD, HPCT_NCCL_JOB (and HPCT_PRELOAD_FIRST, the sanitizer
- * runtime that must come before it in an instrumented build). */
+/* libhpct_preload.so under LD_PRELOAD in programs that know nothing of
+ * hpct: nccl_job, which plays PyTorch's part with NCCL (one id, or several
+ * as ncclCommInitRankScalable takes them), and nccl_first, whose first
+ * statement is ncclGetUniqueId; launched by hpct-run on 2 loopback nodes,
+ * or alone with no node list.  Against the NCCL release hpct loads here
+ * (HPCT_NCCL_LIB, else NCCL_HOME): the job finds the same library first on
+ * its LD_LIBRARY_PATH, and says which it ran.  Paths come from the
+ * environment: HPCT_RUN_BIN, HPCT_PRELOAD, HPCT_NCCL_JOB, HPCT_NCCL_FIRST
+ * (and HPCT_PRELOAD_FIRST, the sanitizer runtime that must come before the
+ * shim in an instrumented build). */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-TestSuite(preload, .timeout = 60);
+#include "hpct/nccl.h"
+#include "tests/nccl_release.h"
+
+TestSuite(preload, .timeout = 120);
 
 #define N 4
 
 struct rank_saw {
-	int getid, derived, root_thread, init;
+	int version, getid, derived, root_thread, init, ports_free;
 	char host[64];
 	unsigned port;
 };
 
-/* Runs the job; fills saw[] and the ranks' logs (HPCT_DEBUG=INFO, NCCL). */
-static void run_job(const char *rootless, const char *dir, struct rank_saw *saw, char *log,
-                    size_t loglen)
+/* The release hpct loads here, and the folder it is in. */
+static int nccl_version(char *dir, size_t len)
 {
-	const char *first = getenv("HPCT_PRELOAD_FIRST");
-	char cmd[4096];
-	snprintf(cmd, sizeof(cmd),
-	         "env LD_PRELOAD='%s%s%s' HPCT_USE_ROOTLESS=%s HPCT_DEBUG=INFO "
-	         "HPCT_DEBUG_SUBSYS=NCCL HPCT_DEBUG_FILE='%s/log.%%p' HPCT_PORT_BASE=13401 "
-	         "HPCT_PORT_RANGE=8 HPCT_JOB_ID=preload-test '%s' -n %d --nodes 2 --timeout 40 "
-	         "-- '%s' '%s' > '%s/run.out' 2>&1",
-	         first ? first : "", first ? " " : "", getenv("HPCT_PRELOAD"), rootless, dir,
-	         getenv("HPCT_RUN_BIN"), N, getenv("HPCT_NCCL_JOB"), dir, dir);
-	int st = system(cmd);
-	char out[4096] = "";
-	snprintf(cmd, sizeof(cmd), "%s/run.out", dir);
-	FILE *f = fopen(cmd, "r");
-	if (f) {
-		out[fread(out, 1, sizeof(out) - 1, f)] = 0;
-		fclose(f);
-	}
-	cr_assert_eq(st, 0, "hpct-run exited %d:\n%s", st, out);
-	for (int r = 0; r < N; r++) {
-		snprintf(cmd, sizeof(cmd), "%s/rank.%d", dir, r);
-		f = fopen(cmd, "r");
-		cr_assert_not_null(f, "rank %d wrote nothing:\n%s", r, out);
-		cr_assert_eq(fscanf(f,
-		                    "getid=%d derived=%d host=%63s port=%u root_thread=%d init=%d",
-		                    &saw[r].getid, &saw[r].derived, saw[r].host, &saw[r].port,
-		                    &saw[r].root_thread, &saw[r].init),
-		             6);
-		fclose(f);
-	}
-	/* every rank's log, one after the other */
-	size_t at = 0;
-	log[0] = 0;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		if (strncmp(e->d_name, "log.", 4) != 0)
-			continue;
-		snprintf(cmd, sizeof(cmd), "%s/%s", dir, e->d_name);
-		f = fopen(cmd, "r");
-		if (f) {
-			at += fread(log + at, 1, loglen - 1 - at, f);
-			log[at] = 0;
-			fclose(f);
-		}
-	}
-	if (d)
-		closedir(d);
+	const struct hpct_nccl_lib *l = hpct__nccl_lib();
+	cr_assert_not_null(l, "%s", hpct_last_error());
+	Dl_info di;
+	cr_assert(dladdr(*(void **)&l->get_version, &di) && di.dli_fname, "where is NCCL?");
+	snprintf(dir, len, "%s", di.dli_fname);
+	char *slash = strrchr(dir, '/');
+	cr_assert_not_null(slash, "NCCL at %s", di.dli_fname);
+	*slash = 0;
+	return l->version;
 }
 
 static char *tmpdir(char *buf, size_t len)
@@ -83,11 +57,126 @@ static char *tmpdir(char *buf, size_t len)
 	return buf;
 }
 
+static void slurp(const char *path, char *buf, size_t len)
+{
+	buf[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (f) {
+		buf[fread(buf, 1, len - 1, f)] = 0;
+		fclose(f);
+	}
+}
+
+/* env ... for a rank: `extra` (-u options first), the shim (after the
+ * sanitizer's runtime), this release first on the library path. */
+static void job_env(char *buf, size_t len, const char *extra)
+{
+	char lib[4096];
+	nccl_version(lib, sizeof(lib));
+	const char *first = getenv("HPCT_PRELOAD_FIRST"), *path = getenv("LD_LIBRARY_PATH");
+	/* NCCL_ENV_PLUGIN: set here by loading NCCL; a rank starts without it */
+	snprintf(buf, len, "env -u NCCL_ENV_PLUGIN %s LD_PRELOAD='%s%s%s' LD_LIBRARY_PATH='%s%s%s'",
+	         extra, first ? first : "", first ? " " : "", getenv("HPCT_PRELOAD"), lib,
+	         path ? ":" : "", path ? path : "");
+}
+
+/* Runs `what` (a command line after hpct-run's --) on N ranks over 2
+ * nodes, hpct's ports from `port`; its output in <dir>/run.out. */
+static void run(const char *dir, int port, const char *extra, const char *what)
+{
+	char env[8192], cmd[16384], out[4096];
+	job_env(env, sizeof(env), extra);
+	snprintf(cmd, sizeof(cmd),
+	         "%s NCCL_SET_THREAD_NAME=1 HPCT_PORT_BASE=%d HPCT_PORT_RANGE=8 "
+	         "HPCT_JOB_ID=preload-test HPCT_TIMEOUT=40 '%s' -n %d --nodes 2 --timeout 60 -- %s "
+	         "> '%s/run.out' 2>&1",
+	         env, port, getenv("HPCT_RUN_BIN"), N, what, dir);
+	int st = system(cmd);
+	snprintf(cmd, sizeof(cmd), "%s/run.out", dir);
+	slurp(cmd, out, sizeof(out));
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hpct-run exited %d:\n%s",
+	          WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+}
+
+/* Runs nccl_job in `mode`; fills saw[] and the ranks' logs (HPCT_DEBUG=INFO,
+ * NCCL), and checks every rank ran the release hpct loads here. */
+static void run_job(const char *rootless, const char *mode, int port, struct rank_saw *saw,
+                    char *log, size_t loglen)
+{
+	char dir[256], extra[1024], what[1024], path[512], out[4096];
+	tmpdir(dir, sizeof(dir));
+	snprintf(extra, sizeof(extra),
+	         "HPCT_USE_ROOTLESS=%s HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=NCCL "
+	         "HPCT_DEBUG_FILE='%s/log.%%p'",
+	         rootless, dir);
+	snprintf(what, sizeof(what), "'%s' '%s' %s", getenv("HPCT_NCCL_JOB"), dir, mode);
+	run(dir, port, extra, what);
+	snprintf(path, sizeof(path), "%s/run.out", dir);
+	slurp(path, out, sizeof(out));
+	int v = nccl_version(path, sizeof(path));
+	for (int r = 0; r < N; r++) {
+		snprintf(path, sizeof(path), "%s/rank.%d", dir, r);
+		FILE *f = fopen(path, "r");
+		cr_assert_not_null(f, "rank %d wrote nothing:\n%s", r, out);
+		cr_assert_eq(fscanf(f,
+		                    "version=%d getid=%d derived=%d host=%63s port=%u "
+		                    "root_thread=%d init=%d ports_free=%d",
+		                    &saw[r].version, &saw[r].getid, &saw[r].derived, saw[r].host,
+		                    &saw[r].port, &saw[r].root_thread, &saw[r].init,
+		                    &saw[r].ports_free),
+		             8);
+		fclose(f);
+		cr_assert_eq(saw[r].version, v, "rank %d ran NCCL %d, not the %d hpct loads", r,
+		             saw[r].version, v);
+	}
+	/* every rank's log, one after the other */
+	size_t at = 0;
+	log[0] = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "log.", 4) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			at += fread(log + at, 1, loglen - 1 - at, f);
+			log[at] = 0;
+			fclose(f);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* Tier 2 on every rank: the scalable call with nId = nranks, and the
+ * micro-root at the rank's own node (ranks 0,1 on .1, ranks 2,3 on .2). */
+static void expect_tier2(const char *log)
+{
+	char need[160];
+	for (int k = 1; k <= 2; k++) {
+		snprintf(need, sizeof(need),
+		         "Tier 2, ncclCommInitRankScalable with nId %d, micro-root at 127.0.0.%d:",
+		         N, k);
+		cr_expect_eq(count(log, need), N / 2, "want '%s' %d times in:\n%s", need, N / 2,
+		             log);
+	}
+}
+
 Test(preload, rootless_ids_are_derived_and_no_root_runs)
 {
-	char dir[256], log[65536];
+	char log[65536], lib[4096];
 	struct rank_saw saw[N];
-	run_job("1", tmpdir(dir, sizeof(dir)), saw, log, sizeof(log));
+	int v = nccl_version(lib, sizeof(lib));
+	run_job("1", "one", 13401, saw, log, sizeof(log));
 	cr_expect_eq(saw[0].getid, 0);
 	cr_expect_eq(saw[0].derived, 1, "rank 0's ncclGetUniqueId gave NCCL's own id");
 	cr_expect_str_eq(saw[0].host, "127.0.0.1", "the id must hold rank 0's node");
@@ -98,29 +187,239 @@ Test(preload, rootless_ids_are_derived_and_no_root_runs)
 		/* no GPU: NCCL's own 1 (unhandled cuda error), not a code of the shim's */
 		cr_expect_eq(saw[r].init, 1, "rank %d: NCCL's own error must come back", r);
 	}
-	/* Tier 2 on every rank: the scalable call with nId = nranks, and the
-	 * micro-root at the rank's own node (ranks 0,1 on .1, ranks 2,3 on .2) */
-	const char *node[N] = { "127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2" };
-	char need[128];
-	for (int r = 0; r < N; r++) {
-		snprintf(need, sizeof(need),
-		         "Tier 2, ncclCommInitRankScalable with nId %d, "
-		         "micro-root at %s:",
-		         N, node[r]);
-		cr_expect(strstr(log, need), "missing '%s' in:\n%s", need, log);
-	}
 	cr_expect(strstr(log, "failed: NCCL error"), "NCCL's error is not named:\n%s", log);
+	/* the shim set NCCL_ENV_PLUGIN before NCCL read its environment */
+	char need[128];
+	snprintf(need, sizeof(need), "consults hpct's env plugin (ncclEnvPlugin_v%d)",
+	         nr_env_plugin(v));
+	cr_expect_eq(count(log, need), nr_env_plugin(v) ? N : 0, "'%s' on every rank:\n%s", need,
+	             log);
+	if (nr_tier2(v)) {
+		expect_tier2(log);
+		return;
+	}
+	/* Tier 1: NCCL's root on rank 0 at the id, NCCL_COMM_ID shown to that
+	 * call (env plugin from 2.28.7, the shim's getenv before); without a
+	 * GPU NCCL fails at cudaGetDevice before it looks the value up */
+	snprintf(need, sizeof(need), "rank 0: NCCL id");
+	cr_expect(strstr(log, need), "missing '%s' in:\n%s", need, log);
+	snprintf(need, sizeof(need), "Tier 1, root here at 127.0.0.1:%u", saw[0].port);
+	cr_expect_eq(count(log, need), 1, "want '%s' once in:\n%s", need, log);
+	cr_expect_null(strstr(log, "Tier 2"), "Tier 2 on NCCL %d:\n%s", v, log);
+	if (saw[0].init == 1)
+		cr_expect_eq(count(log, "NCCL returned without looking up NCCL_COMM_ID"), 1,
+		             "NCCL failed before its root: the shim should say so:\n%s", log);
 }
 
 Test(preload, without_hpct_use_rootless_nothing_changes)
 {
-	char dir[256], log[65536];
+	char log[65536];
 	struct rank_saw saw[N];
-	run_job("0", tmpdir(dir, sizeof(dir)), saw, log, sizeof(log));
+	run_job("0", "one", 13401, saw, log, sizeof(log));
 	cr_expect_eq(saw[0].getid, 0);
 	cr_expect_eq(saw[0].derived, 0, "an id of hpct's without HPCT_USE_ROOTLESS=1");
 	cr_expect_eq(saw[0].root_thread, 1, "NCCL's own ncclGetUniqueId starts its root");
 	cr_expect_null(strstr(log, "Tier"), "the shim acted:\n%s", log);
 	for (int r = 0; r < N; r++)
 		cr_expect_eq(saw[r].init, 1);
+	cr_expect_eq(count(log, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N,
+	             "one notice a rank:\n%s", log);
+	cr_expect_null(strstr(log, "consults hpct's env plugin"), "NCCL was given hpct's:\n%s",
+	               log);
+}
+
+/* nccl_first on N ranks; its lines and the job's stderr (default HPCT_DEBUG:
+ * what any user sees). */
+static void run_first(const char *rootless, int *derived, int *root_thread, char *out, size_t len)
+{
+	char dir[256], extra[256], what[1024], path[512];
+	tmpdir(dir, sizeof(dir));
+	snprintf(extra, sizeof(extra), "HPCT_USE_ROOTLESS=%s", rootless);
+	snprintf(what, sizeof(what), "'%s' '%s'", getenv("HPCT_NCCL_FIRST"), dir);
+	run(dir, 31680, extra, what);
+	snprintf(path, sizeof(path), "%s/run.out", dir);
+	slurp(path, out, len);
+	for (int r = 0; r < N; r++) {
+		snprintf(path, sizeof(path), "%s/first.%d", dir, r);
+		FILE *f = fopen(path, "r");
+		cr_assert_not_null(f, "rank %d wrote nothing:\n%s", r, out);
+		int rc = -1;
+		cr_assert_eq(fscanf(f, "rc=%d derived=%d root_thread=%d", &rc, &derived[r],
+		                    &root_thread[r]),
+		             3);
+		fclose(f);
+		cr_expect_eq(rc, 0, "rank %d: ncclGetUniqueId gave %d", r, rc);
+	}
+}
+
+Test(preload, a_first_call_to_ncclGetUniqueId_is_taken_over)
+{
+	int derived[N], roots[N];
+	char out[8192];
+	run_first("1", derived, roots, out, sizeof(out));
+	for (int r = 0; r < N; r++) {
+		cr_expect_eq(derived[r], 1, "rank %d: NCCL's own id, first call not taken", r);
+		cr_expect_eq(roots[r], 0, "rank %d runs a root thread of NCCL's", r);
+	}
+	cr_expect_null(strstr(out, "NCCL left as it is"), "%s", out);
+}
+
+Test(preload, a_first_call_left_alone_says_so_once)
+{
+	int derived[N], roots[N];
+	char out[8192];
+	run_first("0", derived, roots, out, sizeof(out));
+	for (int r = 0; r < N; r++) {
+		cr_expect_eq(derived[r], 0, "rank %d: an id of hpct's", r);
+		cr_expect_eq(roots[r], 1, "rank %d: NCCL's own ncclGetUniqueId starts its root", r);
+	}
+	/* one line per process, on stderr */
+	cr_expect_eq(count(out, "NCCL left as it is"), N, "%s", out);
+	cr_expect_eq(count(out, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N, "%s",
+	             out);
+}
+
+/* torchrun across nodes with no node list: RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR and MASTER_PORT only, PyTorch's TCPStore on MASTER_PORT
+ * (here a listener that accepts and never answers).  No hpct world: the
+ * store hears nothing, and no rank waits for it. */
+Test(preload, without_a_node_list_nccl_is_left_at_once)
+{
+	const int master = 31700;
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(master) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0, "bind %d: %s", master,
+	             strerror(errno));
+	cr_assert_eq(listen(lfd, 16), 0);
+	char dir[256], env[8192], cmd[16384], out[8192], path[512];
+	tmpdir(dir, sizeof(dir));
+	for (int r = 0; r < 2; r++) {
+		char extra[1024];
+		snprintf(extra, sizeof(extra),
+		         "-u HPCT_HOSTS -u HPCT_HOSTFILE -u SLURM_JOB_NODELIST -u SLURM_NODELIST "
+		         "-u SLURM_STEP_NODELIST -u HPCT_RANK -u HPCT_WORLD_SIZE "
+		         "HPCT_USE_ROOTLESS=1 RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
+		         "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d HPCT_TIMEOUT=300 "
+		         "NCCL_SET_THREAD_NAME=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=NCCL",
+		         r, master);
+		job_env(env, sizeof(env), extra);
+		/* a hang guard only: a rank that waited would wait HPCT_TIMEOUT */
+		snprintf(cmd, sizeof(cmd), "timeout 60 %s '%s' '%s' 2> '%s/err.%d'", env,
+		         getenv("HPCT_NCCL_FIRST"), dir, dir, r);
+		int st = system(cmd);
+		snprintf(path, sizeof(path), "%s/err.%d", dir, r);
+		slurp(path, out, sizeof(out));
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		          "rank %d: nccl_first exited %d (124: it hung):\n%s", r,
+		          WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+		cr_expect_eq(count(out, "NCCL left as it is"), 1, "rank %d: one line:\n%s", r, out);
+		cr_expect(strstr(out, "preload: no node list"), "rank %d: why:\n%s", r, out);
+		cr_expect_null(strstr(out, "consults hpct's env plugin"),
+		               "rank %d: NCCL was given hpct's env plugin:\n%s", r, out);
+		snprintf(path, sizeof(path), "%s/first.%d", dir, r);
+		FILE *f = fopen(path, "r");
+		cr_assert_not_null(f, "rank %d wrote nothing:\n%s", r, out);
+		int rc = -1, derived = -1, roots = -1;
+		cr_assert_eq(fscanf(f, "rc=%d derived=%d root_thread=%d", &rc, &derived, &roots),
+		             3);
+		fclose(f);
+		cr_expect_eq(rc, 0);
+		cr_expect_eq(derived, 0, "rank %d: an id of hpct's without a node list", r);
+		cr_expect_eq(roots, 1, "rank %d: NCCL's own ncclGetUniqueId starts its root", r);
+	}
+	int fd = accept(lfd, NULL, NULL);
+	cr_expect_eq(fd, -1, "the store on MASTER_PORT was reached");
+	if (fd >= 0) {
+		char b[64];
+		ssize_t k = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+		cr_expect(k <= 0, "the store on MASTER_PORT got %zd bytes", k);
+		close(fd);
+	}
+	close(lfd);
+}
+
+/* PyTorch above 128 ranks: root ranks 0 and 2 each get an id, every rank
+ * passes both to ncclCommInitRankScalable.  The comm is the world: Tier 2
+ * over it, nId = 4, on every rank. */
+Test(preload, several_ids_over_the_world_are_tier2)
+{
+	char log[65536], lib[4096];
+	struct rank_saw saw[N];
+	int v = nccl_version(lib, sizeof(lib));
+	if (!nr_scalable(v))
+		cr_skip_test("NCCL %d has no ncclCommInitRankScalable", v);
+	run_job("1", "world2", 31720, saw, log, sizeof(log));
+	for (int r = 0; r < N; r++) {
+		cr_expect_eq(saw[r].derived, 1, "rank %d: not every id is hpct's", r);
+		cr_expect_eq(saw[r].root_thread, 0, "rank %d runs a root thread of NCCL's", r);
+	}
+	cr_expect_eq(saw[0].getid, 0);
+	cr_expect_eq(saw[2].getid, 0);
+	if (nr_tier2(v)) {
+		expect_tier2(log);
+		cr_expect_eq(count(log, "every id derived and the comm is the world: Tier 2 over "
+		                        "it, in place of the 2 roots"),
+		             N, "%s", log);
+		for (int r = 0; r < N; r++)
+			cr_expect_eq(saw[r].init, 1, "rank %d: NCCL's own error must come back", r);
+		return;
+	}
+	/* no Tier 2 for this release: NCCL's scalable init and hpct's roots
+	 * where the ids were made, or, where hpct cannot speak its wire, a
+	 * refusal naming the release on the ranks that hold a root */
+	for (int r = 0; r < N; r += 2) {
+		if (nr_roots_speak(v)) {
+			cr_expect_eq(saw[r].init, 1, "rank %d", r);
+			cr_expect(strstr(log, "hpct's roots for 1 of 2 ids"), "%s", log);
+		} else {
+			cr_expect_eq(saw[r].init, 3, "rank %d", r);
+			cr_expect(strstr(log, "hpct's roots do not speak the root wire of NCCL"),
+			          "%s", log);
+		}
+	}
+	cr_expect_eq(saw[1].init, 1);
+	cr_expect_eq(saw[3].init, 1);
+}
+
+/* Two of the four ranks make a comm with two ids, both from rank 0: rank
+ * 0 hosts both roots for NCCL's scalable init, and when NCCL fails (no
+ * GPU) they are stopped and their ports free before the call returns. */
+Test(preload, several_ids_of_a_subgroup_have_their_roots_hosted)
+{
+	char log[65536], lib[4096];
+	struct rank_saw saw[N];
+	int v = nccl_version(lib, sizeof(lib));
+	if (!nr_scalable(v))
+		cr_skip_test("NCCL %d has no ncclCommInitRankScalable", v);
+	run_job("1", "sub2", 31740, saw, log, sizeof(log));
+	cr_expect_eq(saw[0].getid, 0);
+	for (int r = 0; r < 2; r++) {
+		cr_expect_eq(saw[r].derived, 1, "rank %d: not every id is hpct's", r);
+		cr_expect_eq(saw[r].root_thread, 0, "rank %d runs a root thread of NCCL's", r);
+	}
+	cr_expect_eq(saw[1].init, 1, "rank 1: NCCL's own error must come back");
+	cr_expect_eq(saw[2].init, -1);
+	cr_expect_eq(saw[3].init, -1);
+	cr_expect_null(strstr(log, "Tier 2"), "%s", log);
+	if (!nr_roots_speak(v)) {
+		cr_expect_eq(saw[0].init, 3);
+		cr_expect(strstr(log, "hpct's roots do not speak the root wire of NCCL"), "%s",
+		          log);
+		return;
+	}
+	cr_expect_eq(saw[0].init, 1, "rank 0: NCCL's own error must come back");
+	cr_expect_eq(saw[0].ports_free, 1, "rank 0's root ports are still held after NCCL failed");
+	cr_expect(strstr(log, "rank 0: hpct's roots for 2 of 2 ids (id 0 at 127.0.0.1:"), "%s",
+	          log);
+	cr_expect(strstr(log, "ncclCommInitRankScalable with nId 2, rank 0, 2 of the roots "
+	                      "hosted here"),
+	          "%s", log);
+	cr_expect(strstr(log, "ncclCommInitRankScalable with nId 2, rank 1, 0 of the roots "
+	                      "hosted here"),
+	          "%s", log);
+	cr_expect(strstr(log, "the 2 roots hosted here are stopped and their ports free"), "%s",
+	          log);
+	cr_expect(strstr(log, "ncclCommInitRankScalable (hpct's roots) for NCCL ids"), "%s", log);
 }

@@ -318,12 +318,6 @@ static int derive_one(const struct hpct_nccl_comm *c, int crank, int version, hp
 	return 0;
 }
 
-int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
-                       hpct_nccl_id *id)
-{
-	return derive_one(c, c->rank, l->version, id);
-}
-
 static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -423,6 +417,17 @@ static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 	                  c->w->topo.rank, call, tier, c->name,
 	                  (unsigned long long)c->w->topo.epoch, c->rank, c->nranks, res, what,
 	                  last && last[0] ? ": " : "", last ? last : "");
+}
+
+void hpct__nccl_result_clear(void)
+{
+	last_nccl_result = 0;
+}
+
+int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
+                           void *comm, const char *call, const char *tier)
+{
+	return nccl_failed(l, c, res, comm, call, tier);
 }
 
 /* Tier 1: one root, on rank 0 at the id's address.  NCCL's own, shown

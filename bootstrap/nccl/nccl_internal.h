@@ -74,10 +74,6 @@ struct hpct_nccl_comm {
 	char name[96];       /* for messages: "group .. key .." */
 };
 
-/* The id whose root this rank of c would host (the preload shim's
- * ncclGetUniqueId: comm rank = world rank). */
-HPCT_PRIVATE int hpct__nccl_self_id(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
-                                    hpct_nccl_id *id);
 /* The tier NCCL `l` allows in world `w` with the settings. */
 HPCT_PRIVATE enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l,
                                                      const struct hpct_world *w);
@@ -87,11 +83,57 @@ HPCT_PRIVATE int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struc
                                       enum hpct_nccl_tier tier, const hpct_nccl_id *tier1_id,
                                       void *config, void **comm_out);
 
-/* NCCL's own result of this thread's last hpct__nccl_comm_init, 0 when
- * hpct failed before calling NCCL (or NCCL succeeded). */
+/* NCCL's own result of this thread's last hpct__nccl_comm_init (or
+ * hpct__nccl_comm_init_ids), 0 when hpct failed before calling NCCL (or
+ * NCCL succeeded). */
 HPCT_PRIVATE int hpct__nccl_last_result(void);
+/* For calls of NCCL's made outside hpct__nccl_comm_init: forgets the last
+ * result; and the failure of `call` with NCCL's result `res`, kept for
+ * hpct__nccl_last_result and logged naming rank, comm and NCCL's words
+ * (HPCT_ENCCL). */
+void hpct__nccl_result_clear(void);
+int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
+                           void *comm, const char *call, const char *tier);
 
-/* --- NCCL_COMM_ID for one call (nccl_env.c) ----------------------------- */
+/* --- ids this process hands out; comms over several ids (ids.c) -------- */
+
+struct hpct_nccl_roots;
+
+/* A derived id for the preload shim's ncclGetUniqueId: this rank's node, a
+ * port among this rank's NCCL root ports (the process's k-th id in window
+ * k, so its ids take distinct ports until the windows wrap), a magic from
+ * (job, epoch, rank, k), hpct's marker.  Kept in this process's table of
+ * outstanding ids until a communicator is made with it.  HPCT_ENOTOPO
+ * without a node list; errors are logged, naming the rank. */
+HPCT_PRIVATE int hpct__nccl_new_id(const struct hpct_nccl_lib *l, struct hpct_world *w,
+                                   hpct_nccl_id *id_out);
+/* Starts hpct's roots (one thread) for those of ids[0..nid-1] that this
+ * process handed out and no communicator was made with yet, for a comm of
+ * nranks: *hosted_out of them, *roots_out NULL when none.  HPCT_ESTATE
+ * when hpct's roots do not speak NCCL l's root wire; otherwise the errors
+ * of hpct__nccl_roots_start (a port taken: HPCT_EADDRINUSE naming
+ * host:port).  The caller stops or detaches *roots_out. */
+HPCT_PRIVATE int hpct__nccl_host_roots(const struct hpct_nccl_lib *l, const struct hpct_world *w,
+                                       const hpct_nccl_id *ids, int nid, int nranks,
+                                       struct hpct_nccl_roots **roots_out, int *hosted_out);
+/* A communicator of nranks, this process being `rank`, over ids[0..nid-1]
+ * (every one derived; the preload shim's ncclCommInitRank* on hpct's
+ * ids), at the tier NCCL l allows in world w (not NONE):
+ *   - Tier 2 when the tier is rootless and the comm is the world (nranks =
+ *     world size, rank = world rank), its identity and magic from all the
+ *     ids' magics;
+ *   - else with one id, Tier 1 at that id;
+ *   - else NCCL's ncclCommInitRankScalable with the ids unchanged, after
+ *     hpct__nccl_host_roots; the roots are detached when NCCL took the
+ *     ids, stopped (ports free) when it failed.
+ * On success the ids leave the table.  Every step is logged at INFO; a
+ * failure once at WARN, naming the rank and the comm (and NCCL's own
+ * result: hpct__nccl_last_result). */
+HPCT_PRIVATE int hpct__nccl_comm_init_ids(const struct hpct_nccl_lib *l, struct hpct_world *w,
+                                          int nranks, int rank, int nid, hpct_nccl_id *ids,
+                                          void *config, void **comm_out);
+
+/* --- NCCL_COMM_ID for one call, the env plugin (env.c) ----------------- */
 
 /* Points NCCL_ENV_PLUGIN at libhpct unless the user set it; called before
  * hpct first calls into NCCL. */
@@ -109,6 +151,11 @@ HPCT_PRIVATE int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const c
 HPCT_PRIVATE void hpct__nccl_getenv_route(void);
 HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
 HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
+/* Which of libhpct's env plugins NCCL took: 0 none (NCCL before 2.28.7,
+ * NCCL_ENV_PLUGIN naming another library, or NCCL's env not read yet),
+ * 1 ncclEnvPlugin_v1 (2.28.7 to 2.30.6), 2 ncclEnvPlugin_v2 (2.30.7 and
+ * later look for it first). */
+HPCT_PRIVATE int hpct__nccl_env_plugin_used(void);
 
 /* --- releases, tiers and NCCL's root protocol: root_wire.h, root.c ----- */
 

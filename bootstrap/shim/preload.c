@@ -1,18 +1,30 @@
 /* libhpct_preload.so, the NCCL half: under LD_PRELOAD with
  * HPCT_USE_ROOTLESS=1, NCCL's unique ids come from hpct's derivation and
- * communicators are created with no root to reach (Tier 2) or with NCCL's
- * root at a derived address (Tier 1), in an unmodified program.  Unset or
- * 0, every call goes straight to NCCL.
+ * communicators are created with no root to reach (Tier 2), with NCCL's
+ * root at a derived address (Tier 1), or with hpct's roots in the processes
+ * that handed the ids out (several ids), in an unmodified program.
  *
  *   ncclGetUniqueId           a derived id (this node, a derived port, a
  *                             derived magic, hpct's marker); starts no root
- *   ncclCommInitRank,         an id with hpct's marker: Tier 2 (one
- *   ncclCommInitRankConfig,   micro-root per rank, ncclCommInitRankScalable
- *   ncclCommInitRankScalable  with nId = nranks) or Tier 1; any other id, or
- *                             nId > 1, goes to NCCL untouched
+ *   ncclCommInitRank,         ids with hpct's marker: Tier 2 over the comm
+ *   ncclCommInitRankConfig,   when it is the world (one micro-root per rank,
+ *   ncclCommInitRankScalable  ncclCommInitRankScalable with nId = nranks);
+ *                             else one id: Tier 1; several: NCCL's scalable
+ *                             init with hpct's roots for this process's ids.
+ *                             Ids without the marker go to NCCL untouched;
+ *                             a mix of both too, with a warning
  *   ncclCommInitAll           NCCL's own, with the shim out of the way
  *   getenv                    NCCL_COMM_ID for the one call that starts a
  *                             Tier 1 root, on NCCL without an env plugin
+ *
+ * Whether the shim takes over is decided once, at the process's first NCCL
+ * call, from the process environment read directly (never through what
+ * the program called before): HPCT_USE_ROOTLESS=1, a world that can be
+ * rootless (a node list: no world is created otherwise, so nothing binds
+ * or dials MASTER_PORT), NCCL 2.19 or later.  When it does not, one line
+ * says why and every call goes straight to NCCL.  NCCL_ENV_PLUGIN is set
+ * when the library loads (HPCT_USE_ROOTLESS=1), before any NCCL call reads
+ * its environment.
  *
  * The PyTorch half: in a rank process (not the torchrun agent, not a
  * data-loader worker or other child of a rank) with HPCT_USE_ROOTLESS=1,
@@ -69,10 +81,38 @@ static pthread_once_t once = PTHREAD_ONCE_INIT, world_once = PTHREAD_ONCE_INIT;
 static int active;        /* HPCT_USE_ROOTLESS=1 and a world to derive from */
 static hpct_world *world; /* lives as long as the process */
 static struct hpct_nccl_lib real;
-static atomic_uint id_counter; /* ids this process handed out */
 static _Thread_local int bypass;
 
-static char *(*real_getenv)(const char *);
+typedef char *(*getenv_fn)(const char *);
+static _Atomic(getenv_fn) real_getenv;
+
+/* The process environment, whoever asked first: libc's getenv, found
+ * here when nothing called the interposed one yet. */
+static char *env_get(const char *name)
+{
+	getenv_fn f = atomic_load(&real_getenv);
+	if (!f) {
+		*(void **)&f = dlsym(RTLD_NEXT, "getenv");
+		atomic_store(&real_getenv, f);
+	}
+	return f ? f(name) : NULL;
+}
+
+/* At load, before the program's main: NCCL takes NCCL_ENV_PLUGIN from its
+ * first read of the environment, whichever NCCL call (or library) makes
+ * it, so it is set before any can.  Nothing else is decided here: a
+ * wrapper between launcher and rank (sh -c, timeout) loads this library
+ * too and must stay untouched. */
+static int plugin_set_here; /* NCCL_ENV_PLUGIN was unset, the shim set it */
+
+__attribute__((constructor)) static void preload_loaded(void)
+{
+	const char *v = env_get("HPCT_USE_ROOTLESS");
+	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN"))
+		return;
+	hpct__nccl_env_prepare();
+	plugin_set_here = env_get("NCCL_ENV_PLUGIN") != NULL;
+}
 
 static void *next(const char *name);
 
@@ -92,27 +132,48 @@ static void *next(const char *name)
 	return f;
 }
 
+/* The one line of a process where the shim leaves NCCL as it is; and
+ * NCCL_ENV_PLUGIN as it was (NCCL reads it at its first call, which comes
+ * after this one unless NCCL was called around the shim). */
+static void decline(const char *why)
+{
+	if (plugin_set_here)
+		unsetenv("NCCL_ENV_PLUGIN");
+	HPCT_WARN(HPCT_SUB_NCCL, "preload: %s: NCCL left as it is (its own ids and roots)", why);
+}
+
 static void setup(void)
 {
+	char why[1200];
 	hpct__nccl_bind(&real, next_sym, NULL);
-	if (!real.get_version || real.get_version(&real.version) != 0)
-		return; /* no NCCL at all: every call below fails as NCCL's would */
-	const char *v = real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : NULL;
-	if (!v || strcmp(v, "1") != 0)
+	if (!real.get_version || real.get_version(&real.version) != 0) {
+		decline("no NCCL with a working ncclGetVersion in this process");
+		return; /* every call below fails as NCCL's would */
+	}
+	const char *v = env_get("HPCT_USE_ROOTLESS");
+	if (!v || strcmp(v, "1") != 0) {
+		snprintf(why, sizeof(why), "HPCT_USE_ROOTLESS=%s, not 1", v ? v : "(unset)");
+		decline(why);
 		return;
-	hpct__nccl_env_prepare(); /* before NCCL reads NCCL_ENV_PLUGIN */
+	}
+	/* asked of the environment: a world that cannot be rootless would take
+	 * the standard path, bind MASTER_PORT on rank 0 (PyTorch's TCPStore
+	 * holds it) and wait for it elsewhere */
+	if (!hpct__rootless_possible(why, sizeof(why))) {
+		decline(why);
+		return;
+	}
+	hpct__nccl_env_prepare(); /* set at load, unless the program set it since */
 	hpct__nccl_getenv_route();
 	if (!hpct_preload_world()) {
-		HPCT_WARN(HPCT_SUB_NCCL, "preload: no hpct world (%s): NCCL left as it is",
-		          hpct_last_error());
+		snprintf(why, sizeof(why), "no hpct world (%s)", hpct_last_error());
+		decline(why);
 		return;
 	}
 	if (hpct__nccl_tier_for(&real, (struct hpct_world *)world) == HPCT_NCCL_TIER_NONE) {
-		HPCT_WARN(
-		        HPCT_SUB_NCCL,
-		        "preload: NCCL %d cannot take ids without a store here (NCCL before 2.19, "
-		        "or no node list): NCCL left as it is",
-		        real.version);
+		snprintf(why, sizeof(why), "NCCL %d.%d.%d is older than 2.19", real.version / 10000,
+		         real.version / 100 % 100, real.version % 100);
+		decline(why);
 		return;
 	}
 	HPCT_INFO(HPCT_SUB_NCCL, "preload: NCCL %d, ids derived, no store", real.version);
@@ -123,20 +184,6 @@ static int on(void)
 {
 	pthread_once(&once, setup);
 	return active && !bypass;
-}
-
-/* The comm an id stands for: its magic is its identity; ranks are world
- * ranks when it spans the world (how PyTorch numbers its default group). */
-static void comm_of(const hpct_nccl_id *id, int nranks, int rank, struct hpct_nccl_comm *c)
-{
-	memset(c, 0, sizeof(*c));
-	c->w = (struct hpct_world *)world;
-	memcpy(&c->magic, id->internal, 8);
-	c->hash = hpct__hash_u64(c->magic, 0x7368696d); /* "shim" */
-	c->nranks = nranks;
-	c->rank = rank;
-	snprintf(c->name, sizeof(c->name), "NCCL id %016llx (%d ranks)",
-	         (unsigned long long)c->magic, nranks);
 }
 
 static int result(int rc)
@@ -150,34 +197,13 @@ SHIM_API int ncclGetUniqueId(hpct_nccl_id *out)
 {
 	if (!on() || !out)
 		return real.get_unique_id ? real.get_unique_id(out) : NCCL_INTERNAL_ERROR;
-	/* this rank's node, a port from (job, epoch, rank, count), a magic
-	 * from the same: a stale root of another epoch or id never matches */
-	struct hpct_world_info info;
-	hpct_world_get_info(world, &info);
-	unsigned k = atomic_fetch_add(&id_counter, 1);
-	uint64_t magic = hpct__nccl_keyed((struct hpct_world *)world,
-	                                  hpct__hash_u64(hpct__hash_u64(info.job, info.epoch),
-	                                                 ((uint64_t)info.rank << 32) | k));
-	hpct_nccl_id seed;
-	memset(&seed, 0, sizeof(seed));
-	memcpy(seed.internal, &magic, 8);
-	struct hpct_nccl_comm c;
-	comm_of(&seed, info.size, info.rank, &c);
-	return result(hpct__nccl_self_id(&real, &c, out));
+	return result(hpct__nccl_new_id(&real, (struct hpct_world *)world, out));
 }
 
-static int init(void **comm, int nranks, const hpct_nccl_id *id, int rank, void *config)
+static int init(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids, void *config)
 {
-	enum hpct_nccl_tier tier = hpct__nccl_tier_for(&real, (struct hpct_world *)world);
-	struct hpct_world_info info;
-	hpct_world_get_info(world, &info);
-	/* Tier 2 derives where every comm rank is: only when the comm is the
-	 * world and comm ranks are world ranks */
-	if (tier == HPCT_NCCL_TIER_ROOTLESS && (nranks != info.size || rank != info.rank))
-		tier = HPCT_NCCL_TIER_ROOT;
-	struct hpct_nccl_comm c;
-	comm_of(id, nranks, rank, &c);
-	int rc = hpct__nccl_comm_init(&real, &c, tier, id, config, comm);
+	int rc = hpct__nccl_comm_init_ids(&real, (struct hpct_world *)world, nranks, rank, nid, ids,
+	                                  config, comm);
 	if (rc == 0)
 		return NCCL_SUCCESS;
 	/* NCCL's own answer when it gave one; else what hpct's failure is to
@@ -185,7 +211,8 @@ static int init(void **comm, int nranks, const hpct_nccl_id *id, int rank, void 
 	int res = hpct__nccl_last_result();
 	if (res)
 		return res;
-	int system = rc == HPCT_EADDRINUSE || (rc < 0 && rc > -4096); /* -errno */
+	/* -errno; hpct's own codes are -1001 and below */
+	int system = rc == HPCT_EADDRINUSE || (rc < 0 && rc > -1000);
 	return system ? NCCL_SYSTEM_ERROR : NCCL_INTERNAL_ERROR;
 }
 
@@ -195,7 +222,7 @@ SHIM_API int ncclCommInitRankConfig(void **comm, int nranks, hpct_nccl_id id, in
 	if (!on() || !hpct_nccl_id_is_derived(&id))
 		return real.init_rank_config ? real.init_rank_config(comm, nranks, id, rank, config)
 		                             : NCCL_INTERNAL_ERROR;
-	return init(comm, nranks, &id, rank, config);
+	return init(comm, nranks, rank, 1, &id, config);
 }
 
 SHIM_API int ncclCommInitRank(void **comm, int nranks, hpct_nccl_id id, int rank)
@@ -205,17 +232,28 @@ SHIM_API int ncclCommInitRank(void **comm, int nranks, hpct_nccl_id id, int rank
 		*(void **)&f = next("ncclCommInitRank");
 		return f ? f(comm, nranks, id, rank) : NCCL_INTERNAL_ERROR;
 	}
-	return init(comm, nranks, &id, rank, NULL);
+	return init(comm, nranks, rank, 1, &id, NULL);
 }
 
 SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids,
                                       void *config)
 {
-	if (!on() || nid != 1 || !ids || !hpct_nccl_id_is_derived(&ids[0]))
+	int derived = 0;
+	if (on() && nid >= 1 && ids)
+		for (int i = 0; i < nid; i++)
+			derived += hpct_nccl_id_is_derived(&ids[i]);
+	if (derived > 0 && derived < nid)
+		HPCT_WARN(
+		        HPCT_SUB_NCCL,
+		        "preload: rank %d of %d: ncclCommInitRankScalable with %d ids, %d of them "
+		        "hpct's and %d NCCL's own: passed to NCCL untouched (the ids should come "
+		        "from one kind of ncclGetUniqueId: all ranks under the shim, or none)",
+		        rank, nranks, nid, derived, nid - derived);
+	if (derived == 0 || derived < nid)
 		return real.init_rank_scalable
 		               ? real.init_rank_scalable(comm, nranks, rank, nid, ids, config)
 		               : NCCL_INTERNAL_ERROR;
-	return init(comm, nranks, &ids[0], rank, config);
+	return init(comm, nranks, rank, nid, ids, config);
 }
 
 SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist)
@@ -233,22 +271,18 @@ SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist)
 
 SHIM_API char *getenv(const char *name)
 {
-	if (!real_getenv)
-		*(void **)&real_getenv = dlsym(RTLD_NEXT, "getenv");
 	const char *shown = hpct__nccl_comm_id_peek(name);
 	if (shown)
 		return (char *)shown;
-	return real_getenv ? real_getenv(name) : NULL;
+	return env_get(name);
 }
 
 /* ------------------------------------------------------------ shared world */
 
 static void make_world(void)
 {
-	if (hpct_world_create(&world) != 0) {
-		HPCT_WARN(HPCT_SUB_INIT, "preload: no hpct world: %s", hpct_last_error());
-		world = NULL;
-	}
+	if (hpct_world_create(&world) != 0)
+		world = NULL; /* logged by hpct_world_create, naming the culprit */
 }
 
 SHIM_API hpct_world *hpct_preload_world(void)
@@ -269,10 +303,7 @@ SHIM_API hpct_world *hpct_preload_world(void)
  * numactl, sh -c) carry LD_PRELOAD too but never load torch. */
 static int claim_rank(void)
 {
-	char *(*get)(const char *);
-	*(void **)&get = dlsym(RTLD_NEXT, "getenv");
-	if (!get)
-		return 0;
+	char *(*get)(const char *) = env_get;
 	const char *owner = get(OWNER_VAR);
 	char me[24];
 	snprintf(me, sizeof(me), "%ld", (long)getpid());
@@ -335,8 +366,7 @@ static void torch_arrives(const char *file)
 	if (!slash)
 		return;
 	*slash = 0;
-	const char *v =
-	        real_getenv ? real_getenv("HPCT_USE_ROOTLESS") : getenv("HPCT_USE_ROOTLESS");
+	const char *v = env_get("HPCT_USE_ROOTLESS");
 	if (!v || strcmp(v, "1") != 0) {
 		fprintf(stderr, "hpct: HPCT_USE_ROOTLESS=%s: PyTorch keeps its own TCPStore\n",
 		        v ? v : "(unset)");
