@@ -1,15 +1,12 @@
 /* What hpct does with each NCCL release, as the tests expect it, from the
  * ncclGetVersion() code of the library under test (HPCT_NCCL_LIB picks
  * it).  The ranges hpct declares in nccl_internal.h are the ones the tests
- * hold it to; which names declare them depends on whether this tree has
- * the root wires of every release from 2.19 (HPCT_NCCL_TIER2_MIN_VERSION)
- * or those of 2.23 to 2.28 only. */
+ * hold it to. */
 #ifndef HPCT_TESTS_NCCL_RELEASE_H
 #define HPCT_TESTS_NCCL_RELEASE_H
 
 #include "bootstrap/nccl/nccl_internal.h"
 
-#ifdef HPCT_NCCL_TIER2_MIN_VERSION
 /* hpct's roots speak NCCL v's root wire */
 static inline int nr_roots_speak(int v)
 {
@@ -20,16 +17,6 @@ static inline int nr_tier2(int v)
 {
 	return v >= HPCT_NCCL_TIER2_MIN_VERSION && v <= HPCT_NCCL_NEWEST_VERIFIED_VERSION;
 }
-#else
-static inline int nr_roots_speak(int v)
-{
-	return v >= HPCT_NCCL_ROOT_MIN_VERSION && v <= HPCT_NCCL_ROOT_MAX_VERSION;
-}
-static inline int nr_tier2(int v)
-{
-	return nr_roots_speak(v);
-}
-#endif
 
 /* NCCL v has ncclCommInitRankScalable (several ids). */
 static inline int nr_scalable(int v)

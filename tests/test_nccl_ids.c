@@ -20,13 +20,9 @@ TestSuite(nccl_ids, .timeout = 120);
 #define NRANKS 300
 #define NIDS   3
 
-#ifdef HPCT_NCCL_TIER2_MIN_VERSION /* the player takes the release */
+/* the player plays the release's wire */
 #define PLAY(l, ids, nids, n, order, replies) \
 	hpct__nccl_play_ranks(ids, nids, n, order, 60, 0, (l)->version, replies, NULL)
-#else
-#define PLAY(l, ids, nids, n, order, replies) \
-	hpct__nccl_play_ranks(ids, nids, n, order, 60, 0, replies, NULL)
-#endif
 
 /* Rank 0 of `size` on one loopback node, hpct's ports from `port` (8),
  * NCCL's root ports the 8 after. */

@@ -21,6 +21,7 @@
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/nccl/root_wire.h"
 #include "bootstrap/world.h"
 
 #define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
@@ -116,7 +117,7 @@ static void where_of(const hpct_nccl_id *id, int version, char *buf, size_t len)
 /* Does hpct's root speak NCCL `version`'s root wire? */
 static int roots_speak(int version)
 {
-	return version >= HPCT_NCCL_ROOT_MIN_VERSION && version <= HPCT_NCCL_ROOT_MAX_VERSION;
+	return hpct__nccl_wire_for_version(version) != NULL;
 }
 
 int hpct__nccl_host_roots(const struct hpct_nccl_lib *l, const struct hpct_world *w,
