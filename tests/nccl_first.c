@@ -4,34 +4,11 @@
  * hpct's marker (bytes 120.. "hpct") and whether a root thread of NCCL's
  * runs (named "NCCL BootstrapR" when NCCL_SET_THREAD_NAME=1 is in its
  * environment).  Exit 0 when it could say so. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-	char internal[128];
-} ncclUniqueId;
-int ncclGetUniqueId(ncclUniqueId *id);
-
-static int root_thread(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int found = 0;
-	while (d && (e = readdir(d))) {
-		char p[300], name[64] = "";
-		snprintf(p, sizeof(p), "/proc/self/task/%s/comm", e->d_name);
-		FILE *f = fopen(p, "r");
-		if (f && fgets(name, sizeof(name), f) && strncmp(name, "NCCL BootstrapR", 15) == 0)
-			found = 1;
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
+#include "tests/nccl_program.h"
 
 int main(int argc, char **argv)
 {

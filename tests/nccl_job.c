@@ -17,7 +17,6 @@
  * and whether the ports of the ids it got can be bound again after init
  * (-1: it got none).  Exit 0 when it got that far. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,34 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-typedef struct {
-	char internal[128];
-} ncclUniqueId;
-int ncclGetVersion(int *version);
-int ncclGetUniqueId(ncclUniqueId *id);
-int ncclCommInitRankConfig(void **comm, int nranks, ncclUniqueId id, int rank, void *config);
-int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid, ncclUniqueId *ids,
-                             void *config);
-
-/* NCCL names its root thread "NCCL BootstrapR". */
-static int root_thread(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int found = 0;
-	while (d && (e = readdir(d))) {
-		char p[300], name[64] = "";
-		snprintf(p, sizeof(p), "/proc/self/task/%s/comm", e->d_name);
-		FILE *f = fopen(p, "r");
-		if (f && fgets(name, sizeof(name), f) && strncmp(name, "NCCL BootstrapR", 15) == 0)
-			found = 1;
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
+#include "tests/nccl_program.h"
 
 static const char *dir;
 

@@ -72,18 +72,6 @@ static void new_ids(const struct hpct_nccl_lib *l, hpct_world *w, hpct_nccl_id *
 	}
 }
 
-static void shuffle(int *order, int n, unsigned seed)
-{
-	for (int i = 0; i < n; i++)
-		order[i] = i;
-	for (int i = n - 1; i > 0; i--) {
-		seed = seed * 1103515245u + 12345u;
-		int j = (int)((seed >> 8) % (unsigned)(i + 1)), t = order[i];
-		order[i] = order[j];
-		order[j] = t;
-	}
-}
-
 static void skip_unless_roots(int v)
 {
 	if (!nr_scalable(v))
@@ -104,7 +92,7 @@ Test(nccl_ids, roots_for_three_ids_answer_300_ranks_like_nccls)
 	unsigned char *real = calloc(NRANKS, HPCT_NCCL_RING_LEN);
 	unsigned char *ours = calloc(NRANKS, HPCT_NCCL_RING_LEN);
 	cr_assert(order && real && ours);
-	shuffle(order, NRANKS, 300);
+	hpct__nccl_test_order(order, NRANKS, 300);
 
 	new_ids(l, w, ids, NIDS);
 	struct hpct_nccl_roots *roots = NULL;

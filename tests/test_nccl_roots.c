@@ -134,18 +134,6 @@ static int wire_version(const struct hpct_nccl_lib *l)
 	return HPCT_NCCL_NEWEST_VERIFIED_VERSION;
 }
 
-static void shuffle(int *order, int n, unsigned seed)
-{
-	for (int i = 0; i < n; i++)
-		order[i] = i;
-	for (int i = n - 1; i > 0; i--) {
-		seed = seed * 1103515245u + 12345u;
-		int j = (int)((seed >> 8) % (unsigned)(i + 1)), t = order[i];
-		order[i] = order[j];
-		order[j] = t;
-	}
-}
-
 /* ids of hpct roots on loopback at port, port+1, ... */
 static void loopback_ids(hpct_nccl_id *ids, int n, int port, uint64_t magic)
 {
@@ -180,7 +168,7 @@ static void conformance(int n, int nroots, unsigned seed, int port)
 	int *order = malloc((size_t)n * sizeof(int));
 	unsigned char *real = calloc((size_t)n, HPCT_NCCL_RING_LEN);
 	unsigned char *ours = calloc((size_t)n, HPCT_NCCL_RING_LEN);
-	shuffle(order, n, seed);
+	hpct__nccl_test_order(order, n, seed);
 
 	for (int i = 0; i < nroots; i++)
 		cr_assert_eq(l->get_unique_id(&ids[i]), 0); /* each starts a root of NCCL's */

@@ -114,8 +114,9 @@ int bench_nccl_releases(int argc, char **argv, const char *libs, const char *jso
 		}
 		int st = 0;
 		if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-			fprintf(stderr, "hpct-bench: the nccl-root runs against %s failed (%s %d)\n",
-			        lib, pid < 0 ? "fork" : "status", st);
+			fprintf(stderr,
+			        "hpct-bench: the nccl-root runs against %s failed (%s %d)\n", lib,
+			        pid < 0 ? "fork" : "status", st);
 			failed = 1;
 		}
 		int k = read_rows(tmp, rows + nrows, MAX_ROWS - nrows);
@@ -163,9 +164,10 @@ int bench_nccl_releases(int argc, char **argv, const char *libs, const char *jso
 	for (int i = 0; i < nrows; i++)
 		for (int j = 0; j < nrows; j++)
 			if (strcmp(rows[i].path, "rootless") == 0 &&
-			    strcmp(rows[j].path, "standard") == 0 &&
-			    rows[i].run == rows[j].run && rows[i].ranks == rows[j].ranks)
-				printf("nccl-root NCCL %s N=%d: standard/rootless median ratio %.2f, "
+			    strcmp(rows[j].path, "standard") == 0 && rows[i].run == rows[j].run &&
+			    rows[i].ranks == rows[j].ranks)
+				printf("nccl-root NCCL %s N=%d: standard/rootless median ratio "
+				       "%.2f, "
 				       "busiest process's connections %d vs %d\n",
 				       rows[i].nccl, rows[i].ranks, rows[j].med / rows[i].med,
 				       rows[j].max_conns, rows[i].max_conns);

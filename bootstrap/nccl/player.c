@@ -269,3 +269,15 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 	free(per_root);
 	return rc;
 }
+
+void hpct__nccl_test_order(int *order, int n, unsigned seed)
+{
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	for (int i = n - 1; i > 0; i--) {
+		seed = seed * 1103515245u + 12345u;
+		int j = (int)((seed >> 8) % (unsigned)(i + 1)), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+}

@@ -33,5 +33,7 @@ void hpct__nccl_test_ring(int rank, unsigned char out[HPCT_NCCL_RING_LEN]);
  * info over NCCL `version`'s wire: as much of hpct__nccl_test_ring(rank)
  * as the answer carries, then zeros.  HPCT_EINVAL for an unknown wire. */
 int hpct__nccl_test_answer(int rank, int version, unsigned char out[HPCT_NCCL_RING_LEN]);
+/* A random arrival order of ranks 0..n-1, the same for the same seed. */
+void hpct__nccl_test_order(int *order, int n, unsigned seed);
 
 #endif
