@@ -77,7 +77,7 @@ static void skip_unless_roots(int v)
 	if (!nr_scalable(v))
 		cr_skip_test("NCCL %d has no ncclCommInitRankScalable: no several ids", v);
 	if (!nr_roots_speak(v))
-		cr_skip_test("hpct's roots do not speak NCCL %d's root wire in this tree", v);
+		cr_skip_test("hpct's roots do not speak NCCL %d's root wire", v);
 }
 
 /* 3 ids of one process, 300 ranks in random order: hpct's roots answer every

@@ -66,6 +66,17 @@ else:
 EOF
 }
 
+# hpct_nccl_skipped LOGJSON: the tests meson's JSON log says were skipped
+hpct_nccl_skipped() {
+	python3 - "$1" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    if t["result"] == "SKIP":
+        print(t["name"].split(" / ")[-1])
+EOF
+}
+
 # hpct_nccl_matrix BUILDDIR DEFAULT_RELEASE: runs the columns' tests against
 # each release but DEFAULT_RELEASE (whose results come from the build's own
 # run, meson-logs/testlog.json), adds to passed/failed/skipped like
@@ -107,6 +118,13 @@ hpct_nccl_matrix() {
 			[ $rc -eq 0 ] || sed -n '/^Summary of Failures/,$p; /-------- 8< --------/,/^$/p' "$out" | tail -n 80
 			rm -f "$out"
 			log=$dir/meson-logs/matrix-$v.json
+			# a program whose every test skipped is listed: the release
+			# lacks what it tests (the table's cell says what)
+			for t in $(hpct_nccl_skipped "$log"); do
+				skips="$skips  nccl matrix: NCCL $v: $t: every test skipped (the release lacks what it tests)
+"
+				skipped=$((skipped + 1))
+			done
 		fi
 		row=$(printf '%-8s' "$v")
 		for col in "${hpct_nccl_columns[@]}"; do
