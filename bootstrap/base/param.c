@@ -33,7 +33,7 @@ static const struct hpct_param params[] = {
 	{ "HPCT_NCCL_LIB", HPCT_PT_STR, NULL,
 	  "path of libnccl.so.2 to load (else the search path, NCCL_HOME, /usr/local/cuda)" },
 	{ "HPCT_NCCL_ROOTLESS", HPCT_PT_BOOL, "1",
-	  "NCCL 2.23-2.28: 1 hosts a micro-root in every rank (Tier 2); 0 keeps NCCL's own root "
+	  "NCCL 2.23-2.32: 1 hosts a micro-root in every rank (Tier 2); 0 keeps NCCL's own root "
 	  "at a derived address (Tier 1)" },
 	{ "HPCT_NCCL_PORT_BASE", HPCT_PT_INT, NULL,
 	  "first port for NCCL roots (default: right after HPCT_PORT_BASE's range)" },

@@ -8,10 +8,12 @@
  * ncclGetVersion() decides what hpct may do with it:
  *   - 2.19 and later: Tier 1, NCCL's own root started by the comm's rank 0 at a
  *     derived address, so no rank waits for an id to be handed round (where
- *     NCCL cannot be shown NCCL_COMM_ID, 2.23-2.28 get hpct's root there);
- *   - 2.23 to 2.28 (the root protocol hpct speaks): Tier 2, rootless: every rank
- *     hosts a micro-root for its own id (HPCT_NCCL_ROOTLESS=0 keeps Tier 1).
- * Anything else is reported once and the caller keeps the standard path.
+ *     NCCL cannot be shown NCCL_COMM_ID, hpct's root there, 2.19 to 2.32);
+ *   - 2.23 to 2.32 (ncclCommInitRankScalable, and root wires hpct speaks):
+ *     Tier 2, rootless: every rank hosts a micro-root for its own id
+ *     (HPCT_NCCL_ROOTLESS=0 keeps Tier 1);
+ *   - newer than 2.32, the newest release verified: Tier 1, said once.
+ * Older than 2.19 is reported once and the caller keeps the standard path.
  *
  * This header needs no NCCL header: an hpct_nccl_id has the layout of
  * ncclUniqueId, and communicators and configs pass as void pointers
