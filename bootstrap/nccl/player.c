@@ -85,8 +85,8 @@ static int report(const struct hpct_nccl_wire *w, const hpct_nccl_id *ids, int n
 	memcpy(e + w->ring_at, ring, (size_t)w->reply_len);
 	int fd, rc;
 	double left = deadline - hpct__now();
-	if ((rc = hpct__nccl_connect_to((struct sockaddr *)&to, left > 0.05 ? left : 0.05, &fd)) ==
-	    0) {
+	if ((rc = hpct__nccl_connect_to((struct sockaddr *)&to, left > 0.05 ? left : 0.05, left,
+	                                &fd)) == 0) {
 		rc = hpct__nccl_send_all(fd, msg, HPCT_NCCL_HDR_LEN + (size_t)w->report_len);
 		close(fd);
 	}
@@ -128,8 +128,11 @@ static int collect(const struct hpct_nccl_wire *w, const hpct_nccl_id *ids, int 
 			break;
 		}
 		if (poll(pf, (nfds_t)nranks, t > 0.1 ? 100 : (int)(t * 1000) + 1) < 0 &&
-		    errno != EINTR)
+		    errno != EINTR) {
+			rc = hpct__fail(-errno, HPCT_SUB_NCCL, "simulated ranks: poll: %s",
+			                strerror(errno));
 			break;
+		}
 		for (int r = 0; r < nranks && rc == 0; r++) {
 			struct player *q = &p[r];
 			if (q->done || !pf[r].revents)
@@ -196,7 +199,7 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 	struct sockaddr_storage *mine = calloc((size_t)nranks, sizeof(*mine));
 	int *per_root = calloc((size_t)nids, sizeof(int)); /* connections, seen from here */
 	int rc = p && mine && per_root ? 0 : HPCT_ENOMEM;
-	for (int r = 0; r < nranks; r++)
+	for (int r = 0; p && r < nranks; r++)
 		p[r].lfd = p[r].fd = -1;
 	/* every rank waits for its root where the root is: the same address */
 	for (int r = 0; r < nranks && rc == 0; r++) {

@@ -29,6 +29,9 @@
  * hostile, and gives up only its own connection. */
 #define REPORT_WITHIN_S 5.0
 
+/* How long an answer retries a rank that refuses the connection. */
+#define REPLY_REFUSED_S 1.0
+
 struct report_conn {
 	int fd;
 	int root; /* the listener it came in on */
@@ -142,10 +145,12 @@ static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 		return fail_set(s, HPCT_EPROTO,
 		                "NCCL root at %s: rank %d of %d gave no usable address (family %d)",
 		                rt->where, rank, rt->nranks, ss.ss_family);
+	/* a rank listens for its answer before it reports: a refusal means it
+	 * is gone, and the roots' thread must not spend its deadline on it */
 	double left = s->deadline - hpct__now();
 	rc = s->fuzz ? 0
 	             : hpct__nccl_connect_to((struct sockaddr *)&ss, left > 0.05 ? left : 0.05,
-	                                     &fd);
+	                                     REPLY_REFUSED_S, &fd);
 	if (rc == 0 && !s->fuzz) {
 		unsigned char msg[HPCT_NCCL_HDR_LEN + HPCT_NCCL_RING_LEN];
 		int len = rt->wire->reply_len;
@@ -490,8 +495,10 @@ static void *serve_loop(struct hpct_nccl_roots *s)
 			break;
 		}
 		int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
-		if (poll(pf, (nfds_t)k, ms) < 0 && errno != EINTR)
+		if (poll(pf, (nfds_t)k, ms) < 0 && errno != EINTR) {
+			fail_set(s, -errno, "NCCL roots: poll: %s", strerror(errno));
 			break;
+		}
 		if (pf[0].revents) {
 			stopped = 1;
 			break;
@@ -643,14 +650,16 @@ int hpct__nccl_roots_wait(struct hpct_nccl_roots *s, struct hpct_nccl_root_stats
 
 void hpct__nccl_roots_detach(struct hpct_nccl_roots *s)
 {
+	/* detached under the lock: once it is released the thread may free
+	 * the set at any moment */
 	pthread_mutex_lock(&s->lock);
 	int done = s->finished;
 	s->detached = !done;
-	pthread_mutex_unlock(&s->lock);
-	if (!done) {
+	if (!done)
 		pthread_detach(s->thread);
+	pthread_mutex_unlock(&s->lock);
+	if (!done)
 		return;
-	}
 	pthread_join(s->thread, NULL); /* finished already: ours to free */
 	if (s->result)
 		hpct__fail(s->result, HPCT_SUB_NCCL, "%s", s->failure);

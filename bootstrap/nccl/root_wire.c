@@ -100,9 +100,10 @@ int hpct__nccl_send_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, int *fd_out)
+int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, double refused_s,
+                          int *fd_out)
 {
-	double deadline = hpct__now() + timeout_s;
+	double now = hpct__now(), deadline = now + timeout_s, refused_until = now + refused_s;
 	for (;;) {
 		int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
@@ -119,7 +120,11 @@ int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, int *fd_o
 		}
 		int err = errno;
 		close(fd);
-		if ((err != ECONNREFUSED && err != EINTR) || hpct__now() >= deadline)
+		if (err == EINPROGRESS) /* SO_SNDTIMEO ran out during the connect */
+			return -ETIMEDOUT;
+		now = hpct__now();
+		if ((err != ECONNREFUSED && err != EINTR) || now >= deadline ||
+		    (err == ECONNREFUSED && now >= refused_until))
 			return -err;
 		usleep(2000);
 	}

@@ -91,9 +91,12 @@ static inline socklen_t hpct__nccl_addr_len(const struct sockaddr *sa)
  * -errno (-EPIPE when the peer closed). */
 int hpct__nccl_send_all(int fd, const void *buf, size_t len);
 /* A blocking connect bounded by `timeout_s`; ECONNREFUSED is retried (the
- * listener may not be up yet) with a short sleep until then.  *fd_out:
+ * listener may not be up yet) with a short sleep until then, or until
+ * refused_s when that comes first (a peer known to listen already and
+ * refusing is gone).  *fd_out:
  * the connected socket, SO_SNDTIMEO and SO_RCVTIMEO set to timeout_s, on
  * success; else -errno. */
-int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, int *fd_out);
+int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, double refused_s,
+                          int *fd_out);
 
 #endif
