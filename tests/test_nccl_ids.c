@@ -208,3 +208,42 @@ Test(nccl_ids, several_ids_over_the_world_take_tier2)
 	cr_expect_eq(hpct__nccl_last_result(), 1);
 	hpct_world_destroy(w);
 }
+
+/* A mix, as when one root rank ran without the shim: NCCL's own id (its
+ * root started by ncclGetUniqueId) and two derived ids of this process,
+ * whose roots hpct hosts; 300 ranks in random order get every answer
+ * right from the three together. */
+Test(nccl_ids, a_mix_of_nccls_and_derived_ids_is_served_by_both_roots)
+{
+	const struct hpct_nccl_lib *l = nccl();
+	skip_unless_roots(l->version);
+	hpct_world *w = world(31664, 1);
+	hpct_nccl_id ids[NIDS];
+	int *order = malloc(NRANKS * sizeof(int));
+	unsigned char *got = calloc(NRANKS, HPCT_NCCL_RING_LEN);
+	cr_assert(order && got);
+	hpct__nccl_test_order(order, NRANKS, 301);
+	cr_assert_eq(l->get_unique_id(&ids[0]), 0); /* NCCL's own, with its root */
+	new_ids(l, w, ids + 1, NIDS - 1);
+	struct hpct_nccl_roots *roots = NULL;
+	int hosted = 0;
+	cr_assert_eq(hpct__nccl_host_roots(l, (struct hpct_world *)w, ids, NIDS, NRANKS, &roots,
+	                                   &hosted),
+	             0, "%s", hpct_last_error());
+	cr_assert_eq(hosted, NIDS - 1, "NCCL's own id must not be hosted here");
+	cr_assert_eq(PLAY(l, ids, NIDS, NRANKS, order, got), 0, "against the mixed roots: %s",
+	             hpct_last_error());
+	struct hpct_nccl_root_stats st;
+	cr_assert_eq(hpct__nccl_roots_wait(roots, &st), 0, "%s", hpct_last_error());
+	cr_expect_eq(st.ignored, 0);
+	unsigned char want[HPCT_NCCL_RING_LEN];
+	for (int r = 0; r < NRANKS; r++) {
+		cr_assert_eq(hpct__nccl_test_answer((r + 1) % NRANKS, l->version, want), 0);
+		cr_expect_eq(memcmp(got + (size_t)r * HPCT_NCCL_RING_LEN, want, sizeof(want)), 0,
+		             "rank %d of %d was not sent rank %d's ring info", r, NRANKS,
+		             (r + 1) % NRANKS);
+	}
+	free(order);
+	free(got);
+	hpct_world_destroy(w);
+}

@@ -10,7 +10,9 @@
  * world (every rank holds the same array: the comm's identity is all the
  * ids' magics) or, where Tier 2 does not apply, NCCL's own scalable init
  * with the ids unchanged, each id's root hosted by hpct in the process
- * that handed it out. */
+ * that handed it out.  A mix of derived ids and NCCL's own (root ranks
+ * that ran without the shim) takes the latter way: NCCL's roots for its
+ * ids, hpct's for the derived ones. */
 #include "bootstrap/nccl/nccl_internal.h"
 
 #include <netinet/in.h>
@@ -242,8 +244,20 @@ int hpct__nccl_comm_init_ids(const struct hpct_nccl_lib *l, struct hpct_world *w
 	/* Tier 2 derives where every comm rank is: only when the comm is the
 	 * world and comm ranks are world ranks (PyTorch's default group) */
 	int whole = nranks == w->topo.size && rank == w->topo.rank;
-	int rc;
-	if (tier == HPCT_NCCL_TIER_ROOTLESS && whole) {
+	int derived = 0, rc;
+	for (int i = 0; i < nid; i++)
+		derived += hpct_nccl_id_is_derived(&ids[i]);
+	if (derived < nid) {
+		/* some are NCCL's own, whose roots NCCL started where they were
+		 * made: its scalable init as it is, with hpct's roots for the
+		 * derived ones this process handed out */
+		HPCT_INFO(HPCT_SUB_NCCL,
+		          "rank %d: %s: %d of the %d ids are NCCL's own: NCCL's scalable init, "
+		          "hpct's roots for the derived ones made here",
+		          w->topo.rank, c.name, nid - derived, nid);
+		hpct__nccl_result_clear();
+		rc = init_hosted(l, &c, nid, ids, config, comm_out);
+	} else if (tier == HPCT_NCCL_TIER_ROOTLESS && whole) {
 		if (nid > 1)
 			HPCT_INFO(HPCT_SUB_NCCL,
 			          "rank %d: %s: every id derived and the comm is the world: Tier 2 "

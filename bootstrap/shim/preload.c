@@ -12,7 +12,8 @@
  *                             else one id: Tier 1; several: NCCL's scalable
  *                             init with hpct's roots for this process's ids.
  *                             Ids without the marker go to NCCL untouched;
- *                             a mix of both too, with a warning
+ *                             a mix of both: NCCL's scalable init with
+ *                             hpct's roots for the derived ones, warned
  *   ncclCommInitAll           NCCL's own, with the shim out of the way
  *   getenv                    NCCL_COMM_ID for the one call that starts a
  *                             Tier 1 root, on NCCL without an env plugin
@@ -101,8 +102,11 @@ static char *env_get(const char *name)
 /* At load, before the program's main: NCCL takes NCCL_ENV_PLUGIN from its
  * first read of the environment, whichever NCCL call (or library) makes
  * it, so it is set before any can.  Nothing else is decided here: a
- * wrapper between launcher and rank (sh -c, timeout) loads this library
- * too and must stay untouched. */
+ * wrapper between launcher and rank (torchrun's agent, sh -c, timeout)
+ * loads this library too, and only its environment changes (its ranks
+ * then inherit the variable, and a rank that declines keeps it: hpct's
+ * plugin answers every other lookup from the environment, as NCCL
+ * would). */
 static int plugin_set_here; /* NCCL_ENV_PLUGIN was unset, the shim set it */
 
 __attribute__((constructor)) static void preload_loaded(void)
@@ -176,6 +180,17 @@ static void setup(void)
 		decline(why);
 		return;
 	}
+	/* a derived id has no root behind it until a communicator is made;
+	 * where hpct's roots may not speak NCCL's wire (several ids) the ids
+	 * had better be NCCL's own, with their roots */
+	if (real.version > HPCT_NCCL_NEWEST_VERIFIED_VERSION) {
+		snprintf(why, sizeof(why),
+		         "NCCL %d.%d.%d is newer than %s, the newest release hpct verified",
+		         real.version / 10000, real.version / 100 % 100, real.version % 100,
+		         HPCT_NCCL_NEWEST_VERIFIED_NAME);
+		decline(why);
+		return;
+	}
 	HPCT_INFO(HPCT_SUB_NCCL, "preload: NCCL %d, ids derived, no store", real.version);
 	active = 1;
 }
@@ -246,10 +261,10 @@ SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid
 		HPCT_WARN(
 		        HPCT_SUB_NCCL,
 		        "preload: rank %d of %d: ncclCommInitRankScalable with %d ids, %d of them "
-		        "hpct's and %d NCCL's own: passed to NCCL untouched (the ids should come "
-		        "from one kind of ncclGetUniqueId: all ranks under the shim, or none)",
+		        "hpct's and %d NCCL's own (some root ranks ran without the shim?): "
+		        "NCCL's scalable init, hpct's roots for the derived ones",
 		        rank, nranks, nid, derived, nid - derived);
-	if (derived == 0 || derived < nid)
+	if (derived == 0)
 		return real.init_rank_scalable
 		               ? real.init_rank_scalable(comm, nranks, rank, nid, ids, config)
 		               : NCCL_INTERNAL_ERROR;
