@@ -107,15 +107,6 @@ int hpct__nccl_new_id(const struct hpct_nccl_lib *l, struct hpct_world *w, hpct_
 	return 0;
 }
 
-static void where_of(const hpct_nccl_id *id, int version, char *buf, size_t len)
-{
-	struct hpct_nccl_id_info in;
-	if (hpct_nccl_id_decode(id, version, &in) != 0)
-		snprintf(buf, len, "(no address)");
-	else
-		snprintf(buf, len, in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
-}
-
 /* Does hpct's root speak NCCL `version`'s root wire? */
 static int roots_speak(int version)
 {
@@ -139,7 +130,8 @@ int hpct__nccl_host_roots(const struct hpct_nccl_lib *l, const struct hpct_world
 		if (table_find(&ids[i]) < 0)
 			continue;
 		mine[n++] = ids[i];
-		where_of(&ids[i], l->version, where, sizeof(where));
+		if (hpct__nccl_id_where(&ids[i], l->version, where, sizeof(where)) != 0)
+			snprintf(where, sizeof(where), "(no address)");
 		if (at + 100 < sizeof(list))
 			at += (size_t)snprintf(list + at, sizeof(list) - at, "%sid %d at %s",
 			                       at ? ", " : "", i, where);

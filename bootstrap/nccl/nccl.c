@@ -176,6 +176,15 @@ HPCT_API int hpct_nccl_id_decode(const hpct_nccl_id *id, int version, struct hpc
 	return 0;
 }
 
+int hpct__nccl_id_where(const hpct_nccl_id *id, int version, char *buf, size_t len)
+{
+	struct hpct_nccl_id_info in;
+	int rc = hpct_nccl_id_decode(id, version, &in);
+	if (rc == 0)
+		snprintf(buf, len, in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
+	return rc;
+}
+
 void hpct__nccl_id_make(uint64_t magic, const struct sockaddr *sa, int nranks, int derived,
                         int version, hpct_nccl_id *id)
 {
@@ -445,12 +454,10 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 		               ? nccl_failed(l, c, res, *comm, "ncclCommInitRankConfig", "Tier 1")
 		               : 0;
 	}
-	struct hpct_nccl_id_info in;
-	int rc = hpct_nccl_id_decode(&id, l->version, &in);
+	char text[80];
+	int rc = hpct__nccl_id_where(&id, l->version, text, sizeof(text));
 	if (rc)
 		return rc;
-	char text[80];
-	snprintf(text, sizeof(text), in.family == AF_INET6 ? "[%s]:%u" : "%s:%u", in.host, in.port);
 	int ours = !hpct__nccl_comm_id_possible(l);
 	if (ours && !hpct__nccl_wire_for_version(l->version))
 		return hpct__fail(
@@ -500,10 +507,8 @@ static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->nranks, c->w->topo.timeout_s,
 		                            c->w->topo.secret != NULL, &root);
 	if (rc == 0) {
-		char where[64];
-		struct hpct_nccl_id_info in;
-		hpct_nccl_id_decode(&ids[c->rank], l->version, &in);
-		snprintf(where, sizeof(where), "%s:%u", in.host, in.port);
+		char where[80];
+		hpct__nccl_id_where(&ids[c->rank], l->version, where, sizeof(where));
 		HPCT_INFO(
 		        HPCT_SUB_NCCL,
 		        "rank %d: %s: Tier 2, ncclCommInitRankScalable with nId %d, micro-root at "

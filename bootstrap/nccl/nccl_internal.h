@@ -45,6 +45,10 @@ HPCT_PRIVATE const struct hpct_nccl_lib *hpct__nccl_lib(void);
 HPCT_PRIVATE void hpct__nccl_id_make(uint64_t magic, const struct sockaddr *sa, int nranks,
                                      int derived, int version, hpct_nccl_id *id);
 
+/* The root address an id holds, as host:port ([host]:port for IPv6), for
+ * messages and NCCL_COMM_ID; the decoder's error when it holds none. */
+HPCT_PRIVATE int hpct__nccl_id_where(const hpct_nccl_id *id, int version, char *buf, size_t len);
+
 /* HPCT_NCCL_PORT_BASE and _RANGE, with their defaults and checks. */
 int hpct__nccl_ports(const struct hpct_topo *t, int *base_out, int *range_out);
 /* The identity of communicator `key` over a group (job, epoch and members
