@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap/base/fdtrack.h"
 #include "hpct/hpct.h"
 #include "transport/transport.h"
 
@@ -170,6 +171,7 @@ static int tcp_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 {
 	struct tcp_ctx *ctx = arg;
 	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	hpct__fd_track(fd);
 	if (fd < 0)
 		return -errno;
 	/* SO_REUSEADDR lets a new incarnation bind over TIME_WAIT; without
@@ -232,6 +234,7 @@ static int tcp_connect(void *arg, const struct sockaddr *addr, socklen_t len, vo
 {
 	struct tcp_ctx *ctx = arg;
 	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	hpct__fd_track(fd);
 	if (fd < 0)
 		return -errno;
 	set_nodelay(fd);
@@ -396,6 +399,7 @@ static void do_accept(struct tcp_ctx *ctx, hpct_tevent_cb cb, void *arg, int *ne
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(ctx->lfd, (struct sockaddr *)&ss, &sl,
 		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		hpct__fd_track(fd);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 			    errno == ENOMEM) {

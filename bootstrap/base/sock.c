@@ -1,4 +1,5 @@
 /* Socket helpers shared by the one-server clients (see sock.h). */
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/base/sock.h"
 
 #include <errno.h>
@@ -65,6 +66,7 @@ void hpct__sleep(double s)
 int hpct__sock_connect(const struct sockaddr_storage *ss, socklen_t sl, double deadline)
 {
 	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	hpct__fd_track(fd);
 	if (fd < 0)
 		return -errno;
 	int err = 0;

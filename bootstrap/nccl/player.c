@@ -2,6 +2,7 @@
  * plays N NCCL ranks of one release (its wire, root_wire.h) against a set
  * of roots (NCCL's own or hpct's) and collects what each rank is sent.
  * Not part of libhpct.so: built into the static library hpct_nccl_player. */
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/nccl/player.h"
 
 #include <errno.h>
@@ -139,6 +140,7 @@ static int collect(const struct hpct_nccl_wire *w, const hpct_nccl_id *ids, int 
 				continue;
 			if (q->fd < 0) {
 				q->fd = accept4(q->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+				hpct__fd_track(q->fd);
 				continue;
 			}
 			ssize_t k = recv(q->fd, q->buf + q->got, want_len - q->got, 0);
@@ -215,6 +217,7 @@ int hpct__nccl_play_ranks(const hpct_nccl_id *ids, int nids, int nranks, const i
 			((struct sockaddr_in6 *)ss)->sin6_port = 0;
 		socklen_t len = hpct__nccl_addr_len((struct sockaddr *)ss);
 		p[r].lfd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		hpct__fd_track(p[r].lfd);
 		if (p[r].lfd < 0 || bind(p[r].lfd, (struct sockaddr *)ss, len) < 0 ||
 		    listen(p[r].lfd, 4) < 0 ||
 		    getsockname(p[r].lfd, (struct sockaddr *)ss, &len) < 0)

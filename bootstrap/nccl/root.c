@@ -8,6 +8,7 @@
  * NCCL's root (which, from 2.30.7, drops a bad handshake without a word and
  * goes on waiting), every connection dropped here is logged, naming the
  * peer and why: a rank is never left waiting in silence. */
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/nccl/nccl_internal.h"
 
 #include <errno.h>
@@ -383,6 +384,7 @@ static void accept_on(struct hpct_nccl_roots *s, int r)
 		socklen_t plen = sizeof(peer);
 		int fd = accept4(s->roots[r].lfd, (struct sockaddr *)&peer, &plen,
 		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		hpct__fd_track(fd);
 		if (fd < 0)
 			return; /* EAGAIN, or EMFILE: the next poll tries again */
 		char from[80];
@@ -545,6 +547,7 @@ static int listen_at(const hpct_nccl_id *id, int *fd_out, char *where, size_t wl
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
 		                  "NCCL root: the id holds no IPv4 or IPv6 address");
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	hpct__fd_track(fd);
 	if (fd < 0)
 		return hpct__fail(-errno, HPCT_SUB_NCCL, "NCCL root at %s: socket: %s", where,
 		                  strerror(errno));

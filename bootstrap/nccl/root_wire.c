@@ -1,6 +1,7 @@
 /* What hpct's NCCL roots and the rank-side player both speak: the wire of
  * each release, NCCL's split of ranks among roots, and the blocking socket
  * steps of the exchange. */
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/nccl/root_wire.h"
 
 #include <errno.h>
@@ -106,6 +107,7 @@ int hpct__nccl_connect_to(const struct sockaddr *sa, double timeout_s, double re
 	double now = hpct__now(), deadline = now + timeout_s, refused_until = now + refused_s;
 	for (;;) {
 		int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		hpct__fd_track(fd);
 		if (fd < 0)
 			return -errno;
 		struct timeval tv = { .tv_sec = (long)timeout_s,

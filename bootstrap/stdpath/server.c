@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/base/bytes.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
@@ -158,6 +159,7 @@ static void accept_all(struct hpct_std_server *s)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		hpct__fd_track(fd);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -399,6 +401,7 @@ int hpct__std_server_start_limits(const char *host, int port, int nranks, uint64
 		goto free_server;
 	}
 	s->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	hpct__fd_track(s->lfd);
 	if (s->lfd < 0) {
 		rc = hpct__fail(-errno, HPCT_SUB_STD, "rendezvous %s: socket: %s", s->addr,
 		                strerror(errno));

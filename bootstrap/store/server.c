@@ -23,6 +23,7 @@
  *     HPCT_STORE_MAX_KEYS.  A refused SET/ADD/CAS is answered HPCT_ENOMEM;
  *     an input past the cap closes its connection.  Each refusal is logged
  *     naming the client, the key and the limit. */
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/store/store.h"
 
 #include <errno.h>
@@ -344,6 +345,7 @@ static void accept_all(double now)
 		socklen_t sl = sizeof(ss);
 		int fd =
 		        accept4(srv.lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		hpct__fd_track(fd);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -500,6 +502,7 @@ int hpct__store_server_start(struct hpct_world *w)
 	int fd = -1;
 	if (rc == 0) {
 		fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		hpct__fd_track(fd);
 		int one = 1;
 		if (fd >= 0)
 			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
