@@ -435,7 +435,13 @@ int hpct__store_check(struct hpct_store *s, const char *const *keys, int n, int 
 	return 0;
 }
 
-int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n, double timeout_s)
+int hpct__store_unreachable(struct hpct_store *s, char *buf, size_t len)
+{
+	return unreachable(s, buf, len);
+}
+
+static int wait_keys(struct hpct_store *s, const char *const *keys, int n, double timeout_s,
+                     int quiet)
 {
 	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
 	double deadline = hpct__now() + t;
@@ -449,11 +455,21 @@ int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n, doubl
 		             left > 0 ? left : 0.001, &rep, &rl);
 		free(rep);
 		if (rc == HPCT_ETIMEDOUT)
-			return timed_out(s, "wait", keys[i], home, t);
+			return quiet ? rc : timed_out(s, "wait", keys[i], home, t);
 		if (rc)
 			return rc;
 	}
 	return 0;
+}
+
+int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n, double timeout_s)
+{
+	return wait_keys(s, keys, n, timeout_s, 0);
+}
+
+int hpct__store_wait_quiet(struct hpct_store *s, const char *const *keys, int n, double timeout_s)
+{
+	return wait_keys(s, keys, n, timeout_s, 1);
 }
 
 int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out)

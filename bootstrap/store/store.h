@@ -74,6 +74,14 @@ HPCT_PRIVATE int hpct__store_check(struct hpct_store *s, const char *const *keys
                                    int *all_out);
 HPCT_PRIVATE int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n,
                                   double timeout_s);
+/* hpct__store_wait that only returns HPCT_ETIMEDOUT when the wait passes:
+ * no probe, no log (a caller that waits in slices). */
+HPCT_PRIVATE int hpct__store_wait_quiet(struct hpct_store *s, const char *const *keys, int n,
+                                        double timeout_s);
+/* Ranks whose store takes no connection now (died, or never started), as
+ * "3 (host:port), ..." in buf (the first 8); how many.  Probes for 0.3 s
+ * at most. */
+HPCT_PRIVATE int hpct__store_unreachable(struct hpct_store *s, char *buf, size_t len);
 HPCT_PRIVATE int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out);
 /* Keys of the namespace, summed over every rank. */
 HPCT_PRIVATE int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out);
