@@ -3,9 +3,17 @@
  * a wait that times out naming the key, its home and the rank that is
  * gone, and a stranger's garbage on a rank's store port (moved by
  * HPCT_STORE_PORT_OFFSET) closing only its own connection; with HPCT_SECRET,
- * every connection proving the secret, and strangers refused. */
+ * every connection proving the secret, and strangers refused.  Then what
+ * TCPStore's newer protocol adds: append (creating, extending, waking a
+ * parked wait, refused past the caps), queues (FIFO across ranks, a pop
+ * parked until a push, a pop that times out, len, a value that is not a
+ * queue) and the list of every key over every rank.
+ *
+ * Slots: 0 to 3 of the program's range, one job at a time (-j1); a later
+ * test takes a slot again once the job before it is gone. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,4 +379,494 @@ static void env_secret(int r, void *arg)
 Test(store, with_a_secret_every_connection_proves_it)
 {
 	run_job(5, 3, env_secret, secret_strangers);
+}
+
+/* ---- append, queues, list ---- */
+
+/* The world and a store handle on namespace ns; 0 or the exit code. */
+static int open_store(uint64_t ns, hpct_world **w, struct hpct_store **s)
+{
+	if (hpct_world_create(w) != 0)
+		return 10;
+	if (hpct__store_open(*w, ns, 20.0, s) != 0)
+		return 11;
+	return 0;
+}
+
+static void close_store(hpct_world *w, struct hpct_store *s)
+{
+	hpct__store_close(s);
+	hpct_world_destroy(w);
+}
+
+/* A call that parks on its key's home, from a thread: the test waits until
+ * the thread sleeps in it (sent, waiting for the answer) before it does
+ * what ends the wait. */
+struct parked {
+	struct hpct_store *s;
+	const char *key;
+	int pop; /* 0: wait for the key */
+	int rc, tid;
+	void *val;
+	size_t len;
+	struct ht_event started;
+};
+
+static void *parked_call(void *p)
+{
+	struct parked *a = p;
+	a->tid = ht_gettid();
+	ht_event_post(&a->started, 1);
+	if (a->pop)
+		a->rc = hpct__store_queue_pop(a->s, a->key, 30.0, &a->val, &a->len);
+	else
+		a->rc = hpct__store_wait(a->s, &a->key, 1, 30.0);
+	return NULL;
+}
+
+static int parked_sleeps(void *p)
+{
+	return ht_thread_sleeps(((struct parked *)p)->tid);
+}
+
+/* Starts a's call; 0 once it sleeps in it, or the exit code. */
+static int park_call(struct parked *a, pthread_t *th)
+{
+	int all;
+	/* connected to the key's home first: the sleep is then the wait's */
+	if (hpct__store_check(a->s, &a->key, 1, &all) != 0 || all)
+		return 40;
+	if (ht_event_init(&a->started) != 0 || pthread_create(th, NULL, parked_call, a) != 0)
+		return 41;
+	if (ht_event_wait(&a->started, 1, 30) != 0 || ht_wait_for(parked_sleeps, a, 30) != 0)
+		return 42;
+	return 0;
+}
+
+/* Each rank appends "r;" to one key (created by whichever comes first) and
+ * creates a key of its own by appending twice; rank 0 waits, parked, for a
+ * key that rank 1 then creates by appending, and a counter appended to
+ * stays a counter. */
+static int appends(int rank, void *arg)
+{
+	const struct job *j = arg;
+	hpct_world *w;
+	struct hpct_store *s, *sig;
+	int rc = open_store(50, &w, &s);
+	if (rc)
+		return rc;
+	if (hpct__store_open(w, 50, 20.0, &sig) != 0)
+		return 12;
+	hpct_group *g = hpct_world_group(w);
+	char key[32], val[32];
+	snprintf(val, sizeof(val), "%d;", rank);
+	if (hpct__store_append(s, "all", val, strlen(val)) != 0)
+		return 13;
+	snprintf(key, sizeof(key), "own%d", rank);
+	if (hpct__store_append(s, key, "ab", 2) != 0 || !get_is(s, key, "ab") ||
+	    hpct__store_append(s, key, "", 0) != 0 || hpct__store_append(s, key, "cd", 2) != 0 ||
+	    !get_is(s, key, "abcd"))
+		return 14;
+	if (hpct_barrier(g) != 0)
+		return 15;
+	void *v = NULL;
+	size_t len = 0;
+	if (hpct__store_get(s, "all", 5.0, &v, &len) != 0 || len != (size_t)(j->n * 2))
+		return 16;
+	for (int i = 0; i < j->n; i++) { /* each rank's piece, once */
+		char piece[4] = { (char)('0' + i), ';', 0 };
+		char *at = memmem(v, len, piece, 2);
+		if (!at || memmem(at + 2, len - (size_t)(at + 2 - (char *)v), piece, 2))
+			return 17;
+	}
+	free(v);
+	if (rank == 0) {
+		struct parked a = { .s = s, .key = "late" };
+		pthread_t th;
+		if ((rc = park_call(&a, &th)) != 0)
+			return rc;
+		if (hpct__store_set(sig, "parked", "1", 1) != 0)
+			return 18;
+		pthread_join(th, NULL);
+		ht_event_destroy(&a.started);
+		if (a.rc != 0 || !get_is(s, "late", "made by append"))
+			return 19;
+	} else if (rank == 1) {
+		if (!get_is(s, "parked", "1") ||
+		    hpct__store_append(s, "late", "made by append", 14) != 0)
+			return 20;
+	}
+	int64_t c = 0;
+	if (rank == 0 &&
+	    (hpct__store_add(s, "ctr", 5, &c) != 0 || hpct__store_append(s, "ctr", "0", 1) != 0 ||
+	     hpct__store_add(s, "ctr", 1, &c) != 0 || c != 51))
+		return 21;
+	if (hpct_barrier(g) != 0)
+		return 22;
+	hpct__store_close(sig);
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, append_creates_extends_and_wakes_a_parked_wait)
+{
+	run_job(4, 0, env, appends);
+}
+
+/* With HPCT_STORE_MAX_BYTES at its least (64 KiB), appends to one key are
+ * refused once they would pass it, naming the key; and with the default,
+ * a value is refused past HPCT_STORE_MAX_VALUE.  The value is left as it
+ * was. */
+static int append_caps(int rank, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(51, &w, &s);
+	if (rc)
+		return rc;
+	if (rank == 1) {
+		static char chunk[8192];
+		memset(chunk, 'x', sizeof(chunk));
+		int k = 0;
+		while (k < 16 && (rc = hpct__store_append(s, "grows", chunk, sizeof(chunk))) == 0)
+			k++;
+		if (rc != HPCT_ENOMEM || k == 0 || k >= 16 ||
+		    !strstr(hpct_last_error(), "'grows'") ||
+		    !strstr(hpct_last_error(), "HPCT_STORE_MAX_BYTES"))
+			return 12;
+		void *v = NULL;
+		size_t len = 0;
+		if (hpct__store_get(s, "grows", 5.0, &v, &len) != 0 || len != (size_t)k * 8192)
+			return 13;
+		free(v);
+		if (hpct__store_queue_push(s, "grows", "x", 1) != HPCT_EINVAL) /* not a queue */
+			return 14;
+	}
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 15;
+	close_store(w, s);
+	return 0;
+}
+
+static void env_small(int r, void *arg)
+{
+	env(r, arg);
+	setenv("HPCT_STORE_MAX_BYTES", "65536", 1);
+}
+
+static int value_cap(int rank, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(52, &w, &s);
+	if (rc)
+		return rc;
+	if (rank == 0) {
+		size_t half = HPCT_STORE_MAX_VALUE / 2 + 1;
+		char *big = malloc(half);
+		if (!big)
+			return 12;
+		memset(big, 'y', half);
+		int64_t n = -1;
+		if (hpct__store_append(s, "huge", big, half) != 0 ||
+		    hpct__store_append(s, "huge", big, half) != HPCT_ENOMEM ||
+		    !strstr(hpct_last_error(), "'huge'") ||
+		    !strstr(hpct_last_error(), "HPCT_STORE_MAX_VALUE"))
+			return 13;
+		if (hpct__store_queue_push(s, "hugeq", big, half) != 0 ||
+		    hpct__store_queue_push(s, "hugeq", big, half) != HPCT_ENOMEM ||
+		    hpct__store_queue_len(s, "hugeq", &n) != 0 || n != 1)
+			return 14;
+		free(big);
+		void *v = NULL;
+		size_t len = 0;
+		if (hpct__store_get(s, "huge", 5.0, &v, &len) != 0 || len != half)
+			return 15;
+		free(v);
+	}
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 16;
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, append_is_refused_past_the_caps_naming_the_key)
+{
+	run_job(2, 1, env_small, append_caps);
+	run_job(2, 2, env, value_cap);
+}
+
+#define ITEMS 8
+
+/* Item i of rank r is "r.i": each rank pushes its items to one queue, in
+ * order; the queue's length is every item; then each rank pops ITEMS of
+ * them, and sees every rank's items in the order they were pushed.  Then
+ * the queue is gone: its key no longer exists. */
+static int queues(int rank, void *arg)
+{
+	const struct job *j = arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(53, &w, &s);
+	if (rc)
+		return rc;
+	hpct_group *g = hpct_world_group(w);
+	int64_t n = -1;
+	if (hpct__store_queue_len(s, "q", &n) != 0 || n != 0)
+		return 12; /* missing: empty */
+	if (hpct_barrier(g) != 0)
+		return 13;
+	for (int i = 0; i < ITEMS; i++) {
+		char item[16];
+		snprintf(item, sizeof(item), "%d.%d", rank, i);
+		if (hpct__store_queue_push(s, "q", item, strlen(item)) != 0)
+			return 14;
+	}
+	/* rank 0 alone pushes to "fifo": one consumer sees them in order */
+	for (int i = 0; rank == 0 && i < ITEMS; i++) {
+		unsigned char item[2] = { (unsigned char)i, 0 }; /* bytes, not text */
+		if (hpct__store_queue_push(s, "fifo", item, sizeof(item)) != 0)
+			return 15;
+	}
+	if (hpct_barrier(g) != 0 || hpct__store_queue_len(s, "q", &n) != 0 ||
+	    n != (int64_t)j->n * ITEMS)
+		return 16;
+	int all = 0;
+	const char *qk = "q";
+	if (hpct__store_check(s, &qk, 1, &all) != 0 || !all || hpct__store_wait(s, &qk, 1, 5) != 0)
+		return 17; /* a queue holding items is a key */
+	if (hpct_barrier(g) != 0)
+		return 18;
+	int last[8];
+	for (int i = 0; i < j->n; i++)
+		last[i] = -1;
+	for (int k = 0; k < ITEMS; k++) {
+		void *v = NULL;
+		size_t len = 0;
+		char item[16];
+		int from, idx;
+		if (hpct__store_queue_pop(s, "q", 5.0, &v, &len) != 0 || len >= sizeof(item))
+			return 19;
+		memcpy(item, v, len);
+		item[len] = 0;
+		free(v);
+		if (sscanf(item, "%d.%d", &from, &idx) != 2 || from < 0 || from >= j->n ||
+		    idx <= last[from])
+			return 20; /* out of order */
+		last[from] = idx;
+	}
+	for (int i = 0; rank == 1 && i < ITEMS; i++) {
+		void *v = NULL;
+		size_t len = 0;
+		int bad = hpct__store_queue_pop(s, "fifo", 5.0, &v, &len) != 0 || len != 2 ||
+		          ((unsigned char *)v)[0] != i || ((unsigned char *)v)[1] != 0;
+		free(v);
+		if (bad)
+			return 21;
+	}
+	if (hpct_barrier(g) != 0 || hpct__store_queue_len(s, "q", &n) != 0 || n != 0 ||
+	    hpct__store_check(s, &qk, 1, &all) != 0 || all)
+		return 22; /* the last pop deleted it */
+	const char *fk = "fifo";
+	int64_t nk = -1;
+	if (hpct__store_check(s, &fk, 1, &all) != 0 || all || hpct__store_num_keys(s, &nk) != 0 ||
+	    nk != 0)
+		return 23;
+	if (hpct_barrier(g) != 0)
+		return 24;
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, queue_push_and_pop_are_fifo_across_ranks)
+{
+	run_job(4, 3, env, queues);
+}
+
+static int all_parked(void *p)
+{
+	int64_t n = 0;
+	return hpct__store_add(p, "parked", 0, &n) == 0 && n == 3;
+}
+
+/* Ranks 0, 2 and 3 pop from an empty queue, parked; rank 1 pushes one
+ * item each once all three sleep in their pops (rank 0 waits for the key
+ * first, as TCPStore's client does); each pop gets a different item. */
+static int parked_pops(int rank, void *arg)
+{
+	const struct job *j = arg;
+	hpct_world *w;
+	struct hpct_store *s, *sig;
+	int rc = open_store(54, &w, &s);
+	if (rc)
+		return rc;
+	if (hpct__store_open(w, 55, 20.0, &sig) != 0)
+		return 12;
+	int64_t got = 0;
+	if (rank != 1) {
+		struct parked a = { .s = s, .key = "jobs", .pop = rank != 0 };
+		pthread_t th;
+		if ((rc = park_call(&a, &th)) != 0)
+			return rc;
+		if (hpct__store_add(sig, "parked", 1, &got) != 0)
+			return 13;
+		pthread_join(th, NULL);
+		ht_event_destroy(&a.started);
+		if (a.rc != 0)
+			return 14;
+		if (rank == 0 && hpct__store_queue_pop(s, "jobs", 5.0, &a.val, &a.len) != 0)
+			return 15;
+		char item[16];
+		if (a.len >= sizeof(item))
+			return 16;
+		memcpy(item, a.val, a.len);
+		item[a.len] = 0;
+		free(a.val);
+		/* which item it got, counted once: "taken-<item>" created once */
+		void *cur = NULL;
+		size_t len = 0;
+		char key[32];
+		snprintf(key, sizeof(key), "taken-%s", item);
+		if (strncmp(item, "job", 3) != 0 ||
+		    hpct__store_cas(sig, key, "", 0, "x", 1, &cur, &len) != 0)
+			return 17;
+		free(cur);
+	} else {
+		if (ht_wait_for(all_parked, sig, 30) != 0)
+			return 18;
+		for (int i = 0; i < j->n - 1; i++) {
+			char item[16];
+			snprintf(item, sizeof(item), "job%d", i);
+			if (hpct__store_queue_push(s, "jobs", item, strlen(item)) != 0)
+				return 20;
+		}
+	}
+	hpct_group *g = hpct_world_group(w);
+	int64_t nk = -1, n = -1;
+	if (hpct_barrier(g) != 0 || hpct__store_num_keys(sig, &nk) != 0 || nk != 1 + j->n - 1 ||
+	    hpct__store_queue_len(s, "jobs", &n) != 0 || n != 0)
+		return 21; /* "parked", and one "taken-" per item: no item twice */
+	if (hpct_barrier(g) != 0)
+		return 22;
+	hpct__store_close(sig);
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, a_pop_parks_until_another_rank_pushes)
+{
+	run_job(4, 0, env, parked_pops);
+}
+
+/* A pop on an empty queue times out naming the key, its home and its
+ * address; a value set, appended or added is not a queue to push, pop or
+ * len, and stays as it was. */
+static int not_queues(int rank, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(56, &w, &s);
+	if (rc)
+		return rc;
+	void *v = NULL;
+	size_t len = 0;
+	int64_t n = -1;
+	char key[32];
+	snprintf(key, sizeof(key), "empty%d", rank);
+	double t0 = hpct__now();
+	rc = hpct__store_queue_pop(s, key, 0.5, &v, &len);
+	const char *why = hpct_last_error();
+	if (rc != HPCT_ETIMEDOUT || hpct__now() - t0 < 0.4 || !strstr(why, key) ||
+	    !strstr(why, "home rank") || !strstr(why, "127.0.0.") || !strstr(why, "held no item"))
+		return 12;
+	snprintf(key, sizeof(key), "plain%d", rank);
+	if (hpct__store_set(s, key, "abc", 3) != 0)
+		return 13;
+	if (hpct__store_queue_pop(s, key, 1.0, &v, &len) != HPCT_EINVAL ||
+	    !strstr(hpct_last_error(), "not a queue") || !strstr(hpct_last_error(), key))
+		return 14;
+	if (hpct__store_queue_len(s, key, &n) != HPCT_EINVAL ||
+	    hpct__store_queue_push(s, key, "x", 1) != HPCT_EINVAL || !get_is(s, key, "abc"))
+		return 15;
+	/* an empty value, and a frame that claims more than follows */
+	unsigned char bad[6] = { 0, 0, 0, 9, 'h', 'i' };
+	if (hpct__store_set(s, key, "", 0) != 0 ||
+	    hpct__store_queue_len(s, key, &n) != HPCT_EINVAL ||
+	    hpct__store_set(s, key, bad, sizeof(bad)) != 0 ||
+	    hpct__store_queue_pop(s, key, 1.0, &v, &len) != HPCT_EINVAL)
+		return 16;
+	/* a queue appended to is no longer one */
+	snprintf(key, sizeof(key), "q%d", rank);
+	if (hpct__store_queue_push(s, key, "it", 2) != 0 ||
+	    hpct__store_queue_len(s, key, &n) != 0 || n != 1 ||
+	    hpct__store_append(s, key, "z", 1) != 0 ||
+	    hpct__store_queue_len(s, key, &n) != HPCT_EINVAL)
+		return 17;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 18;
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, a_pop_times_out_naming_the_key_and_a_value_is_not_a_queue)
+{
+	run_job(3, 1, env, not_queues);
+}
+
+/* Every rank sets 6 keys (homed, by hash, on every rank), and 2 in
+ * another namespace; each rank's list is the 6 x n keys of its namespace,
+ * each once; an empty namespace lists nothing. */
+static int lists(int rank, void *arg)
+{
+	const struct job *j = arg;
+	hpct_world *w;
+	struct hpct_store *s, *other, *none;
+	int rc = open_store(57, &w, &s);
+	if (rc)
+		return rc;
+	if (hpct__store_open(w, 58, 20.0, &other) != 0 || hpct__store_open(w, 59, 20.0, &none) != 0)
+		return 12;
+	char key[32];
+	for (int i = 0; i < 6; i++) {
+		snprintf(key, sizeof(key), "list/%d/%d", rank, i);
+		if (hpct__store_set(s, key, "v", 1) != 0)
+			return 13;
+	}
+	for (int i = 0; i < 2; i++) {
+		snprintf(key, sizeof(key), "elsewhere/%d/%d", rank, i);
+		if (hpct__store_set(other, key, "v", 1) != 0)
+			return 14;
+	}
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 15;
+	char **keys = NULL;
+	int64_t n = -1;
+	if (hpct__store_list(s, &keys, &n) != 0 || n != 6 * j->n)
+		return 16;
+	int seen[8][6] = { { 0 } };
+	for (int64_t k = 0; k < n; k++) {
+		int r, i;
+		char tail;
+		if (sscanf(keys[k], "list/%d/%d%c", &r, &i, &tail) != 2 || r < 0 || r >= j->n ||
+		    i < 0 || i >= 6 || seen[r][i]++)
+			return 17;
+		free(keys[k]);
+	}
+	free(keys);
+	if (hpct__store_list(none, &keys, &n) != 0 || n != 0 || keys)
+		return 18;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 19;
+	hpct__store_close(other);
+	hpct__store_close(none);
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, list_names_every_key_over_every_rank)
+{
+	run_job(4, 2, env, lists);
 }

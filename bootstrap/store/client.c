@@ -298,7 +298,18 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		                                       : "closed its connection: it died or left",
 		                hpct_strerror(io));
 	}
-	if (io == 0 && rc == HPCT_ENOMEM) {
+	if (io == 0 && rc == HPCT_ENOMEM && op == OP_LIST) {
+		char text[HPCT_ADDRSTRLEN] = "?";
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+		rc = hpct__fail(rc, HPCT_SUB_NET,
+		                "store: %s: rank %d at %s refused to list its keys: they would "
+		                "not fit one reply (HPCT_STORE_MAX_FRAME) or its "
+		                "HPCT_STORE_MAX_BYTES, or the rank is out of memory; that rank's "
+		                "log says which",
+		                what, home, text);
+	} else if (io == 0 && rc == HPCT_ENOMEM) {
 		char text[HPCT_ADDRSTRLEN] = "?", kb[KEY_SHOWN + 8];
 		struct sockaddr_storage ss;
 		socklen_t sl;
@@ -306,9 +317,13 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		rc = hpct__fail(rc, HPCT_SUB_NET,
 		                "store: %s: key '%s' (%zu bytes): rank %d (the key's home) at %s "
 		                "refused it for want of memory: its store is full "
-		                "(HPCT_STORE_MAX_KEYS or HPCT_STORE_MAX_BYTES), or the rank is out "
-		                "of memory; that rank's log says which",
-		                what, shown(key, kb, sizeof(kb)), blen ? blen : alen, home, text);
+		                "(HPCT_STORE_MAX_KEYS or HPCT_STORE_MAX_BYTES)%s, or the rank is "
+		                "out of memory; that rank's log says which",
+		                what, shown(key, kb, sizeof(kb)), blen ? blen : alen, home, text,
+		                op == OP_APPEND || op == OP_QPUSH
+		                        ? ", the value would pass the most a value may hold "
+		                          "(HPCT_STORE_MAX_VALUE, 64 MiB)"
+		                        : "");
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (rc && *rep) {
@@ -318,19 +333,20 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 	return rc;
 }
 
-static int timed_out(struct hpct_store *s, const char *what, const char *key, int home, double t)
+/* `not_yet`: what did not happen in time ("was not set"). */
+static int timed_out(struct hpct_store *s, const char *what, const char *not_yet, const char *key,
+                     int home, double t)
 {
 	char text[HPCT_ADDRSTRLEN] = "?", dead[600], kb[KEY_SHOWN + 8];
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 	int n = unreachable(s, dead, sizeof(dead));
-	return hpct__fail(
-	        HPCT_ETIMEDOUT, HPCT_SUB_NET,
-	        "store: %s: key '%s' (home rank %d at %s) was not set within %.1f s%s%s%s", what,
-	        shown(key, kb, sizeof(kb)), home, text, t,
-	        n ? "; ranks whose store does not answer (died or never started): " : "", dead,
-	        n > 8 ? ", ..." : "");
+	return hpct__fail(HPCT_ETIMEDOUT, HPCT_SUB_NET,
+	                  "store: %s: key '%s' (home rank %d at %s) %s within %.1f s%s%s%s", what,
+	                  shown(key, kb, sizeof(kb)), home, text, not_yet, t,
+	                  n ? "; ranks whose store does not answer (died or never started): " : "",
+	                  dead, n > 8 ? ", ..." : "");
 }
 
 int hpct__store_set(struct hpct_store *s, const char *key, const void *val, size_t len)
@@ -365,7 +381,7 @@ int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s, voi
 	int home = home_of(s, key);
 	int rc = rpc(s, home, "get", OP_GET, key, ms, 8, NULL, 0, t, &rep, &rl);
 	if (rc == HPCT_ETIMEDOUT)
-		return timed_out(s, "get", key, home, t);
+		return timed_out(s, "get", "was not set", key, home, t);
 	return rc ? rc : take_value(rep, rl, val_out, len_out);
 }
 
@@ -455,7 +471,7 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 		             left > 0 ? left : 0.001, &rep, &rl);
 		free(rep);
 		if (rc == HPCT_ETIMEDOUT)
-			return quiet ? rc : timed_out(s, "wait", keys[i], home, t);
+			return quiet ? rc : timed_out(s, "wait", "was not set", keys[i], home, t);
 		if (rc)
 			return rc;
 	}
@@ -492,5 +508,133 @@ int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out)
 		if (rc)
 			return rc;
 	}
+	return 0;
+}
+
+/* APPEND and QPUSH: the value's length, then the value. */
+static int extend(struct hpct_store *s, uint8_t op, const char *what, const char *key,
+                  const void *val, size_t len)
+{
+	unsigned char l[4], *rep;
+	size_t rl;
+	hpct__put32(l, (uint32_t)len);
+	int rc = rpc(s, home_of(s, key), what, op, key, l, 4, val, len, 0, &rep, &rl);
+	free(rep);
+	return rc;
+}
+
+static int not_a_queue(struct hpct_store *s, const char *what, const char *key)
+{
+	char kb[KEY_SHOWN + 8];
+	return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
+	                  "store: %s: key '%s' (home rank %d) holds a value that is not a "
+	                  "queue (set, appended to or added to, not pushed)",
+	                  what, shown(key, kb, sizeof(kb)), home_of(s, key));
+}
+
+int hpct__store_append(struct hpct_store *s, const char *key, const void *val, size_t len)
+{
+	return extend(s, OP_APPEND, "append", key, val, len);
+}
+
+int hpct__store_queue_push(struct hpct_store *s, const char *key, const void *val, size_t len)
+{
+	int rc = extend(s, OP_QPUSH, "queue_push", key, val, len);
+	return rc == HPCT_EINVAL ? not_a_queue(s, "queue_push", key) : rc;
+}
+
+int hpct__store_queue_pop(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
+                          size_t *len_out)
+{
+	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
+	unsigned char ms[8], *rep;
+	size_t rl;
+	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
+	int home = home_of(s, key);
+	int rc = rpc(s, home, "queue_pop", OP_QPOP, key, ms, 8, NULL, 0, t, &rep, &rl);
+	if (rc == HPCT_ETIMEDOUT)
+		return timed_out(s, "queue_pop", "held no item", key, home, t);
+	if (rc == HPCT_EINVAL)
+		return not_a_queue(s, "queue_pop", key);
+	return rc ? rc : take_value(rep, rl, val_out, len_out);
+}
+
+int hpct__store_queue_len(struct hpct_store *s, const char *key, int64_t *n_out)
+{
+	unsigned char *rep;
+	size_t rl;
+	int rc = rpc(s, home_of(s, key), "queue_len", OP_QLEN, key, NULL, 0, NULL, 0, 0, &rep, &rl);
+	if (rc == HPCT_EINVAL)
+		return not_a_queue(s, "queue_len", key);
+	if (rc == 0 && rl != 8)
+		rc = HPCT_EPROTO;
+	if (rc == 0)
+		*n_out = (int64_t)hpct__get64(rep);
+	free(rep);
+	return rc;
+}
+
+static void free_keys(char **keys, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+}
+
+/* Adds one rank's LIST reply to keys[0..*n). */
+static int take_keys(const unsigned char *rep, size_t rl, char ***keys, int64_t *n)
+{
+	if (rl < 4)
+		return HPCT_EPROTO;
+	uint32_t m = hpct__get32(rep);
+	if (m > (rl - 4) / 4)
+		return HPCT_EPROTO;
+	if (m == 0)
+		return rl == 4 ? 0 : HPCT_EPROTO;
+	char **k = realloc(*keys, (size_t)(*n + m) * sizeof(*k));
+	if (!k)
+		return HPCT_ENOMEM;
+	*keys = k;
+	size_t at = 4;
+	for (uint32_t i = 0; i < m; i++) {
+		if (rl - at < 4 || hpct__get32(rep + at) > rl - at - 4)
+			return HPCT_EPROTO;
+		uint32_t kl = hpct__get32(rep + at);
+		if (!(k[*n] = malloc(kl + 1)))
+			return HPCT_ENOMEM;
+		memcpy(k[*n], rep + at + 4, kl);
+		k[(*n)++][kl] = 0;
+		at += 4 + kl;
+	}
+	return at == rl ? 0 : HPCT_EPROTO;
+}
+
+int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out)
+{
+	char **keys = NULL;
+	int64_t n = 0;
+	int rc = 0;
+	for (int r = 0; r < s->w->topo.size && rc == 0; r++) {
+		unsigned char *rep;
+		size_t rl;
+		rc = rpc(s, r, "list", OP_LIST, "", NULL, 0, NULL, 0, 0, &rep, &rl);
+		if (rc == 0 && (rc = take_keys(rep, rl, &keys, &n)) == HPCT_EPROTO) {
+			char text[HPCT_ADDRSTRLEN] = "?";
+			struct sockaddr_storage ss;
+			socklen_t sl;
+			hpct__store_addr(s->w, r, &ss, &sl, text, sizeof(text));
+			rc = hpct__fail(rc, HPCT_SUB_NET,
+			                "store: list: rank %d at %s answered a malformed list of "
+			                "keys (%zu bytes)",
+			                r, text, rl);
+		}
+		free(rep);
+	}
+	if (rc) {
+		free_keys(keys, n);
+		return rc;
+	}
+	*keys_out = keys;
+	*n_out = n;
 	return 0;
 }

@@ -1,6 +1,6 @@
 /* The rootless store's requests (store.h's wire): what each does to the
- * key table, what it answers, and the GETs and WAITs it parks; the caps'
- * refusals logged naming the client, the key and the limit. */
+ * key table, what it answers, and the GETs, WAITs and queue POPs it parks;
+ * the caps' refusals logged naming the client, the key and the limit. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -68,19 +68,86 @@ void sreq_unpark(struct sconn *c)
 	c->parked = 0;
 }
 
-/* A key came into being: answer whoever waits for it. */
+/* The items of a queue's value (frames that tile it, one at least): 0 and
+ * their number, or HPCT_EINVAL. */
+static int frames(const struct sval *v, int64_t *n_out)
+{
+	int64_t n = 0;
+	size_t at = 0;
+	while (v->len - at >= 4 && hpct__get32(v->b + at) <= v->len - at - 4) {
+		at += 4 + (size_t)hpct__get32(v->b + at);
+		n++;
+	}
+	if (at != v->len || n == 0)
+		return HPCT_EINVAL;
+	*n_out = n;
+	return 0;
+}
+
+static int put2(struct ssrv *s, const struct sconn *c, const char *op, uint64_t ns, const char *key,
+                const void *a, size_t alen, const void *b, size_t blen);
+
+/* Gives c the first item of e's queue, the key deleted with the last: 0
+ * (answered), or the status to answer (HPCT_EINVAL: not a queue;
+ * HPCT_ENOMEM). */
+static int pop(struct ssrv *s, struct sconn *c, uint64_t ns, const char *key, struct entry *e)
+{
+	int64_t n;
+	if (frames(e->val, &n) != 0)
+		return HPCT_EINVAL;
+	/* the item outlives the value it leaves: the rest replaces it */
+	uint32_t il = hpct__get32(e->val->b);
+	unsigned char *item = malloc(il ? il : 1);
+	if (!item)
+		return HPCT_ENOMEM;
+	memcpy(item, e->val->b + 4, il);
+	int rc = 0;
+	if (n == 1)
+		stab_del(&s->t, ns, key);
+	else
+		rc = put2(s, c, "queue_pop", ns, key, e->val->b + 4 + il, e->val->len - 4 - il,
+		          NULL, 0);
+	if (rc == 0) {
+		unsigned char l[4];
+		hpct__put32(l, il);
+		sreq_reply(s, c, 0, l, 4, item, il);
+	}
+	free(item);
+	return rc;
+}
+
+static int parked_on(const struct sconn *c, uint64_t ns, const char *key)
+{
+	return c->parked && c->ns == ns && strcmp(c->key, key) == 0;
+}
+
+/* A key came into being: answer whoever waits for it, GETs and WAITs
+ * first (a POP may take the key away), then POPs in the order they came,
+ * while the key lasts. */
 static void woken(struct ssrv *s, uint64_t ns, const char *key)
 {
 	struct entry *e = stab_get(&s->t, ns, key);
-	for (int i = 0; i < s->nc; i++) {
+	for (int i = 0; e && i < s->nc; i++) {
 		struct sconn *c = &s->c[i];
-		if (!c->parked || c->ns != ns || strcmp(c->key, key) != 0)
+		if (!parked_on(c, ns, key) || c->op == OP_QPOP)
 			continue;
 		if (c->op == OP_GET)
 			reply_value(s, c, e->val);
 		else
 			sreq_reply(s, c, 0, NULL, 0, NULL, 0);
 		sreq_unpark(c);
+	}
+	while ((e = stab_get(&s->t, ns, key))) {
+		struct sconn *first = NULL;
+		for (int i = 0; i < s->nc; i++)
+			if (parked_on(&s->c[i], ns, key) && (!first || s->c[i].seq < first->seq))
+				first = &s->c[i];
+		if (!first)
+			return;
+		int rc = pop(s, first, ns, key, e);
+		if (rc)
+			sreq_reply(s, first, rc, NULL, 0, NULL, 0);
+		sreq_unpark(first);
 	}
 }
 
@@ -104,13 +171,14 @@ static int counter_of(const struct entry *e, int64_t *v)
 	return 0;
 }
 
-/* stab_put, with a refusal logged naming the client, the key and the
- * limit; 0 or HPCT_ENOMEM (the status the client gets). */
-static int put(struct ssrv *s, const struct sconn *c, const char *op, uint64_t ns, const char *key,
-               const void *val, size_t len)
+/* stab_put2, with a refusal logged naming the client, the key, the bytes
+ * it came with (b's, when there is a b) and the limit; 0 or HPCT_ENOMEM
+ * (the status the client gets). */
+static int put2(struct ssrv *s, const struct sconn *c, const char *op, uint64_t ns, const char *key,
+                const void *a, size_t alen, const void *b, size_t blen)
 {
 	size_t need = 0;
-	int rc = stab_put(&s->t, ns, key, val, len, &need);
+	int rc = stab_put2(&s->t, ns, key, a, alen, b, blen, &need);
 	unsigned long quiet;
 	if (rc == STAB_OK || rc == STAB_NOMEM || !hpct__log_burst_ok(&s->b_full, &quiet))
 		return rc == STAB_OK ? 0 : HPCT_ENOMEM;
@@ -118,13 +186,109 @@ static int put(struct ssrv *s, const struct sconn *c, const char *op, uint64_t n
 	HPCT_WARN(HPCT_SUB_NET,
 	          "store: rank %d refused %s of key '%.*s%s' (namespace %#" PRIx64
 	          ", %zu bytes) from %s: the store would hold %zu %s, over %s=%zu%s%.0lu%s",
-	          s->rank, op, KEY_SHOWN, key, strlen(key) > KEY_SHOWN ? "..." : "", ns, len,
-	          ssrv_who(s, c, w, sizeof(w)), need,
+	          s->rank, op, KEY_SHOWN, key, strlen(key) > KEY_SHOWN ? "..." : "", ns,
+	          b ? blen : alen, ssrv_who(s, c, w, sizeof(w)), need,
 	          rc == STAB_FULL_KEYS ? "keys" : "bytes of keys and values",
 	          rc == STAB_FULL_KEYS ? "HPCT_STORE_MAX_KEYS" : "HPCT_STORE_MAX_BYTES",
 	          rc == STAB_FULL_KEYS ? s->t.max_keys : s->t.max_bytes, quiet ? " (and " : "",
 	          quiet, quiet ? " more refusals in the last second)" : "");
 	return HPCT_ENOMEM;
+}
+
+static int put(struct ssrv *s, const struct sconn *c, const char *op, uint64_t ns, const char *key,
+               const void *val, size_t len)
+{
+	return put2(s, c, op, ns, key, val, len, NULL, 0);
+}
+
+/* APPEND and QPUSH: `add` bytes after the key's value (e, or none); 0 or
+ * the status to answer, refusals logged naming the client, the key and
+ * the limit. */
+static int extend(struct ssrv *s, const struct sconn *c, const char *op, uint64_t ns,
+                  const char *key, const struct entry *e, const void *add, size_t alen)
+{
+	size_t was = e ? e->val->len : 0;
+	unsigned long quiet;
+	if (was + alen <= HPCT_STORE_MAX_VALUE)
+		return put2(s, c, op, ns, key, e ? e->val->b : NULL, was, add, alen);
+	if (hpct__log_burst_ok(&s->b_full, &quiet)) {
+		char w[HPCT_ADDRSTRLEN + 32];
+		HPCT_WARN(HPCT_SUB_NET,
+		          "store: rank %d refused %s of %zu bytes to key '%.*s%s' (namespace "
+		          "%#" PRIx64 ", holding %zu bytes) from %s: its value would pass %u "
+		          "bytes, the most a value may hold (HPCT_STORE_MAX_VALUE)%s%.0lu%s",
+		          s->rank, op, alen, KEY_SHOWN, key, strlen(key) > KEY_SHOWN ? "..." : "",
+		          ns, was, ssrv_who(s, c, w, sizeof(w)), HPCT_STORE_MAX_VALUE,
+		          quiet ? " (and " : "", quiet,
+		          quiet ? " more refusals in the last second)" : "");
+	}
+	return HPCT_ENOMEM;
+}
+
+struct listing {
+	unsigned char *p; /* NULL: only counting */
+	size_t bytes;
+	uint32_t n;
+};
+
+static int list_one(const struct entry *e, void *arg)
+{
+	struct listing *l = arg;
+	size_t kl = strlen(e->key);
+	if (l->p) {
+		hpct__put32(l->p + l->bytes, (uint32_t)kl);
+		memcpy(l->p + l->bytes + 4, e->key, kl);
+	}
+	l->bytes += 4 + kl;
+	l->n++;
+	return 0;
+}
+
+/* LIST: u32 n, then each key; HPCT_ENOMEM (logged) when that would pass a
+ * frame or, with what is on its way already, HPCT_STORE_MAX_BYTES. */
+static void list(struct ssrv *s, struct sconn *c, uint64_t ns)
+{
+	struct listing l = { .bytes = 4 };
+	stab_each(&s->t, ns, list_one, &l);
+	size_t lim = HPCT_STORE_MAX_FRAME - 4;
+	int over = l.bytes > lim || s->inflight + l.bytes > s->t.max_bytes;
+	unsigned long quiet;
+	if (over && hpct__log_burst_ok(&s->b_full, &quiet)) {
+		char w[HPCT_ADDRSTRLEN + 32];
+		HPCT_WARN(HPCT_SUB_NET,
+		          "store: rank %d refused to list the %" PRIu32 " keys of namespace "
+		          "%#" PRIx64 " to %s: their %zu bytes would pass %s=%zu%s%.0lu%s",
+		          s->rank, l.n, ns, ssrv_who(s, c, w, sizeof(w)), l.bytes,
+		          l.bytes > lim ? "a reply's most, HPCT_STORE_MAX_FRAME"
+		                        : "(with the replies on their way) HPCT_STORE_MAX_BYTES",
+		          l.bytes > lim ? lim : s->t.max_bytes, quiet ? " (and " : "", quiet,
+		          quiet ? " more refusals in the last second)" : "");
+	}
+	if (over || !(l.p = malloc(l.bytes))) {
+		sreq_reply(s, c, HPCT_ENOMEM, NULL, 0, NULL, 0);
+		return;
+	}
+	hpct__put32(l.p, l.n);
+	l.bytes = 4;
+	l.n = 0;
+	stab_each(&s->t, ns, list_one, &l);
+	sreq_reply(s, c, 0, l.p, l.bytes, NULL, 0);
+	free(l.p);
+}
+
+/* Parks c's GET, WAIT or QPOP on a missing key for `ms`. */
+static void park(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const char *key,
+                 int64_t ms)
+{
+	if (!(c->key = strdup(key))) {
+		sreq_reply(s, c, HPCT_ENOMEM, NULL, 0, NULL, 0);
+		return;
+	}
+	c->parked = 1;
+	c->op = op;
+	c->ns = ns;
+	c->seq = s->parks++;
+	c->deadline = hpct__now() + (ms < 0 ? 0 : (double)ms / 1000);
 }
 
 /* One request; 0, or -1 when the connection must close (malformed). */
@@ -167,15 +331,7 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 				sreq_reply(s, c, 0, NULL, 0, NULL, 0);
 			return 0;
 		}
-		int64_t ms = (int64_t)hpct__get64(p);
-		if (!(c->key = strdup(key))) {
-			sreq_reply(s, c, HPCT_ENOMEM, NULL, 0, NULL, 0);
-			return 0;
-		}
-		c->parked = 1;
-		c->op = op;
-		c->ns = ns;
-		c->deadline = hpct__now() + (ms < 0 ? 0 : (double)ms / 1000);
+		park(s, c, op, ns, key, (int64_t)hpct__get64(p));
 		return 0;
 	}
 	case OP_ADD: {
@@ -244,6 +400,49 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 		sreq_reply(s, c, 0, b, 8, NULL, 0);
 		return 0;
 	}
+	case OP_APPEND:
+	case OP_QPUSH: {
+		if (len < 4 || hpct__get32(p) != len - 4)
+			return -1;
+		int64_t n;
+		int rc = 0;
+		if (op == OP_QPUSH && e && frames(e->val, &n) != 0)
+			rc = HPCT_EINVAL; /* not a queue: left as it is */
+		else if (op == OP_APPEND)
+			rc = extend(s, c, "append", ns, key, e, p + 4, len - 4);
+		else /* the body is the item's frame */
+			rc = extend(s, c, "queue_push", ns, key, e, p, len);
+		sreq_reply(s, c, rc, NULL, 0, NULL, 0);
+		if (rc == 0)
+			woken(s, ns, key);
+		return 0;
+	}
+	case OP_QPOP: {
+		if (len != 8)
+			return -1;
+		if (!e) {
+			park(s, c, op, ns, key, (int64_t)hpct__get64(p));
+			return 0;
+		}
+		int rc = pop(s, c, ns, key, e);
+		if (rc)
+			sreq_reply(s, c, rc, NULL, 0, NULL, 0);
+		return 0;
+	}
+	case OP_QLEN: {
+		if (len != 0)
+			return -1;
+		int64_t n = 0;
+		int rc = e ? frames(e->val, &n) : 0;
+		hpct__put64(b, (uint64_t)n);
+		sreq_reply(s, c, rc, b, rc ? 0 : 8, NULL, 0);
+		return 0;
+	}
+	case OP_LIST:
+		if (len != 0)
+			return -1;
+		list(s, c, ns);
+		return 0;
 	}
 	return -1;
 }

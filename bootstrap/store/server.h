@@ -26,10 +26,11 @@ struct sconn {
 	size_t outlen, outoff, outcap;
 	struct sval *oval;
 	size_t ovoff;
-	/* a parked GET or WAIT */
+	/* a parked GET, WAIT or queue POP; POPs are served in the order
+	 * they parked (seq) */
 	int parked;
 	uint8_t op;
-	uint64_t ns;
+	uint64_t ns, seq;
 	char *key;
 	double deadline;
 	/* admitted: proved the secret, or (none) sent a whole first request;
@@ -39,7 +40,6 @@ struct sconn {
 	struct hpct_auth_srv auth;
 	int fuzz; /* no socket: replies are dropped as they are made */
 };
-
 
 struct ssrv {
 	pthread_mutex_t mu; /* start only: the thread owns everything else */
@@ -52,6 +52,7 @@ struct ssrv {
 	int nc, ccap, max_conns;
 	/* bytes of input and output buffers, all connections */
 	size_t inflight;
+	uint64_t parks; /* requests parked so far: the next one's seq */
 	double admit_s;
 	/* accepting paused (EMFILE and kin) until then; logged once a pause */
 	double resume_at;

@@ -21,10 +21,22 @@
  *     WAIT   i64 wait ms                reply: status
  *     DEL    -                          reply: status, u8 existed
  *     COUNT  - (empty key)              reply: status, i64 keys in namespace
- *   reply: i32 status (0, HPCT_ETIMEDOUT, HPCT_EINVAL, HPCT_EPROTO) + fields.
- * GET and WAIT on a missing key are parked until it is set or their wait
- * passes.  A frame over HPCT_STORE_MAX_FRAME, an unknown op or a body that
- * does not parse closes the connection. */
+ *     APPEND u32 length, value          reply: status
+ *     QPUSH  u32 length, value          reply: status
+ *     QPOP   i64 wait ms                reply: status, u32 length, item
+ *     QLEN   -                          reply: status, i64 items
+ *     LIST   - (empty key)              reply: status, u32 n, n x (u32 length, key)
+ *   reply: i32 status (0, HPCT_ETIMEDOUT, HPCT_EINVAL, HPCT_ENOMEM,
+ *   HPCT_EPROTO) + fields; the ops are numbered 1 (SET) to 13 (LIST) in
+ *   this order.
+ * A queue is a key whose value is its items as frames (u32 length +
+ * bytes), so that CHECK, WAIT, GET and COUNT see it exactly while it holds
+ * items: QPUSH appends a frame (QPUSH's body is one), QPOP takes the first
+ * and deletes the key with the last.  GET, WAIT and QPOP on a missing key
+ * are parked until it is set or their wait passes; a key coming into being
+ * answers its GETs and WAITs, then its QPOPs in the order they came while
+ * items last.  A frame over HPCT_STORE_MAX_FRAME, an unknown op or a body
+ * that does not parse closes the connection. */
 #ifndef HPCT_STORE_H
 #define HPCT_STORE_H
 
@@ -41,6 +53,9 @@ extern "C" {
 
 #define HPCT_STORE_MAX_KEY   4096u
 #define HPCT_STORE_MAX_FRAME ((64u << 20) + 64u)
+/* The most a value may grow to by APPEND or QPUSH (a GET's reply of it
+ * stays one frame). */
+#define HPCT_STORE_MAX_VALUE (64u << 20)
 
 struct hpct_store;
 
@@ -85,6 +100,39 @@ HPCT_PRIVATE int hpct__store_unreachable(struct hpct_store *s, char *buf, size_t
 HPCT_PRIVATE int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out);
 /* Keys of the namespace, summed over every rank. */
 HPCT_PRIVATE int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out);
+
+/* Appends `len` bytes to the key's value, creating it when missing, in one
+ * step on its home rank; answers the GETs and WAITs parked on it.
+ * HPCT_ENOMEM when the home refuses it (HPCT_STORE_MAX_KEYS,
+ * HPCT_STORE_MAX_BYTES, or the value would pass HPCT_STORE_MAX_VALUE; its
+ * log names the key and the limit). */
+HPCT_PRIVATE int hpct__store_append(struct hpct_store *s, const char *key, const void *val,
+                                    size_t len);
+/* Queues under a key (see the wire above): the key exists exactly while
+ * its queue holds items, so hpct__store_wait on it returns once there is
+ * one.  A key whose value is not a queue (SET, APPEND or ADD made it) is
+ * HPCT_EINVAL, named "not a queue", for push, pop and len alike.
+ *
+ * Push appends one item in one step on the key's home rank, creating the
+ * key, and answers what is parked on it; HPCT_ENOMEM as append. */
+HPCT_PRIVATE int hpct__store_queue_push(struct hpct_store *s, const char *key, const void *val,
+                                        size_t len);
+/* Takes the first item (malloc'd, the caller frees it), deleting the key
+ * with the last; with none, waits up to `timeout_s` (< 0: the handle's
+ * timeout) for a push, then HPCT_ETIMEDOUT naming the key, its home rank
+ * and host:port.  Pops waiting on one key take pushes in the order they
+ * came to its home. */
+HPCT_PRIVATE int hpct__store_queue_pop(struct hpct_store *s, const char *key, double timeout_s,
+                                       void **val_out, size_t *len_out);
+/* Items held (0 when the key is missing). */
+HPCT_PRIVATE int hpct__store_queue_len(struct hpct_store *s, const char *key, int64_t *n_out);
+/* Every key of the namespace, over every rank (one request each, as
+ * num_keys), in no particular order: *keys_out is a malloc'd array of
+ * *n_out malloc'd strings (the caller frees each, then the array; NULL
+ * when there are none).  HPCT_ENOMEM when a rank's keys would not fit one
+ * reply (HPCT_STORE_MAX_FRAME) or its HPCT_STORE_MAX_BYTES; outputs are
+ * set only on success. */
+HPCT_PRIVATE int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out);
 
 /* The server's request parser on `data` as one connection's bytes, with
  * no socket, under caps of 64 keys and 16 KiB (tests/fuzz/fuzz_store.c);

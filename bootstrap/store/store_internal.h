@@ -10,7 +10,21 @@
 #include "bootstrap/base/auth.h"
 #include "bootstrap/world.h"
 
-enum { OP_SET = 1, OP_GET, OP_ADD, OP_CAS, OP_CHECK, OP_WAIT, OP_DEL, OP_COUNT };
+enum {
+	OP_SET = 1,
+	OP_GET,
+	OP_ADD,
+	OP_CAS,
+	OP_CHECK,
+	OP_WAIT,
+	OP_DEL,
+	OP_COUNT,
+	OP_APPEND, /* 9 */
+	OP_QPUSH,
+	OP_QPOP,
+	OP_QLEN,
+	OP_LIST, /* 13 */
+};
 
 #define HDR 13 /* op, namespace, key length */
 

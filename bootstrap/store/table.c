@@ -75,6 +75,13 @@ void sval_release(struct stab *t, struct sval *v)
 int stab_put(struct stab *t, uint64_t ns, const char *key, const void *val, size_t len,
              size_t *need_out)
 {
+	return stab_put2(t, ns, key, val, len, NULL, 0, need_out);
+}
+
+int stab_put2(struct stab *t, uint64_t ns, const char *key, const void *a, size_t alen,
+              const void *b, size_t blen, size_t *need_out)
+{
+	size_t len = alen + blen;
 	struct entry **pe = find(t, ns, key), *e = *pe;
 	size_t klen = strlen(key);
 	if (!e && t->n + 1 > t->max_keys) {
@@ -92,7 +99,10 @@ int stab_put(struct stab *t, uint64_t ns, const char *key, const void *val, size
 	if (!v)
 		return STAB_NOMEM;
 	*v = (struct sval){ .refs = 1, .len = len };
-	memcpy(v->b, val, len);
+	if (alen)
+		memcpy(v->b, a, alen);
+	if (blen)
+		memcpy(v->b + alen, b, blen);
 	if (!e) {
 		if (!(e = calloc(1, sizeof(*e))) || !(e->key = strdup(key))) {
 			free(e);
@@ -139,6 +149,18 @@ int64_t stab_count(const struct stab *t, uint64_t ns)
 		for (const struct entry *x = t->tab[i]; x; x = x->next)
 			n += x->ns == ns;
 	return n;
+}
+
+int stab_each(const struct stab *t, uint64_t ns, int (*fn)(const struct entry *e, void *arg),
+              void *arg)
+{
+	for (size_t i = 0; i < t->nb; i++)
+		for (const struct entry *x = t->tab[i]; x; x = x->next) {
+			int rc = x->ns == ns ? fn(x, arg) : 0;
+			if (rc)
+				return rc;
+		}
+	return 0;
 }
 
 void stab_clear(struct stab *t)

@@ -47,9 +47,17 @@ struct entry *stab_get(struct stab *t, uint64_t ns, const char *key);
  * table would hold (keys or bytes) had it taken it. */
 int stab_put(struct stab *t, uint64_t ns, const char *key, const void *val, size_t len,
              size_t *need_out);
+/* stab_put of a || b (APPEND, a queue's PUSH: the old value and what comes
+ * after it); `a` may point into the value it replaces. */
+int stab_put2(struct stab *t, uint64_t ns, const char *key, const void *a, size_t alen,
+              const void *b, size_t blen, size_t *need_out);
 /* 1 when the key was there. */
 int stab_del(struct stab *t, uint64_t ns, const char *key);
 int64_t stab_count(const struct stab *t, uint64_t ns);
+/* Calls fn on every key of namespace ns, in no order; stops at, and
+ * returns, fn's first nonzero return. */
+int stab_each(const struct stab *t, uint64_t ns, int (*fn)(const struct entry *e, void *arg),
+              void *arg);
 
 /* A reference to a value, and its release (freed, and uncounted, with the
  * last one). */
