@@ -162,5 +162,6 @@ Test(got, bad_arguments)
 	cr_assert_eq(hpct__got_patch("", "got_callee", (void *)times_hundred, NULL), HPCT_EINVAL);
 	cr_assert_eq(hpct__got_patch("libgot_caller_now.so", NULL, (void *)times_hundred, NULL),
 	             HPCT_EINVAL);
-	cr_assert_eq(hpct__got_patch("libgot_caller_now.so", "got_callee", NULL, NULL), HPCT_EINVAL);
+	cr_assert_eq(hpct__got_patch("libgot_caller_now.so", "got_callee", NULL, NULL),
+	             HPCT_EINVAL);
 }

@@ -147,8 +147,7 @@ static void *bound_later(const struct object *o, const char *symbol, void *plt)
 
 static pthread_mutex_t patching = PTHREAD_MUTEX_INITIALIZER;
 
-static int patch(const struct object *o, const char *symbol, void *replacement,
-                 void **previous_out)
+static int patch(const struct object *o, const char *symbol, void *replacement, void **previous_out)
 {
 	const ElfW(Dyn) *dyn = NULL;
 	for (ElfW(Half) i = 0; i < o->phnum; i++)
@@ -161,19 +160,33 @@ static int patch(const struct object *o, const char *symbol, void *replacement,
 	ElfW(Sxword) pltrel = DT_RELA;
 	for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
 		switch (dyn->d_tag) {
-		case DT_SYMTAB: symtab = (const ElfW(Sym) *)at(o, dyn->d_un.d_ptr); break;
-		case DT_STRTAB: strtab = (const char *)at(o, dyn->d_un.d_ptr); break;
-		case DT_JMPREL: rel[0] = at(o, dyn->d_un.d_ptr); break;
-		case DT_PLTRELSZ: rel_size[0] = dyn->d_un.d_val; break;
-		case DT_RELA: rel[1] = at(o, dyn->d_un.d_ptr); break;
-		case DT_RELASZ: rel_size[1] = dyn->d_un.d_val; break;
-		case DT_PLTREL: pltrel = (ElfW(Sxword))dyn->d_un.d_val; break;
+		case DT_SYMTAB:
+			symtab = (const ElfW(Sym) *)at(o, dyn->d_un.d_ptr);
+			break;
+		case DT_STRTAB:
+			strtab = (const char *)at(o, dyn->d_un.d_ptr);
+			break;
+		case DT_JMPREL:
+			rel[0] = at(o, dyn->d_un.d_ptr);
+			break;
+		case DT_PLTRELSZ:
+			rel_size[0] = dyn->d_un.d_val;
+			break;
+		case DT_RELA:
+			rel[1] = at(o, dyn->d_un.d_ptr);
+			break;
+		case DT_RELASZ:
+			rel_size[1] = dyn->d_un.d_val;
+			break;
+		case DT_PLTREL:
+			pltrel = (ElfW(Sxword))dyn->d_un.d_val;
+			break;
 		}
 	}
 	if (!symtab || !strtab || (rel[0] && pltrel != DT_RELA))
 		return hpct__fail(-ENOEXEC, HPCT_SUB_INIT,
 		                  "%s: no %s in its dynamic section: cannot patch %s", o->path,
-		                  !symtab  ? "symbol table"
+		                  !symtab   ? "symbol table"
 		                  : !strtab ? "string table"
 		                            : "RELA relocations for the PLT",
 		                  symbol);
@@ -190,8 +203,9 @@ static int patch(const struct object *o, const char *symbol, void *replacement,
 			uintptr_t slot = (uintptr_t)o->base + r[i].r_offset;
 			void *old = __atomic_load_n((void **)slot, __ATOMIC_ACQUIRE);
 			if (patched == 0 && previous_out)
-				*previous_out = inside(o, (uintptr_t)old) ? bound_later(o, symbol, old)
-				                                          : old;
+				*previous_out = inside(o, (uintptr_t)old)
+				                        ? bound_later(o, symbol, old)
+				                        : old;
 			int rc = write_slot(o, symbol, slot, replacement);
 			if (rc)
 				return rc;

@@ -37,7 +37,7 @@
 extern "C" hpct_world *hpct_preload_world(void); // libhpct_preload.so
 
 // what libtorch_cpu.so.1.13 imports (readelf -r: R_X86_64_JUMP_SLOT)
-#define CONNECT_FULL_MESH                                             \
+#define CONNECT_FULL_MESH                                                 \
 	"_ZN4gloo10rendezvous7Context15connectFullMeshERNS0_5StoreERSt10" \
 	"shared_ptrINS_9transport6DeviceEE"
 

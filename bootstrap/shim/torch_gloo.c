@@ -41,10 +41,11 @@ int hpct__torch_gloo_fast_path(const char *preload_dir)
 	void *f = impl ? impl() : NULL;
 	if (!symbol || !f) {
 		dlclose(h);
-		return hpct__fail(-ELIBBAD, HPCT_SUB_INIT,
-		                  "%s lacks %s: PyTorch's Gloo connects as it does", lib,
-		                  !symbol ? "hpct_torch_gloo_symbol"
-		                          : "its connectFullMesh (hpct_torch_gloo_connect_full_mesh)");
+		return hpct__fail(
+		        -ELIBBAD, HPCT_SUB_INIT, "%s lacks %s: PyTorch's Gloo connects as it does",
+		        lib,
+		        !symbol ? "hpct_torch_gloo_symbol"
+		                : "its connectFullMesh (hpct_torch_gloo_connect_full_mesh)");
 	}
 	int n = hpct__got_patch(TORCH_CPU, symbol(), f, NULL);
 	if (n == 0) {

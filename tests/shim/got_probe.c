@@ -31,8 +31,7 @@ static void name(void *f, char *where, unsigned long len)
 /* What `object`'s GOT slots of `symbol` point at, read by patching them to
  * a dummy and back: the count of the first patch, else the second's if it
  * disagrees (as a negative -1000 - n), else a negative code. */
-PROBE_API int got_probe_slot(const char *object, const char *symbol, char *where,
-                             unsigned long len)
+PROBE_API int got_probe_slot(const char *object, const char *symbol, char *where, unsigned long len)
 {
 	void *prev = NULL;
 	int n = hpct__got_patch(object, symbol, (void *)dummy, &prev);
