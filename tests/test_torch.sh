@@ -1,14 +1,17 @@
 #!/bin/bash
-# An unmodified PyTorch job (tests/torch/job.py: no hpct import) under
-# libhpct_preload.so, as a user runs it: through hpct-run --rootless and
-# through python3 -m torch.distributed.run, N = 2, 4, 8, three incarnations
-# of init -> collectives, subgroups, object collectives, the store ->
-# destroy, with subgroups kept referenced (and N = 4 with HPCT_SECRET).
-# Local rank 0 holds MASTER_PORT and records any connection to it: there
-# must be none.  The same job with
+# An unmodified PyTorch job (tests/torch/job.py: no hpct import) under one
+# libhpct_preload.so, with Debian's torch 1.13 and with torch 2.13.0 (a CPU
+# venv: HPCT_TORCH_PYTHON_2_13, else the cache tools/torch-venv.sh fills),
+# as a user runs it: through hpct-run --rootless and through
+# python3 -m torch.distributed.run, N = 2, 4, 8, three incarnations of
+# init -> collectives, subgroups, object collectives, the store -> destroy,
+# with subgroups kept referenced; tcp:// and a dist.TCPStore the script
+# makes; N = 4 with HPCT_SECRET.  Local rank 0 holds MASTER_PORT and
+# records any connection to it: there must be none.  The same job with
 # HPCT_USE_ROOTLESS=0 runs stock (in a network namespace of its own, as
 # stock binds the wildcard address); a rank killed during init makes the
-# others fail, naming it, within HPCT_TIMEOUT.  TAP output.
+# others fail, naming it, within HPCT_TIMEOUT; a rank killed while a forked
+# child of it lives on makes the others fail at once.  TAP output.
 # Last, hpct-bench --scenario torch prints a row per path.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 set -u
@@ -16,9 +19,13 @@ run=$1
 preload=$2
 job=$3
 bench=$4
-py=/usr/bin/python3
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+child_pids=()
+cleanup() {
+	for p in "${child_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$dir"
+}
+trap cleanup EXIT
 n_test=0
 failed=0
 ok() {
@@ -32,16 +39,21 @@ not_ok() {
 	shift
 	for line in "$@"; do echo "# $line"; done
 }
-free_port() {
-	"$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+skip() {
+	n_test=$((n_test + 1))
+	echo "ok $n_test - # SKIP $*"
 }
-# every rank printed "ok R" and, with JOB_SHOW_SHIM, where the shim is
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# every rank printed "ok R" and, with JOB_SHOW_SHIM, whether the shim
+# served its store (and not its child's)
 check_ranks() { # name n expect_shim log
 	local name=$1 n=$2 shim=$3 log=$4 r bad=""
 	for ((r = 0; r < n; r++)); do
 		grep -Eq "(^|:)ok $r\$" "$log" || bad="$bad rank $r did not finish;"
 		grep -Eq "(^|:)shim $r $shim\$" "$log" || bad="$bad rank $r: shim not '$shim';"
-		grep -Eq "(^|:)child-shim $r no\$" "$log" || bad="$bad rank $r's child has the shim;"
+		grep -Eq "(^|:)child-shim $r no\$" "$log" || bad="$bad rank $r's child was served by the shim;"
 	done
 	if [ -z "$bad" ]; then
 		ok "$name"
@@ -51,84 +63,157 @@ check_ranks() { # name n expect_shim log
 }
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
-echo "1..12"
+per_torch=14
+echo "1..$((2 * per_torch + 1))"
 
-# rootless, hpct-run
-for n in 2 4 8; do
+py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
+
+torch_suite() { # label python
+	local t=$1 py=$2 n port
+
+	# rootless, hpct-run
+	for n in 2 4 8; do
+		port=$(free_port)
+		JOB_HOLD_MASTER=1 JOB_INCARNATIONS=3 timeout 300 "$run" -n "$n" --rootless \
+			--master-port "$port" -- "$py" "$job" >"$dir/hr$n" 2>&1
+		check_ranks "torch $t: hpct-run --rootless, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/hr$n"
+	done
+
+	# tcp:// and a store the script makes itself
 	port=$(free_port)
-	JOB_HOLD_MASTER=1 JOB_INCARNATIONS=3 timeout 300 "$run" -n "$n" --rootless \
-		--master-port "$port" -- "$py" "$job" >"$dir/hr$n" 2>&1
-	check_ranks "hpct-run --rootless, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/hr$n"
-done
+	JOB_INIT=tcp JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 2 --rootless \
+		--master-port "$port" -- "$py" "$job" >"$dir/tcp" 2>&1
+	check_ranks "torch $t: init_method=tcp://, N=2, 2 incarnations" 2 yes "$dir/tcp"
+	port=$(free_port)
+	# (one incarnation: rank 0's server holds MASTER_PORT while the subgroups
+	# that keep its store live, so a second server there cannot bind, stock
+	# or not)
+	JOB_INIT=store JOB_HOLD_MASTER=1 JOB_INCARNATIONS=1 timeout 300 "$run" -n 4 --rootless \
+		--master-port "$port" -- "$py" "$job" >"$dir/store" 2>&1
+	check_ranks "torch $t: dist.TCPStore made by the script, N=4" 4 yes "$dir/store"
 
-# with a shared secret: the store's connections, the engine's links and the
-# Gloo pairs are all checked, and the job runs as before
-port=$(free_port)
-HPCT_SECRET=torch-secret JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
-	--master-port "$port" -- "$py" "$job" >"$dir/hs4" 2>&1
-check_ranks "hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
+	# with a shared secret: the store's connections, the engine's links and the
+	# Gloo pairs are all checked, and the job runs as before
+	port=$(free_port)
+	HPCT_SECRET=torch-secret JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
+		--master-port "$port" -- "$py" "$job" >"$dir/hs4" 2>&1
+	check_ranks "torch $t: hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
 
-# rootless, torchrun (Debian's 1.13 on Python 3.11 needs --redirects/--tee
-# other than 0: Std.from_str("0") returns None there)
-for n in 2 4 8; do
-	HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload JOB_HOLD_MASTER=1 JOB_INCARNATIONS=3 timeout 300 \
-		"$py" -m torch.distributed.run --standalone --nproc_per_node="$n" --redirects 1 --tee 1 \
-		"$job" >"$dir/tr$n" 2>&1
-	check_ranks "torchrun --standalone, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/tr$n"
-done
+	# rootless, torchrun: workers open client stores to the agent's (Debian's
+	# 1.13 on Python 3.11 needs --redirects/--tee other than 0: Std.from_str("0")
+	# returns None there)
+	for n in 2 4 8; do
+		HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload JOB_INCARNATIONS=3 timeout 300 \
+			"$py" -m torch.distributed.run --standalone --nproc_per_node="$n" --redirects 1 --tee 1 \
+			"$job" >"$dir/tr$n" 2>&1
+		check_ranks "torch $t: torchrun --standalone, N=$n, 3 incarnations" "$n" yes "$dir/tr$n"
+	done
 
-# the agent keeps its real store: it is not a rank (one line per rank only)
-took_over=$(grep -c "HPCT INFO preload: torch at .*: rootless store in place of TCPStore" "$dir/tr4")
-if [ "$took_over" = 4 ]; then
-	ok "torchrun: the store replaced in the 4 ranks, not in the agent"
-else
-	not_ok "torchrun: the store replaced in the 4 ranks, not in the agent" "$took_over processes"
-fi
-
-# stock, with the shim preloaded: own network namespace (stock binds [::]).
-# One incarnation: stock 1.13 cannot init again while subgroups of the last
-# one are referenced (pytorch#55967: stale keys, dead ports)
-if unshare -rn true 2>/dev/null; then
-	HPCT_USE_ROOTLESS=0 JOB_INCARNATIONS=1 timeout 300 unshare -rn sh -c \
-		'ip link set lo up && GLOO_SOCKET_IFNAME=lo LD_PRELOAD="$0" exec "$1" -n 4 --master-port 29500 -- "$2" "$3"' \
-		"$preload" "$run" "$py" "$job" >"$dir/st" 2>&1
-	check_ranks "HPCT_USE_ROOTLESS=0 with the preload: stock, N=4" 4 no "$dir/st"
-	notices=$(grep -c "^hpct: HPCT_USE_ROOTLESS=0: PyTorch keeps its own TCPStore\$" "$dir/st")
-	if [ "$notices" = 4 ]; then
-		ok "one notice line per rank when off"
+	# the agent keeps its real store: it is not a rank (one line per rank only)
+	local took_over
+	took_over=$(grep -c "HPCT INFO preload: torch .*: TCPStore served in this rank" "$dir/tr4")
+	if [ "$took_over" = 4 ]; then
+		ok "torch $t: torchrun: the store served in the 4 ranks, not in the agent"
 	else
-		not_ok "one notice line per rank when off" "$notices notice lines"
+		not_ok "torch $t: torchrun: the store served in the 4 ranks, not in the agent" "$took_over processes"
 	fi
-else
-	ok "# SKIP no network namespaces here (unshare -rn)"
-	ok "# SKIP no network namespaces here (unshare -rn)"
-fi
 
-# a rank killed in the middle of init: the others fail naming it (none hangs)
-port=$(free_port)
-t0=$(date +%s)
-pids=()
-for r in 0 1 2 3; do
-	HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
-		RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HPCT_JOB_ID=die-$$ \
-		HPCT_TIMEOUT=5 JOB_DIE_RANK=2 JOB_SHOW_SHIM=0 timeout 120 "$py" "$job" >"$dir/die$r" 2>&1 &
-	pids+=($!)
-done
-bad=""
-for r in 0 1 2 3; do
-	wait "${pids[$r]}"
-	st=$?
-	[ "$r" = 2 ] && continue
-	[ "$st" != 0 ] || bad="$bad rank $r exited 0;"
-	[ "$st" != 124 ] || bad="$bad rank $r hung (killed by timeout 120);"
-	grep -q "RuntimeError: hpct .*rank 2 at 127.0.0.1:[0-9]*" "$dir/die$r" ||
-		bad="$bad rank $r's error does not name rank 2: $(grep -m1 Error "$dir/die$r");"
-done
-took=$(($(date +%s) - t0)) # reported, never asserted: timeout 120 is the hang guard
-if [ -z "$bad" ]; then
-	ok "a rank killed during init is named by the others (in ${took} s, HPCT_TIMEOUT=5)"
+	# stock, with the shim preloaded: own network namespace (stock binds [::]).
+	# One incarnation: stock 1.13 cannot init again while subgroups of the last
+	# one are referenced (pytorch#55967: stale keys, dead ports)
+	if unshare -rn true 2>/dev/null; then
+		HPCT_USE_ROOTLESS=0 JOB_INCARNATIONS=1 timeout 300 unshare -rn sh -c \
+			'ip link set lo up && GLOO_SOCKET_IFNAME=lo LD_PRELOAD="$0" exec "$1" -n 4 --master-port 29500 -- "$2" "$3"' \
+			"$preload" "$run" "$py" "$job" >"$dir/st" 2>&1
+		check_ranks "torch $t: HPCT_USE_ROOTLESS=0 with the preload: stock, N=4" 4 no "$dir/st"
+		# one line per process that made a TCPStore: the 4 ranks and their
+		# 4 children
+		local notices
+		notices=$(grep -c "^hpct: HPCT_USE_ROOTLESS=0: PyTorch keeps its own TCPStore\$" "$dir/st")
+		if [ "$notices" = 8 ]; then
+			ok "torch $t: one notice line per process when off"
+		else
+			not_ok "torch $t: one notice line per process when off" "$notices notice lines, not 8"
+		fi
+	else
+		skip "no network namespaces here (unshare -rn)"
+		skip "no network namespaces here (unshare -rn)"
+	fi
+
+	# a rank killed in the middle of init: the others fail naming it (none
+	# hangs): Gloo's connect (1.13), the store's wait for its key (2.x)
+	port=$(free_port)
+	local t0 pids=() r st bad="" took
+	t0=$(date +%s)
+	for r in 0 1 2 3; do
+		HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
+			RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HPCT_JOB_ID=die-$$-$t \
+			HPCT_TIMEOUT=5 JOB_DIE_RANK=2 JOB_SHOW_SHIM=0 timeout 120 "$py" "$job" >"$dir/die$r" 2>&1 &
+		pids+=($!)
+	done
+	for r in 0 1 2 3; do
+		wait "${pids[$r]}"
+		st=$?
+		[ "$r" = 2 ] && continue
+		[ "$st" != 0 ] || bad="$bad rank $r exited 0;"
+		[ "$st" != 124 ] || bad="$bad rank $r hung (killed by timeout 120);"
+		grep -Eq "rank 2 at 127.0.0.1:[0-9]+|: 2 \(127.0.0.1:[0-9]+\)" "$dir/die$r" ||
+			bad="$bad rank $r's error does not name rank 2: $(grep -m1 -E 'Error|HPCT' "$dir/die$r");"
+	done
+	took=$(($(date +%s) - t0)) # reported, never asserted: timeout 120 is the hang guard
+	if [ -z "$bad" ]; then
+		ok "torch $t: a rank killed during init is named by the others (in ${took} s, HPCT_TIMEOUT=5)"
+	else
+		not_ok "torch $t: a rank killed during init is named by the others" "$bad"
+	fi
+
+	# a rank killed while a forked child of it lives on: the child dropped
+	# the rank's links at fork, so the others' barrier fails at once, naming
+	# it, not after HPCT_TIMEOUT (60 s) on links the child would hold
+	port=$(free_port)
+	pids=()
+	bad=""
+	for r in 0 1 2 3; do
+		HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
+			RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HPCT_JOB_ID=fork-$$-$t \
+			TORCH_DIST_INIT_BARRIER=1 JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t" \
+			JOB_SHOW_SHIM=0 timeout 120 "$py" "$job" >"$dir/fork$r" 2>&1 &
+		pids+=($!)
+	done
+	for r in 0 1 2 3; do
+		wait "${pids[$r]}"
+		st=$?
+		[ "$r" = 2 ] && continue
+		local secs
+		secs=$(sed -n 's/^failed-after \([0-9.]*\) s.*/\1/p' "$dir/fork$r")
+		if [ -z "$secs" ]; then
+			bad="$bad rank $r did not fail (exit $st): $(tail -3 "$dir/fork$r" | tr '\n' ' ');"
+		elif [ "${secs%.*}" -ge 30 ]; then
+			bad="$bad rank $r failed only after $secs s (the child held the dead rank's links);"
+		elif ! grep -Eq "rank 2 |: 2 \(|rank 2\)|rank 2," "$dir/fork$r"; then
+			bad="$bad rank $r's failure does not name rank 2: $(grep -m2 -E 'HPCT|failed-after' "$dir/fork$r" | tr '\n' ' ');"
+		fi
+	done
+	if [ -s "$dir/child-$t" ]; then
+		child_pids+=("$(cat "$dir/child-$t")")
+		kill -9 "$(cat "$dir/child-$t")" 2>/dev/null
+	else
+		bad="$bad rank 2 never forked its child;"
+	fi
+	if [ -z "$bad" ]; then
+		ok "torch $t: a killed rank's forked child does not keep it alive to its peers"
+	else
+		not_ok "torch $t: a killed rank's forked child does not keep it alive to its peers" "$bad"
+	fi
+}
+
+torch_suite 1.13 /usr/bin/python3
+if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
+	torch_suite 2.13 "$py213"
 else
-	not_ok "a rank killed during init is named by the others" "$bad"
+	for ((i = 0; i < per_torch; i++)); do
+		skip "torch 2.13: no interpreter at $py213 (tools/torch-venv.sh 2.13 makes it)"
+	done
 fi
 
 # the benchmark of the issue, smallest size: both paths, one row each

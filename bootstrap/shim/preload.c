@@ -27,22 +27,30 @@
  * when the library loads (HPCT_USE_ROOTLESS=1), before any NCCL call reads
  * its environment.
  *
- * The PyTorch half: in a rank process (not the torchrun agent, not a
- * data-loader worker or other child of a rank) with HPCT_USE_ROOTLESS=1,
- * when Python loads torch's _C module and that torch is the one
- * libhpct_torch.so was built for, libhpct_torch.so is loaded first, with
- * RTLD_GLOBAL, so its c10d::TCPStore wins over libtorch's (see
- * preload_torch.cc).  Any other torch, or HPCT_USE_ROOTLESS unset/0, and
- * torch is left as it is, with one notice line.
+ * The PyTorch half (below): a rank's TCPStore connections are served in
+ * the process, for torch 1.13 and 2.4 to 2.13 alike (torch_store.c).
  *
- *   dlopen                    watches for torch/_C*.so, then passes on
+ *   connect                   a TCPStore's, from libtorch, to MASTER_PORT:
+ *                             to this process's store
  *   hpct_preload_world        the world this process's ranks share
  *                             (NCCL and torch halves alike)
+ *   hpct_preload_store_routed TCPStore connections served here
+ *
+ * Nothing here sets the environment once other threads may run: only the
+ * constructor does (NCCL_ENV_PLUGIN).  Real functions found lazily are
+ * kept in atomics.
  *
  * ncclCommSplit and ncclCommShrink need no id and are not touched.  The
  * real functions are the next definitions after this library (RTLD_NEXT),
  * else those of the libnccl.so.2 hpct loads. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -52,9 +60,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap/base/fdtrack.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/nccl/nccl_internal.h"
+#include "bootstrap/shim/torch_gloo.h"
+#include "bootstrap/shim/torch_store.h"
 #include "bootstrap/world_access.h"
 #include "hpct/hpct.h"
 #include "hpct/nccl.h"
@@ -75,7 +86,8 @@ SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid
                                       void *config);
 SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist);
 
-SHIM_API void *dlopen(const char *file, int mode);
+SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len);
+SHIM_API long hpct_preload_store_routed(void);
 SHIM_API hpct_world *hpct_preload_world(void);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT, world_once = PTHREAD_ONCE_INIT;
@@ -107,15 +119,12 @@ static char *env_get(const char *name)
  * then inherit the variable, and a rank that declines keeps it: hpct's
  * plugin answers every other lookup from the environment, as NCCL
  * would). */
-static int plugin_set_here; /* NCCL_ENV_PLUGIN was unset, the shim set it */
-
 __attribute__((constructor)) static void preload_loaded(void)
 {
 	const char *v = env_get("HPCT_USE_ROOTLESS");
 	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN"))
 		return;
 	hpct__nccl_env_prepare();
-	plugin_set_here = env_get("NCCL_ENV_PLUGIN") != NULL;
 }
 
 static void *next(const char *name);
@@ -136,13 +145,12 @@ static void *next(const char *name)
 	return f;
 }
 
-/* The one line of a process where the shim leaves NCCL as it is; and
- * NCCL_ENV_PLUGIN as it was (NCCL reads it at its first call, which comes
- * after this one unless NCCL was called around the shim). */
+/* The one line of a process where the shim leaves NCCL as it is.
+ * NCCL_ENV_PLUGIN, set at load, stays: the environment is not changed once
+ * other threads may read it, and hpct's plugin answers every lookup from
+ * the environment, as NCCL would. */
 static void decline(const char *why)
 {
-	if (plugin_set_here)
-		unsetenv("NCCL_ENV_PLUGIN");
 	HPCT_WARN(HPCT_SUB_NCCL, "preload: %s: NCCL left as it is (its own ids and roots)", why);
 }
 
@@ -167,7 +175,6 @@ static void setup(void)
 		decline(why);
 		return;
 	}
-	hpct__nccl_env_prepare(); /* set at load, unless the program set it since */
 	hpct__nccl_getenv_route();
 	if (!hpct_preload_world()) {
 		snprintf(why, sizeof(why), "no hpct world (%s)", hpct_last_error());
@@ -308,135 +315,409 @@ SHIM_API hpct_world *hpct_preload_world(void)
 
 /* ------------------------------------------------------------ PyTorch */
 
-#define OWNER_VAR "HPCT_PRELOAD_RANK_PID"
+/* A rank's TCPStore connections to MASTER_ADDR:MASTER_PORT go to the store
+ * served in this process (torch_store.c), whatever the torch version whose
+ * protocol hpct knows; rank 0's TCPStore server still binds MASTER_PORT
+ * (PyTorch 2.x checks that it got that port) and stays idle.  Only
+ * connect() calls made from libtorch are looked at (the caller's object),
+ * so a Python socket or another library on the same port is left alone.
+ * Decided once, at the first such call:
+ *   - HPCT_USE_ROOTLESS=1 (else one line, and PyTorch keeps its store);
+ *   - a rank: RANK, HPCT_RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK set
+ *     (torchrun's agent has none: its own store stays its own);
+ *   - not a child of a rank: neither forked from one (fdtrack.h) nor
+ *     started by one (an ancestor process holds the rank marker, an
+ *     abstract socket named by its pid and start time);
+ *   - a torch whose protocol hpct knows (torch/version.py beside the
+ *     torch/_C module in this process, else libtorch_cpu's soname);
+ *   - a node list to derive the world from (hpct__rootless_possible).
+ * Then the world is made (shared with the NCCL half), the store served,
+ * and on torch 1.13 Gloo's connectFullMesh in libtorch_cpu redirected to
+ * hpct's Gloo connect (libhpct_torch.so, see got.c). */
 
-/* Is this process a rank?  A launcher gave it a rank (the torchrun agent
- * has none), and no rank above it claimed it first: a rank marks the
- * environment with its pid when it loads torch, so its children (data-
- * loader workers, subprocesses) find another pid there.  Claimed at torch
- * load, not at start: wrappers between launcher and rank (timeout,
- * numactl, sh -c) carry LD_PRELOAD too but never load torch. */
-static int claim_rank(void)
+typedef int (*sock_fn)(int, const struct sockaddr *, socklen_t);
+static _Atomic(sock_fn) real_connect, real_bind;
+
+static sock_fn real_sock(_Atomic(sock_fn) *slot, const char *name)
 {
-	char *(*get)(const char *) = env_get;
-	const char *owner = get(OWNER_VAR);
-	char me[24];
-	snprintf(me, sizeof(me), "%ld", (long)getpid());
-	if (owner && *owner && strcmp(owner, me) != 0)
-		return 0; /* a child of a rank */
-	if (!get("RANK") && !get("HPCT_RANK") && !get("SLURM_PROCID") &&
-	    !get("OMPI_COMM_WORLD_RANK"))
+	sock_fn f = atomic_load(slot);
+	if (!f) {
+		*(void **)&f = dlsym(RTLD_NEXT, name);
+		atomic_store(slot, f);
+	}
+	return f;
+}
+
+static struct {
+	pthread_once_t once;
+	uint16_t port; /* MASTER_PORT, 0 when unset */
+} master = { PTHREAD_ONCE_INIT, 0 };
+
+static pthread_mutex_t route_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int route; /* 0 undecided, 1 served here, -1 PyTorch's own */
+static struct sockaddr_storage master_addrs[8];
+static int nmaster_addrs;
+static int marker_fd = -1;
+
+static void read_master_port(void)
+{
+	const char *p = env_get("MASTER_PORT");
+	char *end;
+	long v = p ? strtol(p, &end, 10) : 0;
+	if (p && *p && !*end && v > 0 && v < 65536)
+		master.port = (uint16_t)v;
+}
+
+static uint16_t port_of(const struct sockaddr *sa)
+{
+	return ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+	                                       : ((const struct sockaddr_in *)sa)->sin_port);
+}
+
+/* A TCP address on MASTER_PORT. */
+static int store_port(const struct sockaddr *sa, socklen_t len)
+{
+	if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) ||
+	    len < (socklen_t)sizeof(struct sockaddr_in))
 		return 0;
-	setenv(OWNER_VAR, me, 1); /* the C environment: what exec'd children get */
+	pthread_once(&master.once, read_master_port);
+	return master.port && port_of(sa) == master.port;
+}
+
+/* Made from libtorch (libtorch_cpu.so, libtorch.so, Debian's .so.1.13)? */
+static int from_torch(const void *caller)
+{
+	Dl_info di;
+	if (!caller || !dladdr(caller, &di) || !di.dli_fname)
+		return 0;
+	const char *b = strrchr(di.dli_fname, '/');
+	b = b ? b + 1 : di.dli_fname;
+	return strncmp(b, "libtorch", 8) == 0 || strncmp(b, "libc10d", 7) == 0;
+}
+
+/* IPv4 (or v4-mapped) as 4 bytes, IPv6 as 16: 0 when the same host. */
+static int addr_same(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+	unsigned char x[16], y[16];
+	int nx = 0, ny = 0;
+	const struct sockaddr *pair[2] = { a, (const struct sockaddr *)b };
+	unsigned char *out[2] = { x, y };
+	int *n[2] = { &nx, &ny };
+	for (int i = 0; i < 2; i++) {
+		if (pair[i]->sa_family == AF_INET) {
+			memcpy(out[i], &((const struct sockaddr_in *)pair[i])->sin_addr, 4);
+			*n[i] = 4;
+		} else {
+			const unsigned char *v6 =
+			        ((const struct sockaddr_in6 *)pair[i])->sin6_addr.s6_addr;
+			static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0,
+			                                          0, 0, 0, 0, 0xff, 0xff };
+			if (memcmp(v6, mapped, 12) == 0) {
+				memcpy(out[i], v6 + 12, 4);
+				*n[i] = 4;
+			} else {
+				memcpy(out[i], v6, 16);
+				*n[i] = 16;
+			}
+		}
+	}
+	return nx == ny && memcmp(x, y, (size_t)nx) == 0;
+}
+
+static int loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+	return IN6_IS_ADDR_LOOPBACK(a) ||
+	       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* MASTER_ADDR's host (or this one: loopback). */
+static int master_host(const struct sockaddr *sa)
+{
+	if (loopback(sa))
+		return 1;
+	for (int i = 0; i < nmaster_addrs; i++)
+		if (addr_same(sa, &master_addrs[i]))
+			return 1;
+	return 0;
+}
+
+static void resolve_master(void)
+{
+	const char *h = env_get("MASTER_ADDR");
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	if (!h || !*h || getaddrinfo(h, NULL, &hints, &ai) != 0)
+		return;
+	for (struct addrinfo *p = ai; p && nmaster_addrs < 8; p = p->ai_next)
+		if (p->ai_addrlen <= sizeof(struct sockaddr_storage))
+			memcpy(&master_addrs[nmaster_addrs++], p->ai_addr, p->ai_addrlen);
+	freeaddrinfo(ai);
+}
+
+/* "<pid>.<start time>" of a process, from /proc (0 when gone). */
+static int proc_ident(long pid, long *ppid, unsigned long long *start)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')'); /* the name may hold spaces and parens */
+	if (!p)
+		return 0;
+	/* fields after the name: state ppid ... starttime (22nd of the line) */
+	char state;
+	long pp;
+	unsigned long long st = 0;
+	if (sscanf(p + 1, " %c %ld", &state, &pp) != 2)
+		return 0;
+	int field = 3;
+	for (char *q = p + 1; *q && field < 22; q++)
+		if (*q == ' ' && ++field == 22)
+			st = strtoull(q + 1, NULL, 10);
+	*ppid = pp;
+	*start = st;
 	return 1;
 }
 
-static atomic_int torch_done;                   /* torch's _C seen: decided once per process */
-static void *(*real_dlopen)(const char *, int); /* set by dlopen() before any use */
-
-/* Is the torch in `dir` the one libhpct_torch.so was built against: its
- * version (version.py), and its lib/libtorch_cpu.so the very file the
- * build found (HPCT_TORCH_CPU)?  When not, why in `why`. */
-static int torch_matches(const char *dir, char *why, size_t len)
+static void marker_name(struct sockaddr_un *un, socklen_t *len, long pid, unsigned long long st)
 {
-#ifndef HPCT_TORCH_SONAME
-	(void)dir;
-	snprintf(why, len, "this hpct was built without its PyTorch store (meson -Dtorch=enabled)");
-	return 0;
-#else
-	char path[4200], line[256], ver[64] = "";
-	snprintf(path, sizeof(path), "%s/version.py", dir);
-	FILE *f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "__version__ = '%63[^']'", ver) == 1)
-			break;
-	if (f)
-		fclose(f);
-	size_t n = strlen(HPCT_TORCH_VERSION);
-	if (strncmp(ver, HPCT_TORCH_VERSION, n) != 0 || (ver[n] != '.' && ver[n] != 0)) {
-		snprintf(why, len, "torch %s at %s is not the torch hpct was built for (%s)",
-		         *ver ? ver : "of unknown version", dir, HPCT_TORCH_VERSION);
-		return 0;
-	}
-	/* nothing of torch may be loaded before libhpct_torch.so: libtorch_cpu
-	 * binds its symbols at load (BIND_NOW) */
-	snprintf(path, sizeof(path), "%s/lib/libtorch_cpu.so", dir);
-	char *mine = realpath(path, NULL);
-	int ok = mine && strcmp(mine, HPCT_TORCH_CPU) == 0;
-	if (!ok)
-		snprintf(why, len,
-		         "torch %s at %s uses %s, not %s (%s) that hpct was built against", ver,
-		         dir, mine ? mine : path, HPCT_TORCH_CPU, HPCT_TORCH_SONAME);
-	free(mine);
-	return ok;
-#endif
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	int n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "hpct-torch-rank.%ld.%llu",
+	                 pid, st);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-/* `file` is torch's _C extension: which torch, and is it ours? */
-static void torch_arrives(const char *file)
+/* The pid of the nearest ancestor that serves a TCPStore as a rank, or 0. */
+static long rank_ancestor(void)
 {
-	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s", file);
-	char *slash = strrchr(dir, '/');
-	if (!slash)
+	long pid = (long)getppid();
+	for (int depth = 0; pid > 1 && depth < 64; depth++) {
+		long pp;
+		unsigned long long st;
+		if (!proc_ident(pid, &pp, &st))
+			return 0;
+		struct sockaddr_un un;
+		socklen_t len;
+		marker_name(&un, &len, pid, st);
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return 0;
+		int taken = bind(fd, (struct sockaddr *)&un, len) != 0 && errno == EADDRINUSE;
+		close(fd);
+		if (taken)
+			return pid;
+		pid = pp;
+	}
+	return 0;
+}
+
+/* This process is a rank serving its store: say so to its descendants. */
+static void mark_rank(void)
+{
+	long pp;
+	unsigned long long st;
+	if (!proc_ident((long)getpid(), &pp, &st))
 		return;
-	*slash = 0;
+	struct sockaddr_un un;
+	socklen_t len;
+	marker_name(&un, &len, (long)getpid(), st);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&un, len) == 0) {
+		hpct__fd_track(fd);
+		marker_fd = fd;
+	} else if (fd >= 0) {
+		close(fd);
+	}
+}
+
+/* The version of the torch in this process: torch/version.py beside its
+ * _C module, else the soname of libtorch_cpu (Debian's .so.1.13). */
+struct torch_find {
+	char c_dir[4096];
+	char soname_ver[32];
+};
+
+static int find_torch(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct torch_find *t = arg;
+	const char *name = info->dlpi_name;
+	const char *b = name ? strrchr(name, '/') : NULL;
+	if (!b)
+		return 0;
+	if (!t->c_dir[0] && strncmp(b, "/_C.", 4) == 0 && b - name >= 6 &&
+	    strncmp(b - 6, "/torch", 6) == 0)
+		snprintf(t->c_dir, sizeof(t->c_dir), "%.*s", (int)(b - name), name);
+	if (!t->soname_ver[0] && strncmp(b, "/libtorch_cpu.so.", 17) == 0)
+		snprintf(t->soname_ver, sizeof(t->soname_ver), "%s", b + 17);
+	return 0;
+}
+
+static void torch_version(char *ver, size_t len, char *where, size_t wlen)
+{
+	struct torch_find t = { "", "" };
+	dl_iterate_phdr(find_torch, &t);
+	ver[0] = 0;
+	if (t.c_dir[0]) {
+		char path[4200], line[256];
+		snprintf(path, sizeof(path), "%s/version.py", t.c_dir);
+		FILE *f = fopen(path, "re");
+		while (f && fgets(line, sizeof(line), f)) {
+			char v[64];
+			if (sscanf(line, "__version__ = '%63[^']'", v) == 1) {
+				snprintf(ver, len, "%s", v);
+				break;
+			}
+		}
+		if (f)
+			fclose(f);
+		snprintf(where, wlen, "%s", t.c_dir);
+	}
+	if (!ver[0] && t.soname_ver[0]) {
+		snprintf(ver, len, "%s", t.soname_ver);
+		snprintf(where, wlen, "libtorch_cpu.so.%s", t.soname_ver);
+	}
+}
+
+/* PyTorch keeps its own store here: one line (torchrun's agent, which is
+ * no rank, gets none). */
+static int keep_stock(const char *why)
+{
+	fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
+	return -1;
+}
+
+static int decide(void)
+{
+	char why[1200], ver[64], where[4096] = "";
 	const char *v = env_get("HPCT_USE_ROOTLESS");
 	if (!v || strcmp(v, "1") != 0) {
-		fprintf(stderr, "hpct: HPCT_USE_ROOTLESS=%s: PyTorch keeps its own TCPStore\n",
-		        v ? v : "(unset)");
-		return;
+		snprintf(why, sizeof(why), "HPCT_USE_ROOTLESS=%s", v ? v : "(unset)");
+		return keep_stock(why);
 	}
-	char why[9000] = "";
-	if (!torch_matches(dir, why, sizeof(why))) {
-		fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
-		return;
+	if (!env_get("RANK") && !env_get("HPCT_RANK") && !env_get("SLURM_PROCID") &&
+	    !env_get("OMPI_COMM_WORLD_RANK"))
+		return -1; /* no rank: a launcher's agent, whose store is its own */
+	if (hpct__fd_forked())
+		return keep_stock("a forked child of a rank");
+	long anc = rank_ancestor();
+	if (anc) {
+		snprintf(why, sizeof(why), "a child of rank process %ld", anc);
+		return keep_stock(why);
 	}
-	/* a rank that cannot derive its peers keeps PyTorch's store, and says
-	 * why (asked of the environment: a world here would take the standard
-	 * path and bind MASTER_PORT before PyTorch) */
-	if (!hpct__rootless_possible(why, sizeof(why))) {
-		fprintf(stderr, "hpct: %s: PyTorch keeps its own TCPStore\n", why);
-		return;
+	torch_version(ver, sizeof(ver), where, sizeof(where));
+	const struct hpct_torch_proto *proto = hpct__torch_proto_for(ver);
+	if (!proto) {
+		snprintf(why, sizeof(why),
+		         "torch %s%s%s: its TCPStore protocol is not one hpct serves (torch %s)",
+		         ver[0] ? ver : "of unknown version", where[0] ? " at " : "", where,
+		         hpct__torch_protos_known());
+		return keep_stock(why);
 	}
-	/* beside this library */
+	if (!hpct__rootless_possible(why, sizeof(why)))
+		return keep_stock(why);
+	resolve_master();
+	hpct_world *w = hpct_preload_world();
+	if (!w) {
+		/* the others wait for this rank, and stock here could not reach
+		 * rank 0's store either: fail this rank's store, saying why */
+		fprintf(stderr,
+		        "hpct: no hpct world in this rank (%s): its TCPStore connections fail "
+		        "(HPCT_USE_ROOTLESS=0 runs PyTorch's own)\n",
+		        hpct_last_error());
+		return -2;
+	}
+	if (hpct__torch_store_start(w, proto) != 0) {
+		fprintf(stderr, "hpct: %s: this rank's TCPStore connections fail\n",
+		        hpct_last_error());
+		return -2;
+	}
+	mark_rank();
+	/* the Gloo half, where libtorch imports Gloo's connect (1.13) */
 	Dl_info di;
-	char lib[4096];
-	if (!dladdr((void *)torch_arrives, &di) || !di.dli_fname) {
-		fprintf(stderr, "hpct: cannot tell where libhpct_preload.so is: PyTorch keeps its "
-		                "own TCPStore\n");
-		return;
+	char dir[4096] = "";
+	if (dladdr((void *)decide, &di) && di.dli_fname) {
+		snprintf(dir, sizeof(dir), "%s", di.dli_fname);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = 0;
 	}
-	snprintf(lib, sizeof(lib), "%s", di.dli_fname);
-	slash = strrchr(lib, '/');
-	snprintf(slash ? slash + 1 : lib, sizeof(lib) - (size_t)(slash ? slash + 1 - lib : 0),
-	         "libhpct_torch.so");
-	if (!real_dlopen || !real_dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
-		fprintf(stderr, "hpct: cannot load %s (%s): PyTorch keeps its own TCPStore\n", lib,
-		        dlerror());
-		return;
-	}
-	HPCT_INFO(HPCT_SUB_INIT, "preload: torch at %s: rootless store in place of TCPStore", dir);
+	int g = hpct__torch_gloo_fast_path(dir);
+	HPCT_INFO(HPCT_SUB_INIT,
+	          "preload: torch %s at %s: TCPStore served in this rank (127.0.0.1:%u)%s", ver,
+	          where, hpct__torch_store_port(),
+	          g > 0 ? ", Gloo connected by hpct" : ", Gloo through the store");
+	return 1;
 }
 
-static int is_torch_c(const char *file)
+/* 1: route this call; 0: leave it; -1 with errno: fail it. */
+static int routed(void)
 {
-	const char *base = strrchr(file, '/');
-	if (!base)
-		return 0;
-	size_t dl = (size_t)(base - file);
-	return strncmp(base, "/_C.", 4) == 0 && dl >= 6 && strncmp(base - 6, "/torch", 6) == 0;
+	int r = atomic_load(&route);
+	if (!r) {
+		pthread_mutex_lock(&route_mu);
+		if (!(r = atomic_load(&route))) {
+			r = decide();
+			atomic_store(&route, r);
+		}
+		pthread_mutex_unlock(&route_mu);
+	}
+	if (r == 1 && hpct__fd_forked())
+		return 0; /* a forked child: the parent's store is not its own */
+	if (r == -2) {
+		errno = EACCES;
+		return -1;
+	}
+	return r == 1;
 }
 
-SHIM_API void *dlopen(const char *file, int mode)
+SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	if (!real_dlopen)
-		*(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
-	/* forked children (data-loader workers) inherit torch_done too */
-	if (file && !atomic_load(&torch_done) && is_torch_c(file) &&
-	    !atomic_exchange(&torch_done, 1)) {
-		if (claim_rank())
-			torch_arrives(file);
+	sock_fn next_connect = real_sock(&real_connect, "connect");
+	if (!next_connect) {
+		errno = ENOSYS;
+		return -1;
 	}
-	return real_dlopen ? real_dlopen(file, mode) : NULL;
+	if (!store_port(sa, len) || !from_torch(__builtin_return_address(0)))
+		return next_connect(fd, sa, len);
+	int r = routed();
+	if (r < 0)
+		return -1;
+	if (r == 0 || !master_host(sa))
+		return next_connect(fd, sa, len);
+	struct sockaddr_storage to, me;
+	socklen_t tl, ml = sizeof(me);
+	if (hpct__torch_store_addr(sa->sa_family, &to, &tl) != 0)
+		return next_connect(fd, sa, len);
+	/* the source port, known before the kernel may complete the connect,
+	 * is how the listener knows its clients */
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0)
+		return -1;
+	if (port_of((struct sockaddr *)&me) == 0) {
+		memset(&me, 0, sizeof(me));
+		me.ss_family = sa->sa_family;
+		ml = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+		                               : sizeof(struct sockaddr_in);
+		sock_fn rb = real_sock(&real_bind, "bind");
+		if (!rb || rb(fd, (struct sockaddr *)&me, ml) != 0)
+			return -1;
+		ml = sizeof(me);
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0)
+			return -1;
+	}
+	hpct__torch_store_expect(port_of((struct sockaddr *)&me));
+	return next_connect(fd, (struct sockaddr *)&to, tl);
+}
+
+/* TCPStore connections this process served itself (tests ask it). */
+SHIM_API long hpct_preload_store_routed(void)
+{
+	return hpct__torch_store_routed();
 }

@@ -1,8 +1,11 @@
 # A plain PyTorch job (no hpct import): every collective the torch suite
 # checks, exact results, over several incarnations of the default group.
 # Prints "ok <rank>" at the end; any failure raises.
+import ctypes
 import os
+import signal
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -10,26 +13,28 @@ import torch.distributed as dist
 
 rounds = int(os.environ.get("JOB_INCARNATIONS", "1"))
 
-# JOB_HOLD_MASTER=1: local rank 0 holds MASTER_ADDR:MASTER_PORT itself and
-# records every connection made to it; a job with a TCPStore server could
-# not bind it, and clients of one would be seen here.
+# JOB_HOLD_MASTER=1: no connection may reach MASTER_ADDR:MASTER_PORT, where
+# rank 0's TCPStore server listens (idle, under the shim): local rank 0
+# looks for established TCP connections to or from that port on this host
+# (/proc/net/tcp*) at the end of every incarnation, while the stores live.
 held = []
-if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == "0":
-    import socket
-    import threading
 
-    lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
-    lsock.listen(64)
 
-    def accept():
-        while True:
-            conn, peer = lsock.accept()
-            held.append(peer)
-            conn.close()
+def master_conns():
+    found = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(name).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            lport, rport, state = int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3]
+            if state == "01" and port in (lport, rport):
+                found.append(f"{f[1]} -> {f[2]}")
+    return found
 
-    threading.Thread(target=accept, daemon=True).start()
+
 kept = []  # subgroups kept referenced across destroy_process_group
 
 # JOB_DIE_RANK=r: rank r is killed (SIGKILL) in the middle of its first
@@ -44,8 +49,62 @@ if os.environ.get("JOB_DIE_RANK") == os.environ.get("RANK"):
 
     c10d._new_process_group_helper = die
 
+# JOB_INIT: how the default group finds its store: env (env://), tcp
+# (tcp://MASTER_ADDR:MASTER_PORT) or store (a dist.TCPStore made here)
+how = os.environ.get("JOB_INIT", "env")
+addr, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT", "0") or 0)
+
+
+def init():
+    if how == "env":
+        dist.init_process_group("gloo")
+        return
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if how == "tcp":
+        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
+                                world_size=size)
+    else:
+        st = dist.TCPStore(addr, port, size, rank == 0, timedelta(seconds=60))
+        dist.init_process_group("gloo", store=st, rank=rank, world_size=size)
+
+
+def routed():
+    # TCPStore connections hpct's shim served in this process (0 without it)
+    f = getattr(ctypes.CDLL(None), "hpct_preload_store_routed", None)
+    if f is None:
+        return 0
+    f.restype = ctypes.c_long
+    return f()
+
+
+# JOB_FORK_DIE_RANK=r: after init, rank r forks a child that outlives it
+# (as a data-loader worker would) and is killed; the others then make a
+# group (its store-based barrier is one hpct barrier) and must fail at
+# once naming rank r, not when HPCT_TIMEOUT passes on links the child holds
+if os.environ.get("JOB_FORK_DIE_RANK"):
+    die = int(os.environ["JOB_FORK_DIE_RANK"])
+    init()
+    dist.barrier()
+    if dist.get_rank() == die:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(float(os.environ.get("JOB_CHILD_SLEEP", "90")))
+            os._exit(0)
+        with open(os.environ["JOB_CHILD_PID_FILE"], "w") as f:
+            f.write(str(pid))
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(1)
+    t0 = time.monotonic()
+    try:
+        dist.new_group(list(range(dist.get_world_size())))
+        os.write(1, b"survived\n")
+        sys.exit(3)
+    except Exception as e:
+        os.write(1, f"failed-after {time.monotonic() - t0:.1f} s: {e}\n".encode())
+        sys.exit(1)
+
 for inc in range(rounds):
-    dist.init_process_group("gloo")
+    init()
     rank, n = dist.get_rank(), dist.get_world_size()
 
     t = torch.tensor([rank + 1.0 + inc])
@@ -108,24 +167,31 @@ for inc in range(rounds):
             pass
     st.set(f"only{inc}", "x")
     dist.barrier()
+    if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == "0":
+        held += master_conns()
     dist.destroy_process_group()
 
-assert not held, f"connections to MASTER_PORT from {held}"
+assert not held, f"connections to MASTER_PORT {port}: {held}"
 
-# JOB_SHOW_SHIM=1: whether hpct's store is in this process, and in a child
-# of it that imports torch too (it must not be)
+# JOB_SHOW_SHIM=1: whether hpct's shim served this rank's store, and a
+# child of it (a torch process that makes a TCPStore to MASTER_PORT) kept
+# PyTorch's own
 if os.environ.get("JOB_SHOW_SHIM") == "1":
     import subprocess
 
-    def shim_in(maps):
-        return any("libhpct_torch" in line for line in maps)
-
     # one write per line (print writes the text and the newline apart when
     # stdout is unbuffered): ranks share the log, and lines must not mix
-    os.write(1, f"shim {rank} {'yes' if shim_in(open('/proc/self/maps')) else 'no'}\n".encode())
+    os.write(1, f"shim {rank} {'yes' if routed() > 0 else 'no'}\n".encode())
     child = subprocess.run(
-        [sys.executable, "-c",
-         "import torch; print('yes' if any('libhpct_torch' in l for l in open('/proc/self/maps')) else 'no')"],
-        capture_output=True, text=True, check=True)
+        [sys.executable, "-c", f"""
+import ctypes, datetime, torch.distributed as dist
+try:
+    dist.TCPStore({addr!r}, {port}, None, False, datetime.timedelta(seconds=2),
+                  wait_for_workers=False)
+except Exception:
+    pass
+f = getattr(ctypes.CDLL(None), 'hpct_preload_store_routed', None)
+print('yes' if f is not None and f() > 0 else 'no')
+"""], capture_output=True, text=True, check=True)
     os.write(1, f"child-shim {rank} {child.stdout.strip()}\n".encode())
 os.write(1, f"ok {rank}\n".encode())

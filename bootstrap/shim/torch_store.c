@@ -1,0 +1,978 @@
+/* PyTorch's TCPStore, served inside the rank (see torch_store.h).
+ *
+ * The wire (framing unchanged since 1.13; integers in host order, strings
+ * and values as u64 length + bytes; no request ids, so a connection is
+ * strictly one request after another):
+ *
+ *   command       1.13  2.x  request                    reply
+ *   VALIDATE        -    0   u32 magic 0x3C85F7CE        -
+ *   SET             0    1   key, value                 -
+ *   COMPARE_SET     1    2   key, expected, desired     value now
+ *   GET             2    3   key                        value
+ *   ADD             3    4   key, i64 delta             i64 counter
+ *   CHECK           4    5   u64 n, n keys              u8 0 ready / 1 not
+ *   WAIT            5    6   u64 n, n keys              u8 0 (1 canceled)
+ *   GETNUMKEYS      6    7   -                          i64
+ *   WATCH_KEY       7    -   (refused)
+ *   DELETE_KEY      8    8   key                        i64 deleted
+ *   APPEND          -    9   key, value                 -
+ *   MULTI_GET       -   10   u64 n, n keys              n values
+ *   MULTI_SET       -   11   u64 n, n x (key, value)    -
+ *   CANCEL_WAIT     -   12   -                          u8 1
+ *   PING            -   13   u32 nonce                  u32 nonce
+ *   QUEUE_PUSH      -   14   key, value                 -
+ *   QUEUE_POP       -   15   key                        value
+ *   QUEUE_LEN       -   16   key                        i64
+ *   LIST_KEYS       -   17   -                          i64 n, n keys
+ *
+ * A 2.x client sends WAIT before every GET and blocking QUEUE_POP, and
+ * CANCEL_WAIT when its own timeout passes; a 1.13 client gives up silently
+ * and sends its next request.  So a WAIT is parked on the key's home in
+ * slices, watching the client between them.  A command the version does
+ * not have, or a request that does not parse, is logged naming the command
+ * and the client and closes the connection (the client raises).
+ *
+ * Namespaces: (job, epoch, incarnation).  A TCPStore made with a world size
+ * starts with ADD "init/" 1 (1.13: its first request; 2.x: after VALIDATE
+ * and PING): that begins an incarnation, and every later connection that
+ * does not (a clone, 1.13's watch socket, a store made without a world
+ * size) joins the latest.  Every rank makes its stores in the same order,
+ * so the n-th incarnation is the same on all, and a re-init never reads a
+ * key of the last one.
+ *
+ * PyTorch's store-based barrier (ADD ".../store_based_barrier_key:G" 1,
+ * then ADD 0 polled every 10 ms until it reads the world size) is one
+ * hpct barrier over the world, done at the ADD 1; both ADDs then answer the
+ * world size.
+ *
+ * Threads: one accepts, one serves each connection (a TCPStore keeps one
+ * or two for its lifetime).  The world is shared with the NCCL half and
+ * libhpct_torch's Gloo connect: store handles are safe from several
+ * threads, and barriers, the one world collective here, are serialised
+ * by `mu`. */
+#include "bootstrap/shim/torch_store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/base/fdtrack.h"
+#include "bootstrap/base/log.h"
+#include "bootstrap/base/sock.h"
+#include "bootstrap/base/util.h"
+#include "bootstrap/store/store.h"
+#include "bootstrap/world_access.h"
+
+#define MAGIC        0x3C85F7CEu
+#define MAX_STRING   (64u << 20) /* a key or value; the store's own cap is below */
+#define MAX_KEYS     (1u << 20)  /* keys in one CHECK, WAIT, MULTI_GET/SET */
+#define WAIT_SLICE_S 0.25        /* a parked WAIT looks at its client this often */
+#define NEVER        1e12        /* a client may idle between requests for ever */
+#define MAX_EXPECTED 256         /* routed connections not yet accepted */
+
+enum op {
+	OP_NONE, /* not a command of this version */
+	OP_VALIDATE,
+	OP_SET,
+	OP_CAS,
+	OP_GET,
+	OP_ADD,
+	OP_CHECK,
+	OP_WAIT,
+	OP_NUMKEYS,
+	OP_WATCH,
+	OP_DELETE,
+	OP_APPEND,
+	OP_MGET,
+	OP_MSET,
+	OP_CANCEL,
+	OP_PING,
+	OP_QPUSH,
+	OP_QPOP,
+	OP_QLEN,
+	OP_LIST,
+	OP_COUNT
+};
+
+static const char *const op_names[OP_COUNT] = {
+	"?",          "VALIDATE",   "SET",         "COMPARE_SET", "GET",        "ADD",
+	"CHECK",      "WAIT",       "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",
+	"MULTI_GET",  "MULTI_SET",  "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP",
+	"QUEUE_LEN",  "LIST_KEYS",
+};
+
+/* A client protocol: its opcodes, and how a parked WAIT ends when the
+ * client sends something. */
+struct conn;
+
+struct hpct_torch_proto {
+	const char *name;
+	unsigned char ops[32]; /* wire opcode -> enum op */
+	int validates;         /* the first request must be VALIDATE */
+	/* the client spoke during a WAIT: 1 when it canceled (the reply is
+	 * sent), 0 when the WAIT is dropped unanswered, <0 on error */
+	int (*interrupted)(struct conn *c);
+};
+
+struct conn {
+	int fd;
+	int id;
+	const struct hpct_torch_proto *p;
+	struct hpct_store *st; /* opened at the first command past VALIDATE/PING */
+	uint64_t incarnation;
+	char peer[64];
+	int pending_op; /* a request read ahead while a WAIT was parked */
+};
+
+static int interrupted_113(struct conn *c);
+static int interrupted_2(struct conn *c);
+
+static const struct hpct_torch_proto proto_113 = {
+	.name = "1.13",
+	.ops = { [0] = OP_SET, [1] = OP_CAS, [2] = OP_GET, [3] = OP_ADD, [4] = OP_CHECK,
+	         [5] = OP_WAIT, [6] = OP_NUMKEYS, [7] = OP_WATCH, [8] = OP_DELETE },
+	.validates = 0,
+	.interrupted = interrupted_113,
+};
+
+static const struct hpct_torch_proto proto_2 = {
+	.name = "2.4-2.13",
+	.ops = { [0] = OP_VALIDATE, [1] = OP_SET,     [2] = OP_CAS,     [3] = OP_GET,
+	         [4] = OP_ADD,      [5] = OP_CHECK,   [6] = OP_WAIT,    [7] = OP_NUMKEYS,
+	         [8] = OP_DELETE,   [9] = OP_APPEND,  [10] = OP_MGET,   [11] = OP_MSET,
+	         [12] = OP_CANCEL,  [13] = OP_PING,   [14] = OP_QPUSH,  [15] = OP_QPOP,
+	         [16] = OP_QLEN,    [17] = OP_LIST },
+	.validates = 1,
+	.interrupted = interrupted_2,
+};
+
+/* torch versions -> protocols: 1.13.x, and 2.4 (VALIDATE, every 2.x
+ * command above) through 2.13, the newest checked here.  2.0-2.3 sent a
+ * magic with every request: not served. */
+const struct hpct_torch_proto *hpct__torch_proto_for(const char *version)
+{
+	int major = 0, minor = 0;
+	if (!version || sscanf(version, "%d.%d", &major, &minor) != 2)
+		return NULL;
+	if (major == 1 && minor == 13)
+		return &proto_113;
+	if (major == 2 && minor >= 4 && minor <= 13)
+		return &proto_2;
+	return NULL;
+}
+
+const char *hpct__torch_protos_known(void)
+{
+	return "1.13 and 2.4 to 2.13";
+}
+
+/* ------------------------------------------------------------ state */
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	hpct_world *world;
+	const struct hpct_torch_proto *proto;
+	int lfd;
+	uint16_t port;
+	uint64_t incarnation; /* stores begun (ADD init/) in this process */
+	uint16_t expected[MAX_EXPECTED];
+	int nexpected;
+	/* barriers passed: "incarnation:key" */
+	char **barriers;
+	int nbarriers;
+	int next_id;
+} S = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, -1, 0, 0, { 0 }, 0,
+	NULL, 0, 0 };
+static atomic_long routed;
+
+long hpct__torch_store_routed(void)
+{
+	return atomic_load(&routed);
+}
+
+uint16_t hpct__torch_store_port(void)
+{
+	pthread_mutex_lock(&S.mu);
+	uint16_t p = S.port;
+	pthread_mutex_unlock(&S.mu);
+	return p;
+}
+
+void hpct__torch_store_expect(uint16_t port)
+{
+	pthread_mutex_lock(&S.mu);
+	if (S.nexpected < MAX_EXPECTED)
+		S.expected[S.nexpected++] = port;
+	pthread_cond_broadcast(&S.cv);
+	pthread_mutex_unlock(&S.mu);
+}
+
+/* Was `port` told by this process's connect?  Waits up to 1 s for the
+ * telling (the kernel may complete a loopback connect first). */
+static int take_expected(uint16_t port)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	pthread_mutex_lock(&S.mu);
+	for (;;) {
+		for (int i = 0; i < S.nexpected; i++)
+			if (S.expected[i] == port) {
+				S.expected[i] = S.expected[--S.nexpected];
+				pthread_mutex_unlock(&S.mu);
+				return 1;
+			}
+		if (pthread_cond_timedwait(&S.cv, &S.mu, &until) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&S.mu);
+	return 0;
+}
+
+int hpct__torch_store_addr(int family, struct sockaddr_storage *ss, socklen_t *len)
+{
+	uint16_t port = hpct__torch_store_port();
+	memset(ss, 0, sizeof(*ss));
+	if (!port)
+		return HPCT_ESTATE;
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons(port);
+		a->sin6_addr.s6_addr[10] = 0xff; /* ::ffff:127.0.0.1 */
+		a->sin6_addr.s6_addr[11] = 0xff;
+		a->sin6_addr.s6_addr[12] = 127;
+		a->sin6_addr.s6_addr[15] = 1;
+		*len = sizeof(*a);
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons(port);
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		*len = sizeof(*a);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ wire */
+
+static int recv_n(struct conn *c, void *buf, size_t n)
+{
+	return hpct__sock_recv_all(c->fd, buf, n, NEVER);
+}
+
+static int send_n(struct conn *c, const void *buf, size_t n)
+{
+	return hpct__sock_send_all(c->fd, buf, n, hpct__now() + NEVER);
+}
+
+static int recv_u64(struct conn *c, uint64_t *v)
+{
+	return recv_n(c, v, sizeof(*v));
+}
+
+/* A string or value: malloc'd, NUL-terminated (keys are used as C strings). */
+static int recv_str(struct conn *c, char **out, size_t *len_out)
+{
+	uint64_t n;
+	int rc = recv_u64(c, &n);
+	if (rc)
+		return rc;
+	if (n > MAX_STRING) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "torch store: client %s sent a string of %" PRIu64
+		          " bytes (more than %u): connection closed",
+		          c->peer, n, MAX_STRING);
+		return HPCT_EPROTO;
+	}
+	char *s = malloc((size_t)n + 1);
+	if (!s)
+		return HPCT_ENOMEM;
+	rc = recv_n(c, s, (size_t)n);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	s[n] = 0;
+	*out = s;
+	if (len_out)
+		*len_out = (size_t)n;
+	return 0;
+}
+
+static int send_bytes(struct conn *c, const void *v, size_t len)
+{
+	uint64_t n = len;
+	int rc = send_n(c, &n, sizeof(n));
+	return rc ? rc : send_n(c, v, len);
+}
+
+static int send_i64(struct conn *c, int64_t v)
+{
+	return send_n(c, &v, sizeof(v));
+}
+
+static int send_u8(struct conn *c, uint8_t v)
+{
+	return send_n(c, &v, 1);
+}
+
+struct keys {
+	char **k;
+	uint64_t n;
+};
+
+static void keys_free(struct keys *ks)
+{
+	for (uint64_t i = 0; i < ks->n; i++)
+		free(ks->k[i]);
+	free(ks->k);
+	ks->k = NULL;
+	ks->n = 0;
+}
+
+static int recv_keys(struct conn *c, struct keys *ks)
+{
+	uint64_t n;
+	int rc = recv_u64(c, &n);
+	if (rc)
+		return rc;
+	if (n > MAX_KEYS) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "torch store: client %s asked for %" PRIu64 " keys at once (more than %u)",
+		          c->peer, n, MAX_KEYS);
+		return HPCT_EPROTO;
+	}
+	ks->k = calloc(n ? (size_t)n : 1, sizeof(char *));
+	ks->n = 0;
+	if (!ks->k)
+		return HPCT_ENOMEM;
+	for (; ks->n < n; ks->n++)
+		if ((rc = recv_str(c, &ks->k[ks->n], NULL)) != 0) {
+			keys_free(ks);
+			return rc;
+		}
+	return 0;
+}
+
+/* ------------------------------------------------------------ namespaces */
+
+/* The store handle of this connection, opened at its first command:
+ * `begins` when that command is ADD "init/" (a new TCPStore). */
+static int ensure_store(struct conn *c, int begins)
+{
+	if (c->st)
+		return 0;
+	struct hpct_world_info info;
+	hpct_world_get_info(S.world, &info);
+	pthread_mutex_lock(&S.mu);
+	if (begins || S.incarnation == 0)
+		S.incarnation++;
+	c->incarnation = S.incarnation;
+	pthread_mutex_unlock(&S.mu);
+	uint64_t ns = hpct__hash_u64(hpct__hash_u64(hpct__hash_u64(0x746f726368ull, info.job),
+	                                            info.epoch),
+	                             c->incarnation);
+	int rc = hpct__store_open(S.world, ns, hpct__world_timeout(S.world), &c->st);
+	if (rc)
+		HPCT_WARN(HPCT_SUB_NET, "torch store: client %s: cannot open the store: %s", c->peer,
+		          hpct_last_error());
+	return rc;
+}
+
+/* ".../store_based_barrier_key:G" */
+static int is_barrier_key(const char *key)
+{
+	static const char tag[] = "store_based_barrier_key:";
+	const char *at = strstr(key, tag);
+	if (!at || (at > key && at[-1] != '/'))
+		return 0;
+	const char *g = at + sizeof(tag) - 1;
+	if (!*g)
+		return 0;
+	for (; *g; g++)
+		if (*g == '/' || *g == ':')
+			return 0;
+	return 1;
+}
+
+/* 1 when that barrier was passed in this incarnation; with `pass`, passes
+ * it first (once).  The caller holds nothing. */
+static int barrier(struct conn *c, const char *key, int pass, int *rc_out)
+{
+	char tag[64];
+	snprintf(tag, sizeof(tag), "%" PRIu64 ":", c->incarnation);
+	size_t tl = strlen(tag);
+	*rc_out = 0;
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nbarriers; i++)
+		if (strncmp(S.barriers[i], tag, tl) == 0 && strcmp(S.barriers[i] + tl, key) == 0) {
+			pthread_mutex_unlock(&S.mu);
+			return 1;
+		}
+	if (!pass) {
+		pthread_mutex_unlock(&S.mu);
+		return 0;
+	}
+	/* under the lock: barriers of this process, one at a time, in the
+	 * order its threads arrive (every rank runs the same program) */
+	int rc = hpct_barrier(hpct_world_group(S.world));
+	if (rc == 0) {
+		char **b = realloc(S.barriers, (size_t)(S.nbarriers + 1) * sizeof(char *));
+		char *s = malloc(tl + strlen(key) + 1);
+		if (b && s) {
+			S.barriers = b;
+			sprintf(s, "%s%s", tag, key);
+			S.barriers[S.nbarriers++] = s;
+		} else {
+			if (b)
+				S.barriers = b;
+			free(s);
+			rc = HPCT_ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&S.mu);
+	*rc_out = rc;
+	return rc == 0;
+}
+
+/* ------------------------------------------------------------ commands */
+
+/* A store call failed: the client is told by the closed connection, the
+ * log says why (the store's message names key, home rank and host:port). */
+static int failed(struct conn *c, const char *what, const char *key, int rc)
+{
+	hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
+	          "torch store: client %s (torch %s), %s '%.100s': %s: the connection is closed, "
+	          "so PyTorch raises",
+	          c->peer, c->p->name, what, key ? key : "", hpct_last_error()[0] ? hpct_last_error()
+	                                                                         : hpct_strerror(rc));
+	return rc;
+}
+
+static int do_set(struct conn *c)
+{
+	char *k, *v;
+	size_t vl;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = recv_str(c, &v, &vl)) == 0) {
+		rc = ensure_store(c, 0);
+		if (rc == 0 && (rc = hpct__store_set(c->st, k, v, vl)) != 0)
+			failed(c, "SET", k, rc);
+		free(v);
+	}
+	free(k);
+	return rc;
+}
+
+static int reply_value(struct conn *c, void *v, size_t len)
+{
+	int rc = send_bytes(c, v, len);
+	free(v);
+	return rc;
+}
+
+static int do_cas(struct conn *c)
+{
+	char *k, *e = NULL, *d = NULL;
+	size_t el, dl;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = recv_str(c, &e, &el)) == 0 && (rc = recv_str(c, &d, &dl)) == 0 &&
+	    (rc = ensure_store(c, 0)) == 0) {
+		void *v = NULL;
+		size_t vl = 0;
+		rc = hpct__store_cas(c->st, k, e, el, d, dl, &v, &vl);
+		rc = rc ? failed(c, "COMPARE_SET", k, rc) : reply_value(c, v, vl);
+	}
+	free(d);
+	free(e);
+	free(k);
+	return rc;
+}
+
+static int do_get(struct conn *c)
+{
+	char *k;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = ensure_store(c, 0)) == 0) {
+		void *v = NULL;
+		size_t vl = 0;
+		rc = hpct__store_get(c->st, k, -1, &v, &vl);
+		rc = rc ? failed(c, "GET", k, rc) : reply_value(c, v, vl);
+	}
+	free(k);
+	return rc;
+}
+
+static int do_add(struct conn *c)
+{
+	char *k;
+	int64_t delta;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = recv_n(c, &delta, sizeof(delta))) == 0 &&
+	    (rc = ensure_store(c, strcmp(k, "init/") == 0 && delta == 1)) == 0) {
+		int64_t v = 0;
+		int brc = 0;
+		if (is_barrier_key(k) && (delta == 0 || delta == 1) &&
+		    barrier(c, k, delta == 1, &brc)) {
+			struct hpct_world_info info;
+			hpct_world_get_info(S.world, &info);
+			v = info.size; /* every rank has checked in */
+		} else if (brc) {
+			rc = failed(c, "the store-based barrier of", k, brc);
+		} else {
+			rc = hpct__store_add(c->st, k, delta, &v);
+			if (rc)
+				failed(c, "ADD", k, rc);
+		}
+		if (rc == 0)
+			rc = send_i64(c, v);
+	}
+	free(k);
+	return rc;
+}
+
+static int do_check(struct conn *c)
+{
+	struct keys ks;
+	int rc = recv_keys(c, &ks);
+	if (rc)
+		return rc;
+	int all = 0;
+	if ((rc = ensure_store(c, 0)) == 0 &&
+	    (rc = hpct__store_check(c->st, (const char *const *)ks.k, (int)ks.n, &all)) != 0)
+		failed(c, "CHECK", ks.n ? ks.k[0] : "", rc);
+	if (rc == 0)
+		rc = send_u8(c, all ? 0 : 1);
+	keys_free(&ks);
+	return rc;
+}
+
+/* 1.13: whatever came is the next request; the WAIT is dropped unanswered,
+ * as 1.13's own server would answer it only when the key came. */
+static int interrupted_113(struct conn *c)
+{
+	uint8_t b;
+	int rc = recv_n(c, &b, 1);
+	if (rc)
+		return rc;
+	c->pending_op = b;
+	return 0;
+}
+
+/* 2.x: CANCEL_WAIT, answered WAIT_CANCELED. */
+static int interrupted_2(struct conn *c)
+{
+	uint8_t b;
+	int rc = recv_n(c, &b, 1);
+	if (rc)
+		return rc;
+	if (c->p->ops[b & 31] != OP_CANCEL || b > 31) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "torch store: client %s sent command %u during a WAIT (only CANCEL_WAIT "
+		          "may come): connection closed",
+		          c->peer, b);
+		return HPCT_EPROTO;
+	}
+	rc = send_u8(c, 1);
+	return rc ? rc : 1;
+}
+
+static int do_wait(struct conn *c)
+{
+	struct keys ks;
+	int rc = recv_keys(c, &ks);
+	if (rc)
+		return rc;
+	if ((rc = ensure_store(c, 0)) != 0)
+		goto out;
+	const char *const *k = (const char *const *)ks.k;
+	double limit = hpct__store_timeout(c->st), waited = 0;
+	for (;;) {
+		double t0 = hpct__now();
+		rc = hpct__store_wait_quiet(c->st, k, (int)ks.n, WAIT_SLICE_S);
+		if (rc == 0) {
+			rc = send_u8(c, 0);
+			break;
+		}
+		if (rc != HPCT_ETIMEDOUT) {
+			failed(c, "WAIT for", ks.n ? ks.k[0] : "", rc);
+			break;
+		}
+		waited += hpct__now() - t0;
+		/* every HPCT_TIMEOUT: is a rank gone?  Then no one sets it */
+		if (waited >= limit) {
+			char dead[600];
+			if (hpct__store_unreachable(c->st, dead, sizeof(dead)) > 0) {
+				hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
+				          "torch store: client %s (torch %s): WAIT for '%.100s' "
+				          "found nothing after %.1f s, and ranks whose store does "
+				          "not answer (died or never started): %s: the connection "
+				          "is closed, so PyTorch raises",
+				          c->peer, c->p->name, ks.n ? ks.k[0] : "", waited, dead);
+				rc = HPCT_EPEERDEAD;
+				break;
+			}
+			waited = 0;
+		}
+		int ready = hpct__sock_wait(c->fd, POLLIN, hpct__now());
+		if (ready < 0) {
+			rc = ready;
+			break;
+		}
+		if (ready) {
+			rc = c->p->interrupted(c);
+			rc = rc > 0 ? 0 : rc;
+			break;
+		}
+	}
+out:
+	keys_free(&ks);
+	return rc;
+}
+
+static int do_numkeys(struct conn *c)
+{
+	int64_t n = 0;
+	int rc = ensure_store(c, 0);
+	if (rc == 0 && (rc = hpct__store_num_keys(c->st, &n)) != 0)
+		failed(c, "GETNUMKEYS", NULL, rc);
+	return rc ? rc : send_i64(c, n);
+}
+
+static int do_delete(struct conn *c)
+{
+	char *k;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	int existed = 0;
+	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_delete(c->st, k, &existed)) != 0)
+		failed(c, "DELETE_KEY", k, rc);
+	free(k);
+	return rc ? rc : send_i64(c, existed ? 1 : 0);
+}
+
+static int do_append(struct conn *c)
+{
+	char *k, *v;
+	size_t vl;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = recv_str(c, &v, &vl)) == 0) {
+		rc = ensure_store(c, 0);
+		if (rc == 0 && (rc = hpct__store_append(c->st, k, v, vl)) != 0)
+			failed(c, "APPEND", k, rc);
+		free(v);
+	}
+	free(k);
+	return rc;
+}
+
+static int do_mget(struct conn *c)
+{
+	struct keys ks;
+	int rc = recv_keys(c, &ks);
+	if (rc)
+		return rc;
+	rc = ensure_store(c, 0);
+	for (uint64_t i = 0; rc == 0 && i < ks.n; i++) {
+		void *v = NULL;
+		size_t vl = 0;
+		rc = hpct__store_get(c->st, ks.k[i], -1, &v, &vl);
+		rc = rc ? failed(c, "MULTI_GET", ks.k[i], rc) : reply_value(c, v, vl);
+	}
+	keys_free(&ks);
+	return rc;
+}
+
+static int do_mset(struct conn *c)
+{
+	uint64_t n;
+	int rc = recv_u64(c, &n);
+	if (rc)
+		return rc;
+	if (n > MAX_KEYS)
+		return HPCT_EPROTO;
+	rc = ensure_store(c, 0);
+	for (uint64_t i = 0; rc == 0 && i < n; i++) {
+		char *k, *v;
+		size_t vl;
+		if ((rc = recv_str(c, &k, NULL)) != 0)
+			break;
+		if ((rc = recv_str(c, &v, &vl)) == 0) {
+			if ((rc = hpct__store_set(c->st, k, v, vl)) != 0)
+				failed(c, "MULTI_SET", k, rc);
+			free(v);
+		}
+		free(k);
+	}
+	return rc;
+}
+
+/* A CANCEL_WAIT after the WAIT was answered: the client reads
+ * STOP_WAITING, then this. */
+static int do_cancel(struct conn *c)
+{
+	return send_u8(c, 1);
+}
+
+static int do_ping(struct conn *c)
+{
+	uint32_t nonce;
+	int rc = recv_n(c, &nonce, sizeof(nonce));
+	return rc ? rc : send_n(c, &nonce, sizeof(nonce));
+}
+
+static int do_validate(struct conn *c)
+{
+	uint32_t magic;
+	int rc = recv_n(c, &magic, sizeof(magic));
+	if (rc)
+		return rc;
+	if (magic != MAGIC) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "torch store: client %s: VALIDATE with magic 0x%08x, not 0x%08x: "
+		          "connection closed",
+		          c->peer, magic, MAGIC);
+		return HPCT_EPROTO;
+	}
+	return 0;
+}
+
+static int do_qpush(struct conn *c)
+{
+	char *k, *v;
+	size_t vl;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = recv_str(c, &v, &vl)) == 0) {
+		rc = ensure_store(c, 0);
+		if (rc == 0 && (rc = hpct__store_queue_push(c->st, k, v, vl)) != 0)
+			failed(c, "QUEUE_PUSH", k, rc);
+		free(v);
+	}
+	free(k);
+	return rc;
+}
+
+static int do_qpop(struct conn *c)
+{
+	char *k;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = ensure_store(c, 0)) == 0) {
+		void *v = NULL;
+		size_t vl = 0;
+		/* a blocking pop WAITed first; a non-blocking one on an empty
+		 * queue fails, as PyTorch's server does */
+		rc = hpct__store_queue_pop(c->st, k, 0, &v, &vl);
+		rc = rc ? failed(c, "QUEUE_POP", k, rc) : reply_value(c, v, vl);
+	}
+	free(k);
+	return rc;
+}
+
+static int do_qlen(struct conn *c)
+{
+	char *k;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	int64_t n = 0;
+	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_queue_len(c->st, k, &n)) != 0)
+		failed(c, "QUEUE_LEN", k, rc);
+	free(k);
+	return rc ? rc : send_i64(c, n);
+}
+
+static int do_list(struct conn *c)
+{
+	char **keys = NULL;
+	int64_t n = 0;
+	int rc = ensure_store(c, 0);
+	if (rc == 0 && (rc = hpct__store_list(c->st, &keys, &n)) != 0)
+		failed(c, "LIST_KEYS", NULL, rc);
+	if (rc == 0)
+		rc = send_i64(c, n);
+	for (int64_t i = 0; i < n; i++) {
+		if (rc == 0)
+			rc = send_bytes(c, keys[i], strlen(keys[i]));
+		free(keys[i]);
+	}
+	free(keys);
+	return rc;
+}
+
+/* A command this store does not offer: said, and the connection closed. */
+static int refuse(struct conn *c, enum op op, unsigned code)
+{
+	if (op == OP_WATCH)
+		hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
+		          "torch store: client %s (torch %s) asked for WATCH_KEY: hpct's rootless "
+		          "store has no server to watch at; run with HPCT_USE_ROOTLESS=0 for "
+		          "PyTorch's own TCPStore",
+		          c->peer, c->p->name);
+	else
+		hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
+		          "torch store: client %s sent command %u, which torch %s's TCPStore "
+		          "protocol does not have: connection closed",
+		          c->peer, code, c->p->name);
+	return HPCT_EPROTO;
+}
+
+static int (*const handlers[OP_COUNT])(struct conn *) = {
+	[OP_VALIDATE] = do_validate, [OP_SET] = do_set,       [OP_CAS] = do_cas,
+	[OP_GET] = do_get,           [OP_ADD] = do_add,       [OP_CHECK] = do_check,
+	[OP_WAIT] = do_wait,         [OP_NUMKEYS] = do_numkeys, [OP_DELETE] = do_delete,
+	[OP_APPEND] = do_append,     [OP_MGET] = do_mget,     [OP_MSET] = do_mset,
+	[OP_CANCEL] = do_cancel,     [OP_PING] = do_ping,     [OP_QPUSH] = do_qpush,
+	[OP_QPOP] = do_qpop,         [OP_QLEN] = do_qlen,     [OP_LIST] = do_list,
+};
+
+static void *serve(void *arg)
+{
+	struct conn *c = arg;
+	int first = 1;
+	for (;;) {
+		uint8_t code;
+		int rc;
+		if (c->pending_op >= 0) {
+			code = (uint8_t)c->pending_op;
+			c->pending_op = -1;
+		} else if ((rc = recv_n(c, &code, 1)) != 0) {
+			break; /* the client closed (its TCPStore is gone) */
+		}
+		enum op op = code < 32 ? (enum op)c->p->ops[code] : OP_NONE;
+		if (first && c->p->validates && op != OP_VALIDATE) {
+			HPCT_WARN(HPCT_SUB_NET,
+			          "torch store: client %s began with command %u, not VALIDATE as torch "
+			          "%s does: connection closed",
+			          c->peer, code, c->p->name);
+			break;
+		}
+		first = 0;
+		rc = handlers[op] ? handlers[op](c) : refuse(c, op, code);
+		if (rc)
+			break;
+		HPCT_TRACE(HPCT_SUB_NET, "torch store: client %s: %s done", c->peer, op_names[op]);
+	}
+	if (c->st)
+		hpct__store_close(c->st);
+	close(c->fd);
+	free(c);
+	return NULL;
+}
+
+static void *accept_loop(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(S.lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				hpct__sleep(0.05);
+				continue;
+			}
+			HPCT_WARN(HPCT_SUB_NET, "torch store: accept on 127.0.0.1:%u: %s", S.port,
+			          strerror(errno));
+			return NULL;
+		}
+		hpct__fd_track(fd);
+		uint16_t port = ss.ss_family == AF_INET6
+		                        ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+		                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		char peer[64];
+		snprintf(peer, sizeof(peer), "127.0.0.1:%u", port);
+		if (!take_expected(port)) {
+			HPCT_WARN(HPCT_SUB_NET,
+			          "torch store: a connection from %s that no TCPStore of this process "
+			          "made: closed",
+			          peer);
+			close(fd);
+			continue;
+		}
+		struct conn *c = calloc(1, sizeof(*c));
+		pthread_t t;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (c) {
+			c->fd = fd;
+			c->p = S.proto;
+			c->pending_op = -1;
+			snprintf(c->peer, sizeof(c->peer), "%s", peer);
+		}
+		if (!c || pthread_create(&t, &at, serve, c) != 0) {
+			HPCT_WARN(HPCT_SUB_NET, "torch store: no thread for client %s: closed", peer);
+			close(fd);
+			free(c);
+		} else {
+			atomic_fetch_add(&routed, 1);
+		}
+		pthread_attr_destroy(&at);
+	}
+}
+
+int hpct__torch_store_start(hpct_world *world, const struct hpct_torch_proto *proto)
+{
+	pthread_mutex_lock(&S.mu);
+	if (S.lfd >= 0) {
+		pthread_mutex_unlock(&S.mu);
+		return 0;
+	}
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t al = sizeof(a);
+	int rc = 0;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 128) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+		rc = hpct__fail(-errno, HPCT_SUB_NET,
+		                "torch store: cannot listen on 127.0.0.1 for this rank's TCPStore "
+		                "clients: %s",
+		                strerror(errno));
+	pthread_t t;
+	if (rc == 0) {
+		hpct__fd_track(fd);
+		S.lfd = fd;
+		S.port = ntohs(a.sin_port);
+		S.world = world;
+		S.proto = proto;
+		if (pthread_create(&t, NULL, accept_loop, NULL) != 0) {
+			rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_NET, "torch store: no accept thread");
+			S.lfd = -1;
+			S.port = 0;
+		} else {
+			pthread_detach(t);
+		}
+	}
+	if (rc && fd >= 0)
+		close(fd);
+	pthread_mutex_unlock(&S.mu);
+	return rc;
+}

@@ -1,0 +1,36 @@
+/* PyTorch's TCPStore served inside a rank (torch_store.c): the wire
+ * protocol of torch 1.13 and of 2.4 to 2.13 answered on a loopback
+ * listener of this process, each command done on hpct's rootless store
+ * (keys on their home ranks).  preload.c sends a rank's store connections
+ * here; nothing reaches MASTER_ADDR:MASTER_PORT. */
+#ifndef HPCT_SHIM_TORCH_STORE_H
+#define HPCT_SHIM_TORCH_STORE_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "hpct/hpct.h"
+
+struct hpct_torch_proto;
+
+/* The protocol of a torch version ("1.13.1", "2.13.0+cpu"), or NULL when
+ * hpct does not know it. */
+const struct hpct_torch_proto *hpct__torch_proto_for(const char *version);
+/* "1.13", "2.4-2.13": the versions hpct serves, for messages. */
+const char *hpct__torch_protos_known(void);
+
+/* Starts the listener and its thread (once): clients of protocol `proto`
+ * over `world`'s store.  0, or an hpct error (logged). */
+int hpct__torch_store_start(hpct_world *world, const struct hpct_torch_proto *proto);
+/* Where a routed client connects: the listener's address for a socket of
+ * `family` (AF_INET: 127.0.0.1, AF_INET6: ::ffff:127.0.0.1). */
+int hpct__torch_store_addr(int family, struct sockaddr_storage *ss, socklen_t *len);
+/* A client's source port, told before it connects: the listener accepts
+ * no other. */
+void hpct__torch_store_expect(uint16_t port);
+/* Connections accepted so far (a test asks it through the shim). */
+long hpct__torch_store_routed(void);
+/* The listener's port (0 before start). */
+uint16_t hpct__torch_store_port(void);
+
+#endif
