@@ -9,7 +9,9 @@
 # HPCT_USE_ROOTLESS=0 runs stock (in a network namespace of its own, as
 # stock binds the wildcard address); a rank killed during init makes the
 # others fail, naming it, within HPCT_TIMEOUT.  TAP output.
-# Last, hpct-bench --scenario torch prints a row per path.
+# Last, hpct-bench --scenario torch prints a row per path, for the first
+# incarnation and the re-init, and one for PyTorch 2.13 when its venv
+# (tools/torch-venv.sh) is there.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 set -u
 run=$1
@@ -51,7 +53,7 @@ check_ranks() { # name n expect_shim log
 }
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
-echo "1..12"
+echo "1..13"
 
 # rootless, hpct-run
 for n in 2 4 8; do
@@ -131,13 +133,37 @@ else
 	not_ok "a rank killed during init is named by the others" "$bad"
 fi
 
-# the benchmark of the issue, smallest size: both paths, one row each
-if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 16800 \
-	>"$dir/bench" 2>&1 &&
-	grep -Eq "^torch +rootless +2 +" "$dir/bench" && grep -Eq "^torch +stock +2 +" "$dir/bench" &&
-	grep -q "^torch N=2: stock/rootless median ratio" "$dir/bench"; then
-	ok "hpct-bench --scenario torch: a row per path and their ratio"
+# the benchmark of the issue, smallest size: both paths, one row each, for
+# init and re-init, their ratios, and what a process start costs here
+bad=""
+"$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --reinit --port 16800 \
+	>"$dir/bench" 2>&1 || bad="$bad exit $?;"
+for s in torch-1.13 torch-1.13-reinit; do
+	for p in rootless stock; do
+		grep -Eq "^$s +$p +2 +2 +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $s $p row;"
+	done
+	grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
+done
+grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms \(median of 200\)\$" "$dir/bench" ||
+	bad="$bad no fork+exec line;"
+if [ -z "$bad" ]; then
+	ok "hpct-bench --scenario torch --reinit: a row per path and phase, their ratios"
 else
-	not_ok "hpct-bench --scenario torch: a row per path and their ratio" "$(tail -5 "$dir/bench")"
+	not_ok "hpct-bench --scenario torch --reinit: a row per path and phase, their ratios" "$bad" \
+		"$(grep -v 'hostname of the client' "$dir/bench" | tail -8)"
+fi
+
+# PyTorch 2.13 (CPU), run by the Python of its venv: a row, and in the JSON
+py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
+if [ ! -x "$py213" ]; then
+	ok "# SKIP no torch 2.13 at $py213 (make it with tools/torch-venv.sh 2.13)"
+elif "$bench" --scenario torch --torch 2.13 --ranks 2 --repeat 1 --path stock --port 16800 \
+	--json "$dir/b213.json" >"$dir/b213" 2>&1 &&
+	grep -Eq "^torch-2.13 +stock +2 +2 +1 +[0-9.]+ " "$dir/b213" &&
+	grep -q '"scenario":"torch","path":"stock","ranks":2,.*"torch":"2.13"}' "$dir/b213.json"; then
+	ok "hpct-bench --scenario torch --torch 2.13: a stock row run by $py213"
+else
+	not_ok "hpct-bench --scenario torch --torch 2.13: a stock row run by $py213" \
+		"$(grep -v 'hostname of the client' "$dir/b213" | tail -8)"
 fi
 exit $failed
