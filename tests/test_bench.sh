@@ -62,6 +62,15 @@ grep -q "scenario bogus: want cold, gloo, nccl-root, restart, kill-root or torch
 	fail "the unknown scenario was not named: $(cat "$dir/err2")"
 [ ! -s "$dir/out2" ] || fail "something ran before the bad scenario was refused"
 
+# --torch names a release it has no Python for, and how to make one
+if HPCT_TORCH_PYTHON_2_13=/nonexistent "$bench" --scenario torch --torch 2.13 --ranks 2 \
+	>"$dir/out6" 2>"$dir/err6"; then
+	fail "--torch 2.13 without its Python was accepted"
+fi
+grep -q "torch 2.13: no Python at /nonexistent (HPCT_TORCH_PYTHON_2_13; .*tools/torch-venv.sh 2.13" \
+	"$dir/err6" || fail "the missing Python was not named: $(cat "$dir/err6")"
+[ ! -s "$dir/out6" ] || fail "something ran without the Python"
+
 # a plot file that is not a PNG name
 if "$bench" --scenario cold --ranks 2 --plot "$dir/x.jpg" 2>"$dir/err3"; then
 	fail "--plot x.jpg was accepted"

@@ -12,7 +12,8 @@
 # stock binds the wildcard address); a rank killed during init makes the
 # others fail, naming it, within HPCT_TIMEOUT; a rank killed while a forked
 # child of it lives on makes the others fail at once.  TAP output.
-# Last, hpct-bench --scenario torch prints a row per path.
+# Last, hpct-bench --scenario torch --reinit prints a row per torch, path
+# and phase.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 set -u
 run=$1
@@ -207,7 +208,9 @@ torch_suite() { # label python
 }
 
 torch_suite 1.13 /usr/bin/python3
+py213_ok=0
 if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
+	py213_ok=1
 	torch_suite 2.13 "$py213"
 else
 	for ((i = 0; i < per_torch; i++)); do
@@ -215,13 +218,30 @@ else
 	done
 fi
 
-# the benchmark of the issue, smallest size: both paths, one row each
-if "$bench" --scenario torch --ranks 2 --repeat 1 --path stock,rootless --port 16800 \
-	>"$dir/bench" 2>&1 &&
-	grep -Eq "^torch +rootless +2 +" "$dir/bench" && grep -Eq "^torch +stock +2 +" "$dir/bench" &&
-	grep -q "^torch N=2: stock/rootless median ratio" "$dir/bench"; then
-	ok "hpct-bench --scenario torch: a row per path and their ratio"
+# the benchmark of the issue, smallest size: both paths, both torches, one
+# row each for init and re-init, their ratios, and what a process start
+# costs here
+bad=""
+torches=1.13
+[ "$py213_ok" = 1 ] && torches=1.13,2.13
+"$bench" --scenario torch --torch "$torches" --ranks 2 --repeat 1 --path stock,rootless --reinit \
+	--port 16800 --json "$dir/bench.json" >"$dir/bench" 2>&1 || bad="$bad exit $?;"
+for v in ${torches//,/ }; do
+	for s in torch-$v torch-$v-reinit; do
+		for p in rootless stock; do
+			grep -Eq "^$s +$p +2 +2 +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $s $p row;"
+		done
+		grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
+	done
+	grep -q "\"scenario\":\"torch\",\"path\":\"rootless\",\"ranks\":2,.*\"torch\":\"$v\"}" "$dir/bench.json" ||
+		bad="$bad no torch $v row in the JSON;"
+done
+grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms \(median of 200\)\$" "$dir/bench" ||
+	bad="$bad no fork+exec line;"
+if [ -z "$bad" ]; then
+	ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, path and phase, their ratios"
 else
-	not_ok "hpct-bench --scenario torch: a row per path and their ratio" "$(tail -5 "$dir/bench")"
+	not_ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, path and phase, their ratios" "$bad" \
+		"$(grep -v 'hostname of the client' "$dir/bench" | tail -8)"
 fi
 exit $failed

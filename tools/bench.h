@@ -38,8 +38,39 @@ const struct scenario *bench_find_scenario(const char *name);
  * 0, or -1 with the reason printed. */
 int bench_enter_netns(void);
 
-/* The environment of a torch run's ranks (the shim preloaded if rootless). */
-void bench_torch_env(int rootless);
+/* A PyTorch release --torch names, and the Python that runs it. */
+struct bench_torch {
+	const char *ver; /* "1.13", "2.13": the row's label and JSON "torch" */
+	char python[4096];
+};
+
+/* --torch VER: the release (1.13, 2.13 or 2.13.0) and its interpreter:
+ * HPCT_TORCH_PYTHON_1_13 / _2_13 when set, else Debian's /usr/bin/python3
+ * for 1.13 and the venv tools/torch-venv.sh makes for 2.13.  0, or -1 with
+ * the reason printed (an unknown release, or no interpreter there, with
+ * how to make one). */
+int bench_torch_find(const char *arg, struct bench_torch *out);
+
+/* The environment of a torch run's ranks (the shim preloaded if rootless;
+ * the torch version the ranks check they have). */
+void bench_torch_env(int rootless, const char *ver);
+
+/* What one torch run measured: ms from the gate to the last rank's end of
+ * the timed work, -1 for a phase that failed or did not run; the largest
+ * resident memory of a rank, kB. */
+struct bench_torch_times {
+	double init_ms, reinit_ms;
+	long init_rss, reinit_rss;
+};
+
+/* One torch run: N ranks of the PyTorch job `script` run by `python`,
+ * timed from the gate (every rank imported torch) to init_process_group,
+ * new_group and all_reduce done by all; with reinit, after every rank
+ * destroyed the process group, the same again from a second gate.  A
+ * failure is said on stderr and leaves its time at -1. */
+void bench_torch_once(const char *python, const char *script, int n, int nodes, int rootless,
+                      int port, int run_id, double timeout, int reinit,
+                      struct bench_torch_times *out);
 
 /* One run: N ranks of `scenario` on K loopback nodes; returns ms or -1. */
 double bench_run_once(const char *self, const char *scenario, int n, int nodes, int rootless,

@@ -1,8 +1,10 @@
 /* hpct-bench's launcher: starts the ranks of one run on loopback nodes with
  * the environment a launcher would give them, collects their reports,
- * releases and reaps them, and times a cold run or a restart. */
+ * releases and reaps them, and times a cold run, a restart or a PyTorch
+ * job's init and re-init. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,11 @@
 /* set by main for the runs that follow (see bench.h) */
 const char *bench_transport;
 int bench_gate;
+/* the torch scenario's Python: ranks run as `interpreter self`; else NULL */
+static const char *interpreter;
+
+/* A rank that hangs is killed this long after its own HPCT_TIMEOUT. */
+#define GRACE_S 30
 
 static void setenv_int(const char *name, long v)
 {
@@ -113,7 +120,10 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 		pid_t pid = fork();
 		if (pid == 0) {
 			close(pfd[0]);
-			execl(self, self, "--as-rank", scenario, (char *)NULL);
+			if (interpreter)
+				execl(interpreter, interpreter, self, (char *)NULL);
+			else
+				execl(self, self, "--as-rank", scenario, (char *)NULL);
 			_exit(127);
 		}
 		if (pid < 0) {
@@ -137,11 +147,35 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 	return 0;
 }
 
-/* Reads every rank's report (or until all writers are gone). */
-static void collect(struct batch *b)
+/* Waits until fd can be read, or `deadline` (CLOCK_MONOTONIC, 0: none)
+ * has passed; 1 or 0. */
+static int wait_readable(int fd, double deadline)
+{
+	for (;;) {
+		int ms = -1;
+		if (deadline > 0) {
+			double left = deadline - mono();
+			if (left <= 0)
+				return 0;
+			ms = (int)(left * 1000) + 1;
+		}
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int r = poll(&p, 1, ms);
+		if (r > 0)
+			return 1;
+		if (r == 0 || errno != EINTR)
+			return 0;
+	}
+}
+
+/* Reads every rank's report (or until all writers are gone, or the
+ * deadline, 0 for none). */
+static void collect(struct batch *b, double deadline)
 {
 	struct record rec;
 	while (b->got < b->n) {
+		if (!wait_readable(b->rep, deadline))
+			break;
 		ssize_t k = read(b->rep, &rec, sizeof(rec));
 		if (k != (ssize_t)sizeof(rec))
 			break; /* every writer is gone */
@@ -202,7 +236,7 @@ double bench_run_once(const char *self, const char *scenario, int n, int nodes, 
 		t0 = mono();
 		close(b.gate);
 	}
-	collect(&b);
+	collect(&b, 0);
 	*max_conns = b.max_conns;
 	*msgs = b.msgs;
 	*max_rss = b.max_rss;
@@ -267,7 +301,7 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 			close(agent[1]);
 		return -1;
 	}
-	collect(&a);
+	collect(&a, 0);
 	if (a.got < n || a.bad) {
 		if (agent[1] >= 0)
 			close(agent[1]);
@@ -285,7 +319,7 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 		finish(&a, 1); /* the agent stops the rest: all start again */
 		if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout) < 0)
 			return -1;
-		collect(&b);
+		collect(&b, 0);
 		*max_conns = b.max_conns;
 		*repl_conns = 0;
 		last = b.last;
@@ -311,9 +345,9 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 	a.n = n - kills; /* the survivors' second reports */
 	a.got = a.bad = a.max_conns = 0;
 	a.last = 0;
-	collect(&a);
+	collect(&a, 0);
 	if (rc == 0)
-		collect(&b);
+		collect(&b, 0);
 	last = a.last > b.last ? a.last : b.last;
 	*max_conns = a.max_conns;
 	*repl_conns = b.max_conns;
@@ -328,4 +362,127 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 		return -1;
 	}
 	return (last - t0) * 1000;
+}
+
+/* Reads the ranks' "ready" bytes until all N have said so; 0, or -1 when
+ * one said it failed ('f'), all are gone, or the deadline passed. */
+static int await_ready(struct batch *b, double deadline)
+{
+	char c[64];
+	for (int k = 0; k < b->n;) {
+		if (!wait_readable(b->ready, deadline))
+			return -1;
+		size_t want = (size_t)(b->n - k) < sizeof(c) ? (size_t)(b->n - k) : sizeof(c);
+		ssize_t got = read(b->ready, c, want);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0 || memchr(c, 'f', (size_t)got))
+			return -1;
+		k += (int)got;
+	}
+	return 0;
+}
+
+/* Closes the fds of a pipe that are open. */
+static void close_pair(int p[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (p[i] >= 0)
+			close(p[i]);
+	p[0] = p[1] = -1;
+}
+
+/* One torch run (see bench.h).  The ranks reuse the report and "ready"
+ * pipes for the second incarnation: every first report is in before the
+ * first release, every second "ready" after it.  The gate and release of
+ * the second are pipes of their own, EOF being the signal. */
+void bench_torch_once(const char *python, const char *script, int n, int nodes, int rootless,
+                      int port, int run_id, double timeout, int reinit,
+                      struct bench_torch_times *out)
+{
+	int go2[2] = { -1, -1 }, rel2[2] = { -1, -1 };
+	*out = (struct bench_torch_times){ .init_ms = -1, .reinit_ms = -1 };
+	if (reinit) {
+		if (pipe2(go2, O_CLOEXEC) < 0 || fcntl(go2[0], F_SETFD, 0) < 0 ||
+		    pipe2(rel2, O_CLOEXEC) < 0 || fcntl(rel2[0], F_SETFD, 0) < 0) {
+			fprintf(stderr, "hpct-bench: torch: pipe: %s\n", strerror(errno));
+			close_pair(go2);
+			close_pair(rel2);
+			return;
+		}
+		setenv_int("HPCT_BENCH_GATE2_FD", go2[0]);
+		setenv_int("HPCT_BENCH_RELEASE2_FD", rel2[0]);
+	} else {
+		unsetenv("HPCT_BENCH_GATE2_FD");
+		unsetenv("HPCT_BENCH_RELEASE2_FD");
+	}
+	struct batch b;
+	interpreter = python;
+	int rc = launch(&b, script, "torch", n, nodes, rootless, port, run_id, 0, timeout);
+	interpreter = NULL;
+	/* the ranks hold the read ends now; this process keeps the write ends */
+	if (go2[0] >= 0) {
+		close(go2[0]);
+		close(rel2[0]);
+		go2[0] = rel2[0] = -1;
+	}
+	if (rc < 0 || b.gate < 0) {
+		if (rc == 0)
+			finish(&b, 1);
+		close_pair(go2);
+		close_pair(rel2);
+		return;
+	}
+	/* first incarnation: from every rank having imported torch */
+	double deadline = mono() + timeout + GRACE_S, t0 = mono();
+	rc = await_ready(&b, deadline);
+	if (rc == 0)
+		t0 = mono();
+	close(b.gate);
+	if (rc == 0)
+		collect(&b, deadline);
+	out->init_rss = b.max_rss;
+	if (rc < 0 || b.got < b.n || b.bad) {
+		close(b.ready);
+		close_pair(go2);
+		close_pair(rel2);
+		/* one hangs or is gone, or (reinit) the others would go on to a
+		 * second incarnation without it: no waiting on them */
+		finish(&b, reinit || b.got < b.n);
+		report_failure(rc < 0 ? "torch (at import)" : "torch", rootless, &b, n);
+		return;
+	}
+	double last = b.last;
+	if (!reinit) {
+		close(b.ready);
+		if (finish(&b, 0) < 0) {
+			report_failure("torch (destroy)", rootless, &b, n);
+			return;
+		}
+		out->init_ms = (last - t0) * 1000;
+		return;
+	}
+	out->init_ms = (last - t0) * 1000;
+	/* second incarnation: from every rank having destroyed the first */
+	close(b.rel);
+	b.rel = rel2[1]; /* finish() closes it now */
+	b.got = b.bad = 0;
+	b.max_rss = 0;
+	b.last = 0;
+	deadline = mono() + timeout + GRACE_S;
+	rc = await_ready(&b, deadline);
+	double t1 = mono();
+	close(go2[1]);
+	if (rc == 0)
+		collect(&b, deadline);
+	close(b.ready);
+	out->reinit_rss = b.max_rss;
+	last = b.last;
+	int bad = rc < 0 || b.got < b.n || b.bad;
+	if (finish(&b, rc < 0 || b.got < b.n) < 0 || bad) {
+		report_failure(rc < 0 ? "torch re-init (destroy)" : "torch re-init", rootless, &b,
+		               n);
+		return;
+	}
+	out->reinit_ms = (last - t1) * 1000;
 }

@@ -1,6 +1,7 @@
-/* Measuring this machine, shared by hpct-bench (the plot's round trip) and
- * hpct-bench-sim (the model's calibration): medians, a loopback TCP pair,
- * and the round trip of 1-byte messages to an echoing child process. */
+/* Measuring this machine, shared by hpct-bench (the plot's round trip, the
+ * torch scenario's cost of a process start) and hpct-bench-sim (the model's
+ * calibration): medians, a loopback TCP pair, the round trip of 1-byte
+ * messages to an echoing child process, and fork+exec. */
 #ifndef HPCT_BENCH_MEASURE_H
 #define HPCT_BENCH_MEASURE_H
 
@@ -109,6 +110,32 @@ static inline double echo_round_trip(int out, int in, int peer_in, int peer_out,
 		close(in);
 	if (pid > 0)
 		waitpid(pid, NULL, 0);
+	if (ok)
+		m = median_of(t, reps);
+	free(t);
+	return m;
+}
+
+/* Median time, seconds, of `reps` fork + exec of `prog` (run with no
+ * arguments) until waitpid has its exit, after 10 to warm up; -1 if it could
+ * not be measured. */
+static inline double fork_exec_cost(const char *prog, int reps)
+{
+	double *t = calloc((size_t)reps, sizeof(double)), m = -1;
+	int ok = t != NULL;
+	for (int i = -10; i < reps && ok; i++) {
+		int st;
+		double t0 = measure_now();
+		pid_t pid = fork();
+		if (pid == 0) {
+			execl(prog, prog, (char *)NULL);
+			_exit(127);
+		}
+		ok = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+		     WEXITSTATUS(st) == 0;
+		if (ok && i >= 0)
+			t[i] = measure_now() - t0;
+	}
 	if (ok)
 		m = median_of(t, reps);
 	free(t);

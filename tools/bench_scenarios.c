@@ -1,7 +1,8 @@
 /* hpct-bench's scenarios beyond a plain launch: the rank side of the
  * scenarios this program plays itself (cold, and recover for restart
  * --recovery inprocess), the table naming each scenario's rank program, the
- * network namespace and environment of the torch scenario's ranks, and
+ * PyTorch releases, the network namespace and environment of the torch
+ * scenario's ranks, and
  * nccl-root, which runs in this process with no launch. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -134,9 +135,53 @@ int bench_enter_netns(void)
 	return rc;
 }
 
+/* The PyTorch releases --torch runs, and where their Python is by default:
+ * Debian's (venv NULL), or a venv in hpct's cache (tools/torch-venv.sh). */
+static const struct torch_release {
+	const char *ver, *full, *env, *venv;
+} torch_releases[] = {
+	{ "1.13", "1.13", "HPCT_TORCH_PYTHON_1_13", NULL },
+	{ "2.13", "2.13.0", "HPCT_TORCH_PYTHON_2_13", "venv-torch-2.13.0" },
+};
+
+int bench_torch_find(const char *arg, struct bench_torch *out)
+{
+	const struct torch_release *t = NULL;
+	for (size_t i = 0; i < sizeof(torch_releases) / sizeof(torch_releases[0]); i++)
+		if (strcmp(arg, torch_releases[i].ver) == 0 ||
+		    strcmp(arg, torch_releases[i].full) == 0)
+			t = &torch_releases[i];
+	if (!t) {
+		fprintf(stderr, "hpct-bench: --torch %s: want 1.13 (Debian's) or 2.13\n", arg);
+		return -1;
+	}
+	const char *env = getenv(t->env), *cache = getenv("HPCT_CACHE");
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	if (env && *env)
+		snprintf(out->python, sizeof(out->python), "%s", env);
+	else if (!t->venv)
+		snprintf(out->python, sizeof(out->python), "/usr/bin/python3");
+	else if (cache && *cache) /* as tools/torch-venv.sh and nccl-wheel.sh */
+		snprintf(out->python, sizeof(out->python), "%s/%s/bin/python", cache, t->venv);
+	else if (xdg && *xdg)
+		snprintf(out->python, sizeof(out->python), "%s/hpct/%s/bin/python", xdg, t->venv);
+	else
+		snprintf(out->python, sizeof(out->python), "%s/.cache/hpct/%s/bin/python",
+		         home ? home : "", t->venv);
+	out->ver = t->ver;
+	if (access(out->python, X_OK) == 0)
+		return 0;
+	fprintf(stderr,
+	        "hpct-bench: --torch %s: no Python at %s (%s; %s): make it with "
+	        "tools/torch-venv.sh %s, or set %s to a Python with torch %s\n",
+	        arg, out->python, env && *env ? t->env : "the default", strerror(errno), t->ver,
+	        t->env, t->ver);
+	return -1;
+}
+
 /* The environment of a torch run's ranks: the same script either way, the
  * shim preloaded for the rootless path. */
-void bench_torch_env(int rootless)
+void bench_torch_env(int rootless, const char *ver)
 {
 	static char lib[8192];
 	if (!lib[0])
@@ -147,6 +192,7 @@ void bench_torch_env(int rootless)
 		unsetenv("LD_PRELOAD");
 	setenv("GLOO_SOCKET_IFNAME", "lo", 1); /* stock Gloo: the namespace's only interface */
 	setenv("OMP_NUM_THREADS", "1", 0);
+	setenv("HPCT_BENCH_TORCH", ver, 1); /* the ranks check they have it */
 }
 
 /* --scenario nccl-root: N simulated ranks (the player the conformance tests

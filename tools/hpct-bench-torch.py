@@ -1,8 +1,13 @@
 #!/usr/bin/python3
 # A rank of hpct-bench --scenario torch: an ordinary PyTorch job (no hpct
 # import), run as it is on the stock path and, under libhpct_preload.so,
-# on the rootless one.  Timed from the moment every rank has imported
-# torch (hpct-bench's gate) to the end of the first all_reduce.
+# on the rootless one.  hpct-bench runs it with the Python of the torch
+# it measures (--torch).  Timed from the moment every rank has imported
+# torch (hpct-bench's gate) to the end of init_process_group("gloo"), one
+# new_group over all ranks and the first all_reduce.  With --reinit
+# (HPCT_BENCH_GATE2_FD set), the ranks then destroy the process group, say
+# so, and at a second gate do the same again: a second incarnation, timed
+# from that gate.
 import os
 import struct
 import sys
@@ -17,32 +22,83 @@ def fd(name):
     return int(os.environ[name])
 
 
-# imported: say so, then wait until hpct-bench lets every rank go at once
-os.write(fd("HPCT_BENCH_READY_FD"), b"r")
-while os.read(fd("HPCT_BENCH_GATE_FD"), 1):
-    pass
+def say(msg):
+    sys.stderr.write(f"hpct-bench-torch: rank {os.environ.get('RANK')}: {msg}\n")
+    sys.stderr.flush()
 
-rc = 0
-try:
-    dist.init_process_group(
-        "gloo", timeout=timedelta(seconds=float(os.environ.get("HPCT_TIMEOUT", "120"))))
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    if t.item() != dist.get_world_size():
-        rc = 1
-except Exception as e:  # reported as a failed rank, with its message
-    print(f"hpct-bench-torch: rank {os.environ.get('RANK')}: {e}", file=sys.stderr)
-    rc = 2
-done = time.monotonic()  # CLOCK_MONOTONIC, as hpct-bench's clock
 
-rss_kb = 0
-with open("/proc/self/status") as f:
-    for line in f:
-        if line.startswith("VmRSS:"):
-            rss_kb = int(line.split()[1])
-# struct record of tools/bench_rank.h: done, conns, rc, msgs, rss_kb
-os.write(fd("HPCT_BENCH_FD"), struct.pack("@diiqq", done, 0, rc, 0, rss_kb))
+def gate(name):
+    """Says this rank is ready, then waits until hpct-bench lets every rank
+    go at once (EOF on the gate pipe)."""
+    os.write(fd("HPCT_BENCH_READY_FD"), b"r")
+    while os.read(fd(name), 1):
+        pass
+
+
+def incarnation():
+    """The timed work; 0, or 1 (a wrong sum) or 2 (an exception, said)."""
+    try:
+        dist.init_process_group(
+            "gloo", timeout=timedelta(seconds=float(os.environ.get("HPCT_TIMEOUT", "120"))))
+        n = dist.get_world_size()
+        dist.new_group(list(range(n)))  # kept by torch until destroy_process_group
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return 0 if t.item() == n else 1
+    except Exception as e:  # reported as a failed rank, with its message
+        say(e)
+        return 2
+
+
+def report(rc, done):
+    rss_kb = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss_kb = int(line.split()[1])
+    # struct record of tools/bench_rank.h: done, conns, rc, msgs, rss_kb
+    os.write(fd("HPCT_BENCH_FD"), struct.pack("@diiqq", done, 0, rc, 0, rss_kb))
+
+
+def destroy():
+    try:
+        dist.destroy_process_group()
+        return 0
+    except Exception as e:
+        say(f"destroy_process_group: {e}")
+        return 2
+
+
+want = os.environ.get("HPCT_BENCH_TORCH")
+if want and not torch.__version__.startswith(want + "."):
+    say(f"{sys.executable} has torch {torch.__version__}, hpct-bench asked for {want}")
+    os.write(fd("HPCT_BENCH_READY_FD"), b"f")  # no gate to wait for
+    sys.exit(3)
+
+# rootless: the shim decided at `import torch`; a torch it was not built for
+# keeps PyTorch's own store (said on stderr), which is no rootless run
+if os.environ.get("HPCT_USE_ROOTLESS") == "1":
+    with open("/proc/self/maps") as f:
+        if "/libhpct_torch" not in f.read():
+            say(f"torch {torch.__version__}: libhpct_preload.so left PyTorch its own "
+                "TCPStore (no libhpct_torch.so loaded): not a rootless run")
+            os.write(fd("HPCT_BENCH_READY_FD"), b"f")
+            sys.exit(4)
+
+gate("HPCT_BENCH_GATE_FD")
+rc = incarnation()
+report(rc, time.monotonic())  # CLOCK_MONOTONIC, as hpct-bench's clock
 os.read(fd("HPCT_BENCH_RELEASE_FD"), 1)  # until every rank has reported
 if rc == 0:
-    dist.destroy_process_group()
+    rc = destroy()
+if "HPCT_BENCH_GATE2_FD" in os.environ:
+    if rc != 0:
+        os.write(fd("HPCT_BENCH_READY_FD"), b"f")  # no second incarnation
+        sys.exit(rc)
+    gate("HPCT_BENCH_GATE2_FD")
+    rc = incarnation()
+    report(rc, time.monotonic())
+    os.read(fd("HPCT_BENCH_RELEASE2_FD"), 1)
+    if rc == 0:
+        rc = destroy()
 sys.exit(rc)

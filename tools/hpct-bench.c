@@ -4,6 +4,7 @@
  *   hpct-bench --scenario cold|gloo|nccl-root --ranks 64,256 --path rootless,standard
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
  *   hpct-bench --scenario nccl-root --ranks 64,256,1024 --nccl LIB,LIB
+ *   hpct-bench --scenario torch --torch 1.13,2.13 --path stock,rootless --reinit
  *
  * Every scenario is timed from the first fork until the last rank has done
  * its work; each rank reports its CLOCK_MONOTONIC finish time through a
@@ -18,6 +19,15 @@
  * nccl-root: no launch; see bench_nccl_root_once.  "standard" is NCCL's own root,
  * "rootless" hpct's micro-roots.  With --nccl, the same runs against each
  * libnccl.so.2 listed, one table (bench_releases.c).
+ * torch: N ranks of an unmodified PyTorch job (hpct-bench-torch.py), run by
+ * the Python of each release --torch lists (1.13: Debian's; 2.13: a venv,
+ * tools/torch-venv.sh), in a network namespace of its own; timed from every
+ * rank having imported torch to the end of init_process_group("gloo"), one
+ * new_group and the first all_reduce.  Rows torch-<release>; with --reinit,
+ * rows torch-<release>-reinit too: the same work again after
+ * destroy_process_group, from every rank having destroyed the first.  In
+ * the JSON: "scenario":"torch" or "torch-reinit", and "torch":"<release>".
+ * The output names what starting a process costs here (fork+exec).
  *
  * Every rank then waits until all have reported before it tears down: on a
  * cluster a finished rank goes on with its own cores, while here 1024 exits
@@ -50,7 +60,9 @@
 #define MAX_LIST 16
 
 struct result {
-	const char *scenario;
+	const char *scenario; /* the table's: torch-1.13 for the torch scenario's */
+	const char *kind;     /* the JSON's: torch or torch-reinit; else as scenario */
+	const char *torch;    /* the torch release, or NULL */
 	const char *path;
 	int ranks, nodes, repeat, ok;
 	double ms[64];
@@ -99,6 +111,14 @@ static double measure_rtt_ms(void)
 	return s < 0 ? -1 : s * 1000;
 }
 
+/* fork + exec of /bin/true + waitpid, median of 200 after a warm-up: what
+ * starting one process costs here; -1 if it could not be measured. */
+static double measure_fork_exec_ms(void)
+{
+	double s = fork_exec_cost("/bin/true", 200);
+	return s < 0 ? -1 : s * 1000;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -109,19 +129,42 @@ static void usage(FILE *f)
 	        "                  [--seed S] [--transport tcp,ofi] [--gate]\n"
 	        "                  [--nccl LIBNCCL[,LIBNCCL..]] (nccl-root: one table over "
 	        "releases)\n"
+	        "                  [--torch 1.13,2.13] [--reinit] (torch: the releases, "
+	        "and a second\n"
+	        "                  incarnation after destroy_process_group)\n"
 	        "scenarios: cold, gloo, nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
 	        "and sim on its own\n"
 	        "(hpct-bench --scenario sim --help)\n");
 }
 
-#define MAX_SCENARIOS 8
+/* Adds one run's figures to its row. */
+static void add_run(struct result *r, double ms, int conns, int repl, long msgs, long rss)
+{
+	r->ms[r->ok++] = ms;
+	r->msgs = msgs;
+	if (rss > r->max_rss)
+		r->max_rss = rss;
+	r->run_conns[r->ok - 1] = conns;
+	r->run_repl[r->ok - 1] = repl;
+	if (conns > r->max_conns)
+		r->max_conns = conns;
+	if (repl > r->repl_conns)
+		r->repl_conns = repl;
+}
 
-/* What one scenario of the list needs to run. */
+#define MAX_SCENARIOS 16
+#define MAX_TORCH     4
+
+/* What one scenario of the list needs to run.  torch is one scen per
+ * release, and with --reinit one more after each, whose rows its runs fill. */
 struct scen {
 	const char *name;
 	const struct scenario *sc; /* NULL for nccl-root, restart, kill-root */
 	int nccl_root, restart, kill_root, torch;
+	int reinit_rows; /* torch: the rows of the scen before's second incarnation */
+	char label[32];  /* the table's name: torch-1.13, torch-1.13-reinit */
+	const struct bench_torch *release;
 	char self[4096]; /* the program that plays its ranks */
 };
 
@@ -132,6 +175,7 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 	s->kill_root = strcmp(name, "kill-root") == 0;
 	s->restart = s->kill_root || strcmp(name, "restart") == 0;
 	s->torch = strcmp(name, "torch") == 0;
+	snprintf(s->label, sizeof(s->label), "%s", name);
 	s->sc = bench_find_scenario(name);
 	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0) {
 		fprintf(stderr,
@@ -190,7 +234,8 @@ int main(int argc, char **argv)
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
 	const char *recovery = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
-	int kills = 1;
+	const char *torch_arg = NULL;
+	int kills = 1, reinit = 0;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
 	double timeout = 120;
@@ -209,10 +254,13 @@ int main(int argc, char **argv)
 		                              { "recovery", required_argument, NULL, 'R' },
 		                              { "seed", required_argument, NULL, 'S' },
 		                              { "nccl", required_argument, NULL, 'N' },
+		                              { "torch", required_argument, NULL, 'V' },
+		                              { "reinit", no_argument, NULL, 'I' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:Ih", opts, NULL)) !=
+	       -1) {
 		switch (c) {
 		case 'g':
 			bench_gate = 1;
@@ -264,6 +312,12 @@ int main(int argc, char **argv)
 		case 'N':
 			nccl_libs = optarg;
 			break;
+		case 'V':
+			torch_arg = optarg;
+			break;
+		case 'I':
+			reinit = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -290,19 +344,50 @@ int main(int argc, char **argv)
 	if (sl <= 0)
 		return 1;
 	exe[sl] = 0;
+	/* --torch: each release with its interpreter, found before anything runs */
+	static struct bench_torch releases[MAX_TORCH];
+	int ntorch = 0, want_torch = strstr(scenario_arg, "torch") != NULL;
+	if ((torch_arg || reinit) && !want_torch) {
+		fprintf(stderr, "hpct-bench: --torch and --reinit go with --scenario torch only\n");
+		return 2;
+	}
+	if (want_torch) {
+		char *tl = strdup(torch_arg ? torch_arg : "1.13"), *tsave = NULL;
+		for (char *t = strtok_r(tl, ",", &tsave); t; t = strtok_r(NULL, ",", &tsave)) {
+			if (ntorch == MAX_TORCH || bench_torch_find(t, &releases[ntorch]) < 0) {
+				if (ntorch == MAX_TORCH)
+					fprintf(stderr, "hpct-bench: --torch %s: at most %d\n",
+					        torch_arg, MAX_TORCH);
+				free(tl);
+				return 2;
+			}
+			ntorch++;
+		}
+		free(tl);
+	}
 	static struct scen scens[MAX_SCENARIOS];
 	int nscens = 0;
 	char *list = strdup(scenario_arg), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (nscens == MAX_SCENARIOS) {
+		int copies = strcmp(tok, "torch") == 0 ? ntorch * (1 + reinit) : 1;
+		if (nscens + copies > MAX_SCENARIOS) {
 			fprintf(stderr, "hpct-bench: --scenario %s: at most %d scenarios\n",
 			        scenario_arg, MAX_SCENARIOS);
 			free(list);
 			return 2;
 		}
-		if (setup_scen(&scens[nscens++], tok, exe) < 0) {
-			free(list);
-			return 2;
+		for (int copy = 0; copy < copies; copy++) {
+			struct scen *s = &scens[nscens++];
+			if (setup_scen(s, tok, exe) < 0) {
+				free(list);
+				return 2;
+			}
+			if (!s->torch)
+				continue;
+			s->release = &releases[copy / (1 + reinit)];
+			s->reinit_rows = copy % (1 + reinit);
+			snprintf(s->label, sizeof(s->label), "torch-%s%s", s->release->ver,
+			         s->reinit_rows ? "-reinit" : "");
 		}
 	}
 	if (nscens == 0 || nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 ||
@@ -356,11 +441,10 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	int gate_opt = bench_gate;
-	for (int si = 0; si < nscens; si++)
-		if (scens[si].torch && bench_enter_netns() < 0) {
-			free(list);
-			return 1;
-		}
+	if (ntorch && bench_enter_netns() < 0) {
+		free(list);
+		return 1;
+	}
 
 	int nres = nscens * nranks * npaths;
 	struct result *res = calloc((size_t)nres, sizeof(*res));
@@ -371,13 +455,15 @@ int main(int argc, char **argv)
 			int n = ranks[i], k = nodes < n ? nodes : n;
 			struct result *row = &res[(si * nranks + i) * npaths];
 			for (int p = 0; p < npaths; p++) {
-				row[p].scenario = s->name;
+				row[p].scenario = s->label;
+				row[p].kind = s->reinit_rows ? "torch-reinit" : s->name;
+				row[p].torch = s->torch ? s->release->ver : NULL;
 				row[p].path = path_names[p];
 				row[p].ranks = n;
 				row[p].nodes = k;
 				row[p].repeat = repeat;
 			}
-			for (int rep = 0; rep < repeat; rep++) {
+			for (int rep = 0; rep < repeat && !s->reinit_rows; rep++) {
 				for (int p = 0; p < npaths; p++) {
 					struct result *r = &row[p];
 					int conns, repl = 0;
@@ -388,10 +474,26 @@ int main(int argc, char **argv)
 					        port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
 					int rootless = strcmp(r->path, "standard") != 0 &&
 					               strcmp(r->path, "stock") != 0;
-					if (s->torch)
-						bench_torch_env(rootless);
-					/* torch: timed once every rank has imported it */
-					bench_gate = s->torch || gate_opt;
+					if (s->torch) {
+						/* timed once every rank has imported it */
+						bench_gate = 1;
+						bench_torch_env(rootless, s->release->ver);
+						struct bench_torch_times tt;
+						bench_torch_once(s->release->python, s->self, n, k,
+						                 rootless, base, run_id, timeout,
+						                 reinit, &tt);
+						run_id++;
+						if (tt.init_ms < 0 || (reinit && tt.reinit_ms < 0))
+							failed = 1;
+						if (tt.init_ms >= 0)
+							add_run(r, tt.init_ms, 0, 0, 0,
+							        tt.init_rss);
+						if (tt.reinit_ms >= 0) /* the next scen's rows */
+							add_run(&r[nranks * npaths], tt.reinit_ms,
+							        0, 0, 0, tt.reinit_rss);
+						continue;
+					}
+					bench_gate = gate_opt;
 					double ms = s->nccl_root ? bench_nccl_root_once(
 					                                   n, rootless,
 					                                   port + (run_id % 2) * n,
@@ -412,35 +514,34 @@ int main(int argc, char **argv)
 						failed = 1;
 						continue;
 					}
-					r->ms[r->ok++] = ms;
-					r->msgs = msgs;
-					if (rss > r->max_rss)
-						r->max_rss = rss;
-					r->run_conns[r->ok - 1] = conns;
-					r->run_repl[r->ok - 1] = repl;
-					if (conns > r->max_conns)
-						r->max_conns = conns;
-					if (repl > r->repl_conns)
-						r->repl_conns = repl;
+					add_run(r, ms, conns, repl, msgs, rss);
 				}
 			}
 		}
 	}
 
-	/* the floor's unit, measured now that the ranks are gone */
+	/* the floor's unit, measured now that the ranks are gone, and for
+	 * torch what starting one process costs (its figures must say) */
 	double rtt = plot || json ? measure_rtt_ms() : -1;
+	double fork_exec = ntorch ? measure_fork_exec_ms() : -1;
+	int w = 9; /* the scenario column: as wide as its longest name */
+	for (int si = 0; si < nscens; si++)
+		if ((int)strlen(scens[si].label) > w)
+			w = (int)strlen(scens[si].label);
 	char detail[64];
 	snprintf(detail, sizeof(detail), "kill %d; rootless %s, standard full", kills,
 	         inprocess ? "in-process" : "full");
 	struct plot_row *rows = calloc((size_t)nres, sizeof(*rows));
 	int nrows = 0;
-	printf("%-9s %-9s %6s %6s %7s %10s %10s %10s %10s %10s %11s\n", "scenario", "path", "ranks",
-	       "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns", "conn_bound",
-	       "max_rss_mb");
+	printf("%-*s %-9s %6s %6s %7s %10s %10s %10s %10s %10s %11s\n", w, "scenario", "path",
+	       "ranks", "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns",
+	       "conn_bound", "max_rss_mb");
 	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (json && !jf)
 		fprintf(stderr, "hpct-bench: cannot write %s: %s\n", json, strerror(errno));
-	if (jf)
+	if (jf && fork_exec > 0)
+		fprintf(jf, "{\"rtt_ms\":%.4f,\"fork_exec_ms\":%.4f,\"results\":[", rtt, fork_exec);
+	else if (jf)
 		fprintf(jf, "{\"rtt_ms\":%.4f,\"results\":[", rtt);
 	for (int i = 0; i < nres; i++) {
 		struct result *r = &res[i];
@@ -448,7 +549,7 @@ int main(int argc, char **argv)
 		int recov = strcmp(r->scenario, "restart") == 0 ||
 		            strcmp(r->scenario, "kill-root") == 0;
 		if (r->ok == 0) {
-			printf("%-9s %-9s %6d %6d %7d %10s\n", r->scenario, r->path, r->ranks,
+			printf("%-*s %-9s %6d %6d %7d %10s\n", w, r->scenario, r->path, r->ranks,
 			       r->nodes, 0, "failed");
 			continue;
 		}
@@ -456,28 +557,30 @@ int main(int argc, char **argv)
 		double med = r->ok % 2 ? r->ms[r->ok / 2]
 		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
 		char bound[16] = "-";
-		if (strcmp(r->path, "standard") != 0)
+		if (strcmp(r->path, "standard") != 0 && strcmp(r->path, "stock") != 0)
 			snprintf(bound, sizeof(bound), "%d",
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
 		char rss[16] = "-";
 		if (r->max_rss > 0)
 			snprintf(rss, sizeof(rss), "%.1f", r->max_rss / 1024.0);
-		printf("%-9s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s %11s\n", r->scenario,
-		       r->path, r->ranks, r->nodes, r->ok, med, r->ms[0], r->ms[r->ok - 1],
-		       r->max_conns, bound, rss);
-		char nccl[48] = "";
+		printf("%-*s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s %11s\n", w,
+		       r->scenario, r->path, r->ranks, r->nodes, r->ok, med, r->ms[0],
+		       r->ms[r->ok - 1], r->max_conns, bound, rss);
+		char extra[48] = "";
 		int nv = 0;
 		if (nccl_root && hpct_nccl_version(&nv) == 0)
-			snprintf(nccl, sizeof(nccl), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
+			snprintf(extra, sizeof(extra), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
 			         nv / 100 % 100, nv % 100);
+		else if (r->torch)
+			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\"", r->torch);
 		if (jf)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
 			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld%s}",
-			        nrows ? "," : "", r->scenario, r->path, r->ranks, r->nodes, med,
+			        nrows ? "," : "", r->kind, r->path, r->ranks, r->nodes, med,
 			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs,
-			        r->max_rss, nccl);
+			        r->max_rss, extra);
 		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
 			                           .path = r->path,
 			                           .detail = recov ? detail : NULL,
@@ -504,7 +607,7 @@ int main(int argc, char **argv)
 		       "standard path has no in-process recovery and restarts every rank\n",
 		       scens[si].name);
 		for (int i = 0; i < nres; i++)
-			if (res[i].ok && res[i].scenario == scens[si].name &&
+			if (res[i].ok && res[i].scenario == scens[si].label &&
 			    strcmp(res[i].path, "standard") != 0) {
 				printf("%s N=%d: new connections, at most per survivor %d, per "
 				       "replacement %d; run by run (survivor/replacement):",
@@ -518,6 +621,8 @@ int main(int argc, char **argv)
 	if (rtt > 0)
 		printf("loopback TCP round trip between two processes: %.1f us (median of 200)\n",
 		       rtt * 1000);
+	if (fork_exec > 0)
+		printf("fork+exec of /bin/true, to its exit: %.2f ms (median of 200)\n", fork_exec);
 	if (plot) {
 		if (bench_plot(plot, rows, nrows, rtt) == 0)
 			printf("plot written to %s\n", plot);

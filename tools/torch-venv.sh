@@ -1,0 +1,102 @@
+#!/bin/bash
+# Sourced by tools/check (or run: tools/torch-venv.sh VERSION): the Python
+# that runs a given PyTorch, for hpct-bench --torch and the tests.  1.13 is
+# Debian's python3-torch in /usr/bin/python3; 2.13 is the CPU build of
+# torch 2.13.0 from PyPI in a venv in a cache outside the tree (HPCT_CACHE,
+# default ~/.cache/hpct), made once and reused when present.  Only that
+# pinned version: a plain `pip install torch` takes a CUDA build of GBs.
+
+# hpct_torch_python VERSION: prints the interpreter (1.13, 2.13 or 2.13.0).
+# Returns 1 with a line on stderr naming the version and the cause; returns
+# 2 when pip could not reach the registry (a skip, not a failure).
+hpct_torch_python() {
+	local ver=$1 cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
+	local want full py dir log got made=""
+	case $ver in
+	1.13) want=1.13 ;;
+	2.13 | 2.13.0) want=2.13 full=2.13.0 ;;
+	*)
+		echo "hpct: torch $ver: want 1.13 (Debian's python3-torch) or 2.13 (a venv)" >&2
+		return 1
+		;;
+	esac
+	if [ "$want" = 1.13 ]; then
+		py=/usr/bin/python3
+		got=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) || {
+			if type hpct_ensure_packages >/dev/null 2>&1; then
+				hpct_ensure_packages python3-torch || return 1
+			fi
+			got=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) || {
+				echo "hpct: torch 1.13: $py cannot import torch (Debian package python3-torch)" >&2
+				return 1
+			}
+		}
+		case $got in
+		1.13*) echo "$py" ;;
+		*)
+			echo "hpct: torch 1.13: $py has torch $got" >&2
+			return 1
+			;;
+		esac
+		return 0
+	fi
+	dir=$cache/venv-torch-$full
+	py=$dir/bin/python
+	got=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) || got=""
+	case $got in
+	"$want"*)
+		echo "$py"
+		return 0
+		;;
+	esac
+	if [ ! -x "$py" ]; then
+		/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || {
+			if type hpct_ensure_packages >/dev/null 2>&1; then
+				hpct_ensure_packages python3-venv || return 1
+			else
+				echo "hpct: torch $full: python3 -m venv needs Debian package python3-venv" >&2
+				return 1
+			fi
+		}
+		mkdir -p "$cache"
+		made=1
+		/usr/bin/python3 -m venv "$dir" || {
+			echo "hpct: torch $full: python3 -m venv $dir failed" >&2
+			rm -rf "$dir"
+			return 1
+		}
+	fi
+	log=$(mktemp)
+	echo "hpct: torch $full: installing it (CPU build) and numpy into $dir" >&2
+	"$py" -m pip install -q --disable-pip-version-check "torch==$full" numpy >"$log" 2>&1 || {
+		[ -z "$made" ] || rm -rf "$dir" # the next call starts clean
+		# "(from versions: none)": the index gave no torch at all, so it
+		# was not reached (pip says so only when it retried)
+		if grep -qiE 'connection|resolve|network is unreachable|timed out|from versions: none' "$log"; then
+			echo "hpct: torch $full: pip could not download it ($(grep -m1 -iE 'error|warning' "$log"))" >&2
+			rm -f "$log"
+			return 2
+		fi
+		echo "hpct: torch $full: pip install into $dir failed: $(tail -n 1 "$log")" >&2
+		rm -f "$log"
+		return 1
+	}
+	rm -f "$log"
+	got=$("$py" -c 'import torch; print(torch.__version__)' 2>&1) || {
+		echo "hpct: torch $full: installed, but $py cannot import it: $(echo "$got" | tail -n 1)" >&2
+		return 1
+	}
+	case $got in
+	"$want"*) echo "$py" ;;
+	*)
+		echo "hpct: torch $full: $dir has torch $got" >&2
+		return 1
+		;;
+	esac
+}
+
+# run, not sourced: print the interpreter for $1
+if [ -n "${BASH_SOURCE:-}" ] && [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	. "$(dirname "$0")/debian-deps.sh"
+	hpct_torch_python "${1:?usage: tools/torch-venv.sh 1.13|2.13}"
+fi
