@@ -168,15 +168,16 @@ torch_suite() { # label python
 	fi
 
 	# a rank killed while a forked child of it lives on: the child dropped
-	# the rank's links at fork, so the others' barrier fails at once, naming
-	# it, not after HPCT_TIMEOUT (60 s) on links the child would hold
+	# the rank's sockets at fork, so the others' next request to its store
+	# fails at once, naming it, not after HPCT_TIMEOUT (60 s) on connections
+	# the child would hold
 	port=$(free_port)
 	pids=()
 	bad=""
 	for r in 0 1 2 3; do
 		HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
 			RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HPCT_JOB_ID=fork-$$-$t \
-			TORCH_DIST_INIT_BARRIER=1 JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t" \
+			JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t" \
 			JOB_SHOW_SHIM=0 timeout 120 "$py" "$job" >"$dir/fork$r" 2>&1 &
 		pids+=($!)
 	done
@@ -189,7 +190,7 @@ torch_suite() { # label python
 		if [ -z "$secs" ]; then
 			bad="$bad rank $r did not fail (exit $st): $(tail -3 "$dir/fork$r" | tr '\n' ' ');"
 		elif [ "${secs%.*}" -ge 30 ]; then
-			bad="$bad rank $r failed only after $secs s (the child held the dead rank's links);"
+			bad="$bad rank $r failed only after $secs s (the child held the dead rank's sockets);"
 		elif ! grep -Eq "rank 2 |: 2 \(|rank 2\)|rank 2," "$dir/fork$r"; then
 			bad="$bad rank $r's failure does not name rank 2: $(grep -m2 -E 'HPCT|failed-after' "$dir/fork$r" | tr '\n' ' ');"
 		fi

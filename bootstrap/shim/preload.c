@@ -34,6 +34,8 @@
  *                             to this process's store
  *   hpct_preload_world        the world this process's ranks share
  *                             (NCCL and torch halves alike)
+ *   hpct_preload_world_lock,  one of them at a time uses it
+ *   hpct_preload_world_unlock
  *   hpct_preload_store_routed TCPStore connections served here
  *
  * Nothing here sets the environment once other threads may run: only the
@@ -89,6 +91,8 @@ SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist);
 SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len);
 SHIM_API long hpct_preload_store_routed(void);
 SHIM_API hpct_world *hpct_preload_world(void);
+SHIM_API void hpct_preload_world_lock(void);
+SHIM_API void hpct_preload_world_unlock(void);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT, world_once = PTHREAD_ONCE_INIT;
 static int active;        /* HPCT_USE_ROOTLESS=1 and a world to derive from */
@@ -219,13 +223,18 @@ SHIM_API int ncclGetUniqueId(hpct_nccl_id *out)
 {
 	if (!on() || !out)
 		return real.get_unique_id ? real.get_unique_id(out) : NCCL_INTERNAL_ERROR;
-	return result(hpct__nccl_new_id(&real, (struct hpct_world *)world, out));
+	hpct_preload_world_lock();
+	int rc = hpct__nccl_new_id(&real, (struct hpct_world *)world, out);
+	hpct_preload_world_unlock();
+	return result(rc);
 }
 
 static int init(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids, void *config)
 {
+	hpct_preload_world_lock();
 	int rc = hpct__nccl_comm_init_ids(&real, (struct hpct_world *)world, nranks, rank, nid, ids,
 	                                  config, comm);
+	hpct_preload_world_unlock();
 	if (rc == 0)
 		return NCCL_SUCCESS;
 	/* NCCL's own answer when it gave one; else what hpct's failure is to
@@ -311,6 +320,23 @@ SHIM_API hpct_world *hpct_preload_world(void)
 {
 	pthread_once(&world_once, make_world);
 	return world;
+}
+
+/* A world is used by one thread at a time (hpct.h), and three halves share
+ * this one: the NCCL half (an id, a communicator), the torch store (its
+ * barrier) and libhpct_torch.so (a Gloo context).  Each holds this lock
+ * around its world calls; the store's requests need not (their
+ * connections are their own). */
+static pthread_mutex_t world_mu = PTHREAD_MUTEX_INITIALIZER;
+
+SHIM_API void hpct_preload_world_lock(void)
+{
+	pthread_mutex_lock(&world_mu);
+}
+
+SHIM_API void hpct_preload_world_unlock(void)
+{
+	pthread_mutex_unlock(&world_mu);
 }
 
 /* ------------------------------------------------------------ PyTorch */

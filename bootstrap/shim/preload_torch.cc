@@ -34,7 +34,9 @@
 
 #define TORCH_API extern "C" __attribute__((visibility("default")))
 
-extern "C" hpct_world *hpct_preload_world(void); // libhpct_preload.so
+extern "C" hpct_world *hpct_preload_world(void);  // libhpct_preload.so
+extern "C" void hpct_preload_world_lock(void);   // one user of the world at a time
+extern "C" void hpct_preload_world_unlock(void);
 
 // what libtorch_cpu.so.1.13 imports (readelf -r: R_X86_64_JUMP_SLOT)
 #define CONNECT_FULL_MESH                                                 \
@@ -44,7 +46,6 @@ extern "C" hpct_world *hpct_preload_world(void); // libhpct_preload.so
 namespace
 {
 
-std::mutex gloo_mu;
 hpct_gloo_device *gloo_device;                  // one per process
 std::map<std::vector<int>, uint64_t> gloo_made; // contexts per member set
 
@@ -87,16 +88,24 @@ void gloo::rendezvous::Context::connectFullMesh(gloo::rendezvous::Store &store,
 		if (!std::is_sorted(members.begin(), members.end()))
 			gloo_fail("members' world ranks are not in order", HPCT_EINVAL);
 	}
-	uint64_t key;
-	{
-		std::lock_guard<std::mutex> g(gloo_mu);
-		if (!gloo_device) {
-			int rc = hpct_gloo_device_create(w, &gloo_device);
-			if (rc)
-				gloo_fail("device", rc);
+	// the world is used by one thread at a time (hpct.h): the store's
+	// barrier and the NCCL half take the same lock
+	struct world_lock {
+		world_lock()
+		{
+			hpct_preload_world_lock();
 		}
-		key = gloo_made[members]++;
+		~world_lock()
+		{
+			hpct_preload_world_unlock();
+		}
+	} held;
+	if (!gloo_device) {
+		int rc = hpct_gloo_device_create(w, &gloo_device);
+		if (rc)
+			gloo_fail("device", rc);
 	}
+	uint64_t key = gloo_made[members]++;
 	hpct_group *grp = nullptr;
 	int rc = hpct__group_create_keyed(hpct_world_group(w), key, members.data(), size, &grp);
 	if (rc || !grp)

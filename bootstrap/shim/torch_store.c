@@ -48,8 +48,8 @@
  * Threads: one accepts, one serves each connection (a TCPStore keeps one
  * or two for its lifetime).  The world is shared with the NCCL half and
  * libhpct_torch's Gloo connect: store handles are safe from several
- * threads, and barriers, the one world collective here, are serialised
- * by `mu`. */
+ * threads, and the barrier, the one world collective here, holds the
+ * preload's world lock, as the other halves do. */
 #include "bootstrap/shim/torch_store.h"
 
 #include <errno.h>
@@ -406,41 +406,40 @@ static int is_barrier_key(const char *key)
 }
 
 /* 1 when that barrier was passed in this incarnation; with `pass`, passes
- * it first (once).  The caller holds nothing. */
+ * it first (once per incarnation and key). */
 static int barrier(struct conn *c, const char *key, int pass, int *rc_out)
 {
 	char tag[64];
 	snprintf(tag, sizeof(tag), "%" PRIu64 ":", c->incarnation);
 	size_t tl = strlen(tag);
 	*rc_out = 0;
+	int passed = 0;
 	pthread_mutex_lock(&S.mu);
-	for (int i = 0; i < S.nbarriers; i++)
-		if (strncmp(S.barriers[i], tag, tl) == 0 && strcmp(S.barriers[i] + tl, key) == 0) {
-			pthread_mutex_unlock(&S.mu);
-			return 1;
-		}
-	if (!pass) {
-		pthread_mutex_unlock(&S.mu);
-		return 0;
-	}
-	/* under the lock: barriers of this process, one at a time, in the
-	 * order its threads arrive (every rank runs the same program) */
+	for (int i = 0; i < S.nbarriers && !passed; i++)
+		passed = strncmp(S.barriers[i], tag, tl) == 0 && strcmp(S.barriers[i] + tl, key) == 0;
+	pthread_mutex_unlock(&S.mu);
+	if (passed || !pass)
+		return passed;
+	/* the world, used by one thread at a time (hpct_preload_world_lock):
+	 * every rank runs the same program, so its barriers come in the same
+	 * order everywhere */
+	hpct_preload_world_lock();
 	int rc = hpct_barrier(hpct_world_group(S.world));
+	hpct_preload_world_unlock();
 	if (rc == 0) {
-		char **b = realloc(S.barriers, (size_t)(S.nbarriers + 1) * sizeof(char *));
 		char *s = malloc(tl + strlen(key) + 1);
-		if (b && s) {
+		pthread_mutex_lock(&S.mu);
+		char **b = s ? realloc(S.barriers, (size_t)(S.nbarriers + 1) * sizeof(char *)) : NULL;
+		if (b) {
 			S.barriers = b;
 			sprintf(s, "%s%s", tag, key);
 			S.barriers[S.nbarriers++] = s;
 		} else {
-			if (b)
-				S.barriers = b;
 			free(s);
 			rc = HPCT_ENOMEM;
 		}
+		pthread_mutex_unlock(&S.mu);
 	}
-	pthread_mutex_unlock(&S.mu);
 	*rc_out = rc;
 	return rc == 0;
 }

@@ -30,6 +30,9 @@ int hpct__torch_store_addr(int family, struct sockaddr_storage *ss, socklen_t *l
 void hpct__torch_store_expect(uint16_t port);
 /* Connections accepted so far (a test asks it through the shim). */
 long hpct__torch_store_routed(void);
+/* The preload's lock on the shared world (preload.c). */
+void hpct_preload_world_lock(void);
+void hpct_preload_world_unlock(void);
 /* The listener's port (0 before start). */
 uint16_t hpct__torch_store_port(void);
 

@@ -78,12 +78,15 @@ def routed():
 
 
 # JOB_FORK_DIE_RANK=r: after init, rank r forks a child that outlives it
-# (as a data-loader worker would) and is killed; the others then make a
-# group (its store-based barrier is one hpct barrier) and must fail at
-# once naming rank r, not when HPCT_TIMEOUT passes on links the child holds
+# (as a data-loader worker would) and is killed.  Every rank has asked every
+# rank's store (num_keys) before, so the others hold connections to rank
+# r's store; asked again, they must fail at once naming rank r, not when
+# HPCT_TIMEOUT passes on connections the child would keep open
 if os.environ.get("JOB_FORK_DIE_RANK"):
     die = int(os.environ["JOB_FORK_DIE_RANK"])
     init()
+    st = dist.distributed_c10d._get_default_store()
+    st.num_keys()
     dist.barrier()
     if dist.get_rank() == die:
         pid = os.fork()
@@ -96,7 +99,7 @@ if os.environ.get("JOB_FORK_DIE_RANK"):
     time.sleep(1)
     t0 = time.monotonic()
     try:
-        dist.new_group(list(range(dist.get_world_size())))
+        st.num_keys()
         os.write(1, b"survived\n")
         sys.exit(3)
     except Exception as e:
