@@ -8,7 +8,7 @@ cd "$1"
 # folder: the prefixes its files may include (besides hpct/, the public API)
 allowed() {
 	case $1 in
-	transport) echo "transport/ bootstrap/base/bytes.h" ;;
+	transport) echo "transport/ bootstrap/base/bytes.h bootstrap/base/fdtrack.h" ;;
 	bootstrap/base) echo "bootstrap/base/" ;;
 	bootstrap/topo) echo "bootstrap/base/ bootstrap/topo/" ;;
 	bootstrap/rootless) echo "bootstrap/base/ bootstrap/topo/ bootstrap/rootless/ transport/transport.h bootstrap/world.h bootstrap/world_access.h" ;;
