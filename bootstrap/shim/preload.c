@@ -115,18 +115,22 @@ static char *env_get(const char *name)
 	return f ? f(name) : NULL;
 }
 
-/* At load, before the program's main: NCCL takes NCCL_ENV_PLUGIN from its
- * first read of the environment, whichever NCCL call (or library) makes
- * it, so it is set before any can.  Nothing else is decided here: a
- * wrapper between launcher and rank (torchrun's agent, sh -c, timeout)
- * loads this library too, and only its environment changes (its ranks
- * then inherit the variable, and a rank that declines keeps it: hpct's
- * plugin answers every other lookup from the environment, as NCCL
- * would). */
+/* At load, before the program's main and its threads: NCCL takes
+ * NCCL_ENV_PLUGIN from its first read of the environment, whichever NCCL
+ * call (or library) makes it, so it is set before any can, and never
+ * after (a getenv in another thread could read a freed environ).  Only
+ * where the shim may take NCCL over: HPCT_USE_ROOTLESS=1 and an
+ * environment a rootless world can come from (a node list).  A wrapper
+ * between launcher and rank (torchrun's agent, sh -c, timeout) loads this
+ * library too, and only its environment changes (its ranks then inherit
+ * the variable, and a rank that declines later keeps it: hpct's plugin
+ * answers every other lookup from the environment, as NCCL would). */
 __attribute__((constructor)) static void preload_loaded(void)
 {
+	char why[512];
 	const char *v = env_get("HPCT_USE_ROOTLESS");
-	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN"))
+	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN") ||
+	    !hpct__rootless_possible(why, sizeof(why)))
 		return;
 	hpct__nccl_env_prepare();
 }
