@@ -506,7 +506,7 @@ static int proc_ident(long pid, long *ppid, unsigned long long *start)
 	unsigned long long st = 0;
 	if (sscanf(p + 1, " %c %ld", &state, &pp) != 2)
 		return 0;
-	int field = 3;
+	int field = 2; /* the state follows the first space */
 	for (char *q = p + 1; *q && field < 22; q++)
 		if (*q == ' ' && ++field == 22)
 			st = strtoull(q + 1, NULL, 10);
@@ -524,6 +524,26 @@ static void marker_name(struct sockaddr_un *un, socklen_t *len, long pid, unsign
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+/* Does process pid (started at st) hold its rank marker?  Read from
+ * /proc/net/unix (this network namespace's sockets, as abstract names
+ * are), never probed with a bind: ranks started together by one parent
+ * (torchrun's agent) ask about it at the same moment, and each would take
+ * another's probe, bound for an instant, for the parent's marker. */
+static int marked(long pid, unsigned long long st)
+{
+	char want[96], line[512];
+	int n = snprintf(want, sizeof(want), " @hpct-torch-rank.%ld.%llu", pid, st);
+	FILE *f = fopen("/proc/net/unix", "re");
+	int found = 0;
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		size_t l = strcspn(line, "\n");
+		found = l >= (size_t)n && memcmp(line + l - (size_t)n, want, (size_t)n) == 0;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
 /* The pid of the nearest ancestor that serves a TCPStore as a rank, or 0. */
 static long rank_ancestor(void)
 {
@@ -533,15 +553,7 @@ static long rank_ancestor(void)
 		unsigned long long st;
 		if (!proc_ident(pid, &pp, &st))
 			return 0;
-		struct sockaddr_un un;
-		socklen_t len;
-		marker_name(&un, &len, pid, st);
-		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return 0;
-		int taken = bind(fd, (struct sockaddr *)&un, len) != 0 && errno == EADDRINUSE;
-		close(fd);
-		if (taken)
+		if (marked(pid, st))
 			return pid;
 		pid = pp;
 	}

@@ -926,12 +926,14 @@ static void *accept_loop(void *arg)
 			c->pending_op = -1;
 			snprintf(c->peer, sizeof(c->peer), "%s", peer);
 		}
+		/* counted before its thread may answer: a client that got an
+		 * answer reads the count with its own connection in it */
+		atomic_fetch_add(&routed, 1);
 		if (!c || pthread_create(&t, &at, serve, c) != 0) {
+			atomic_fetch_sub(&routed, 1);
 			HPCT_WARN(HPCT_SUB_NET, "torch store: no thread for client %s: closed", peer);
 			close(fd);
 			free(c);
-		} else {
-			atomic_fetch_add(&routed, 1);
 		}
 		pthread_attr_destroy(&at);
 	}
