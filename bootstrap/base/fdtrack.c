@@ -35,16 +35,19 @@ static void child(void)
 {
 	atomic_store(&forked, 1);
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (null < 0)
-		return;
 	for (int fd = 0; fd < TRACKED; fd++) {
 		uint32_t ino = atomic_load_explicit(&inode_of[fd], memory_order_relaxed);
 		if (ino && fd != null && inode32(fd) == ino) {
-			dup3(null, fd, O_CLOEXEC);
+			/* the number stays taken (a copy of /dev/null), so the
+			 * child's stale handles cannot close another's; without
+			 * /dev/null the socket is closed all the same */
+			if (null < 0 || dup3(null, fd, O_CLOEXEC) < 0)
+				close(fd);
 			atomic_store_explicit(&inode_of[fd], 0, memory_order_relaxed);
 		}
 	}
-	close(null);
+	if (null >= 0)
+		close(null);
 }
 
 static void install(void)

@@ -129,8 +129,13 @@ __attribute__((constructor)) static void preload_loaded(void)
 {
 	char why[512];
 	const char *v = env_get("HPCT_USE_ROOTLESS");
-	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN") ||
-	    !hpct__rootless_possible(why, sizeof(why)))
+	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN"))
+		return;
+	/* no rank (a launcher, a wrapper): its ranks decide for themselves */
+	if (!env_get("HPCT_RANK") && !env_get("RANK") && !env_get("SLURM_PROCID") &&
+	    !env_get("OMPI_COMM_WORLD_RANK"))
+		return;
+	if (!hpct__rootless_possible(why, sizeof(why)))
 		return;
 	hpct__nccl_env_prepare();
 }
@@ -463,11 +468,12 @@ static int loopback(const struct sockaddr *sa)
 	       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
 }
 
-/* MASTER_ADDR's host (or this one: loopback). */
+/* One of MASTER_ADDR's addresses (what libtorch resolved it to); loopback
+ * only when MASTER_ADDR did not resolve here. */
 static int master_host(const struct sockaddr *sa)
 {
-	if (loopback(sa))
-		return 1;
+	if (nmaster_addrs == 0)
+		return loopback(sa);
 	for (int i = 0; i < nmaster_addrs; i++)
 		if (addr_same(sa, &master_addrs[i]))
 			return 1;
@@ -628,6 +634,28 @@ static void torch_version(char *ver, size_t len, char *where, size_t wlen)
 	}
 }
 
+/* A launcher's agent (torchrun, python -m torch.distributed.run) under
+ * srun or mpirun inherits SLURM_PROCID or OMPI_COMM_WORLD_RANK, yet is no
+ * rank: its stores are its own. */
+static int is_agent(void)
+{
+	char buf[4096];
+	FILE *f = fopen("/proc/self/cmdline", "re");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	for (size_t i = 0, arg = 0; i < n && arg < 4; i += strlen(buf + i) + 1, arg++) {
+		const char *a = buf + i, *b = strrchr(a, '/');
+		b = b ? b + 1 : a;
+		if (strcmp(b, "torchrun") == 0 || strcmp(a, "torch.distributed.run") == 0 ||
+		    strcmp(a, "torch.distributed.launch") == 0)
+			return 1;
+	}
+	return 0;
+}
+
 /* PyTorch keeps its own store here: one line (torchrun's agent, which is
  * no rank, gets none). */
 static int keep_stock(const char *why)
@@ -644,8 +672,8 @@ static int decide(void)
 		snprintf(why, sizeof(why), "HPCT_USE_ROOTLESS=%s", v ? v : "(unset)");
 		return keep_stock(why);
 	}
-	if (!env_get("RANK") && !env_get("HPCT_RANK") && !env_get("SLURM_PROCID") &&
-	    !env_get("OMPI_COMM_WORLD_RANK"))
+	if (!env_get("RANK") && !env_get("HPCT_RANK") &&
+	    ((!env_get("SLURM_PROCID") && !env_get("OMPI_COMM_WORLD_RANK")) || is_agent()))
 		return -1; /* no rank: a launcher's agent, whose store is its own */
 	if (hpct__fd_forked())
 		return keep_stock("a forked child of a rank");
@@ -703,6 +731,9 @@ static int decide(void)
 static int routed(void)
 {
 	int r = atomic_load(&route);
+	if (hpct__fd_forked())
+		return r == -2 ? (errno = EACCES, -1) : 0; /* never waits on a lock the fork
+		                                              may have taken with it */
 	if (!r) {
 		pthread_mutex_lock(&route_mu);
 		if (!(r = atomic_load(&route))) {
@@ -711,8 +742,6 @@ static int routed(void)
 		}
 		pthread_mutex_unlock(&route_mu);
 	}
-	if (r == 1 && hpct__fd_forked())
-		return 0; /* a forked child: the parent's store is not its own */
 	if (r == -2) {
 		errno = EACCES;
 		return -1;
@@ -754,8 +783,15 @@ SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0)
 			return -1;
 	}
-	hpct__torch_store_expect(port_of((struct sockaddr *)&me));
-	return next_connect(fd, (struct sockaddr *)&to, tl);
+	uint16_t mine = port_of((struct sockaddr *)&me);
+	hpct__torch_store_expect(mine);
+	int rc = next_connect(fd, (struct sockaddr *)&to, tl);
+	if (rc != 0 && errno != EINPROGRESS && errno != EINTR) {
+		int e = errno;
+		hpct__torch_store_unexpect(mine);
+		errno = e;
+	}
+	return rc;
 }
 
 /* TCPStore connections this process served itself (tests ask it). */

@@ -21,9 +21,10 @@
  *   CANCEL_WAIT     -   12   -                          u8 1
  *   PING            -   13   u32 nonce                  u32 nonce
  *   QUEUE_PUSH      -   14   key, value                 -
- *   QUEUE_POP       -   15   key                        value
+ *   QUEUE_POP       -   15   key                        i64 n (0, 1), item
  *   QUEUE_LEN       -   16   key                        i64
  *   LIST_KEYS       -   17   -                          i64 n, n keys
+ *   BARRIER         -   18   key, i64 world size        u8 0 (2.13)
  *
  * A 2.x client sends WAIT before every GET and blocking QUEUE_POP, and
  * CANCEL_WAIT when its own timeout passes; a 1.13 client gives up silently
@@ -34,9 +35,10 @@
  *
  * Namespaces: (job, epoch, incarnation).  A TCPStore made with a world size
  * starts with ADD "init/" 1 (1.13: its first request; 2.x: after VALIDATE
- * and PING): that begins an incarnation, and every later connection that
- * does not (a clone, 1.13's watch socket, a store made without a world
- * size) joins the latest.  Every rank makes its stores in the same order,
+ * and PING): that begins an incarnation, and a connection that does not
+ * (a clone, 1.13's watch socket, a store made without a world size) joins
+ * the latest one begun when it connected (a TCPStore is made only once
+ * its ADD was answered, so that follows the program's order).  Every rank makes its stores in the same order,
  * so the n-th incarnation is the same on all, and a re-init never reads a
  * key of the last one.
  *
@@ -99,6 +101,7 @@ enum op {
 	OP_QPOP,
 	OP_QLEN,
 	OP_LIST,
+	OP_BARRIER,
 	OP_COUNT
 };
 
@@ -106,7 +109,7 @@ static const char *const op_names[OP_COUNT] = {
 	"?",          "VALIDATE",   "SET",         "COMPARE_SET", "GET",        "ADD",
 	"CHECK",      "WAIT",       "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",
 	"MULTI_GET",  "MULTI_SET",  "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP",
-	"QUEUE_LEN",  "LIST_KEYS",
+	"QUEUE_LEN",  "LIST_KEYS",  "BARRIER",
 };
 
 /* A client protocol: its opcodes, and how a parked WAIT ends when the
@@ -117,6 +120,11 @@ struct hpct_torch_proto {
 	const char *name;
 	unsigned char ops[32]; /* wire opcode -> enum op */
 	int validates;         /* the first request must be VALIDATE */
+	/* ADD 1 on a store-based barrier key is one hpct barrier: 1.13, whose
+	 * barrier (every init and new_group) is the world's and polls ADD 0
+	 * every 10 ms.  2.x waits on a last_worker key instead (no polling),
+	 * and may count only a group's ranks (use_local_synchronization). */
+	int barrier_shortcut;
 	/* the client spoke during a WAIT: 1 when it canceled (the reply is
 	 * sent), 0 when the WAIT is dropped unanswered, <0 on error */
 	int (*interrupted)(struct conn *c);
@@ -128,6 +136,8 @@ struct conn {
 	const struct hpct_torch_proto *p;
 	struct hpct_store *st; /* opened at the first command past VALIDATE/PING */
 	uint64_t incarnation;
+	uint64_t at_accept; /* the incarnation when the client connected */
+	uint16_t port;      /* its source port */
 	char peer[64];
 	int pending_op; /* a request read ahead while a WAIT was parked */
 };
@@ -140,6 +150,7 @@ static const struct hpct_torch_proto proto_113 = {
 	.ops = { [0] = OP_SET, [1] = OP_CAS, [2] = OP_GET, [3] = OP_ADD, [4] = OP_CHECK,
 	         [5] = OP_WAIT, [6] = OP_NUMKEYS, [7] = OP_WATCH, [8] = OP_DELETE },
 	.validates = 0,
+	.barrier_shortcut = 1,
 	.interrupted = interrupted_113,
 };
 
@@ -149,8 +160,9 @@ static const struct hpct_torch_proto proto_2 = {
 	         [4] = OP_ADD,      [5] = OP_CHECK,   [6] = OP_WAIT,    [7] = OP_NUMKEYS,
 	         [8] = OP_DELETE,   [9] = OP_APPEND,  [10] = OP_MGET,   [11] = OP_MSET,
 	         [12] = OP_CANCEL,  [13] = OP_PING,   [14] = OP_QPUSH,  [15] = OP_QPOP,
-	         [16] = OP_QLEN,    [17] = OP_LIST },
+	         [16] = OP_QLEN,    [17] = OP_LIST,  [18] = OP_BARRIER },
 	.validates = 1,
+	.barrier_shortcut = 0,
 	.interrupted = interrupted_2,
 };
 
@@ -210,9 +222,26 @@ uint16_t hpct__torch_store_port(void)
 void hpct__torch_store_expect(uint16_t port)
 {
 	pthread_mutex_lock(&S.mu);
-	if (S.nexpected < MAX_EXPECTED)
-		S.expected[S.nexpected++] = port;
+	if (S.nexpected == MAX_EXPECTED) { /* connects never accepted: the oldest goes */
+		HPCT_WARN(HPCT_SUB_NET, "torch store: %d connections told and never accepted; "
+		                        "forgetting the oldest (port %u)",
+		          MAX_EXPECTED, S.expected[0]);
+		memmove(S.expected, S.expected + 1, (MAX_EXPECTED - 1) * sizeof(S.expected[0]));
+		S.nexpected--;
+	}
+	S.expected[S.nexpected++] = port;
 	pthread_cond_broadcast(&S.cv);
+	pthread_mutex_unlock(&S.mu);
+}
+
+void hpct__torch_store_unexpect(uint16_t port)
+{
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nexpected; i++)
+		if (S.expected[i] == port) {
+			S.expected[i] = S.expected[--S.nexpected];
+			break;
+		}
 	pthread_mutex_unlock(&S.mu);
 }
 
@@ -375,9 +404,10 @@ static int ensure_store(struct conn *c, int begins)
 	struct hpct_world_info info;
 	hpct_world_get_info(S.world, &info);
 	pthread_mutex_lock(&S.mu);
-	if (begins || S.incarnation == 0)
-		S.incarnation++;
-	c->incarnation = S.incarnation;
+	if (begins)
+		c->incarnation = ++S.incarnation;
+	else
+		c->incarnation = c->at_accept ? c->at_accept : 1;
 	pthread_mutex_unlock(&S.mu);
 	uint64_t ns = hpct__hash_u64(hpct__hash_u64(hpct__hash_u64(0x746f726368ull, info.job),
 	                                            info.epoch),
@@ -403,6 +433,16 @@ static int is_barrier_key(const char *key)
 		if (*g == '/' || *g == ':')
 			return 0;
 	return 1;
+}
+
+/* Is PyTorch's world hpct's?  WORLD_SIZE, when the launcher set it, is
+ * the size torch's barrier counts to. */
+static int world_barrier(void)
+{
+	struct hpct_world_info info;
+	hpct_world_get_info(S.world, &info);
+	const char *ws = getenv("WORLD_SIZE");
+	return !ws || !*ws || atoi(ws) == info.size;
 }
 
 /* 1 when that barrier was passed in this incarnation; with `pass`, passes
@@ -529,8 +569,8 @@ static int do_add(struct conn *c)
 	    (rc = ensure_store(c, strcmp(k, "init/") == 0 && delta == 1)) == 0) {
 		int64_t v = 0;
 		int brc = 0;
-		if (is_barrier_key(k) && (delta == 0 || delta == 1) &&
-		    barrier(c, k, delta == 1, &brc)) {
+		if (c->p->barrier_shortcut && world_barrier() && is_barrier_key(k) &&
+		    (delta == 0 || delta == 1) && barrier(c, k, delta == 1, &brc)) {
 			struct hpct_world_info info;
 			hpct_world_get_info(S.world, &info);
 			v = info.size; /* every rank has checked in */
@@ -594,56 +634,90 @@ static int interrupted_2(struct conn *c)
 	return rc ? rc : 1;
 }
 
+/* Parks until every key is set: in slices on the keys' homes, watching the
+ * client between them (its cancel, or 1.13's next request), and every
+ * HPCT_TIMEOUT asking whether a rank is gone (then no one sets them).
+ * Answers STOP_WAITING itself; 0, or the failure. */
+static int park(struct conn *c, const char *what, struct keys *ks)
+{
+	const char *const *k = (const char *const *)ks->k;
+	double limit = hpct__store_timeout(c->st), waited = 0;
+	for (;;) {
+		double t0 = hpct__now();
+		int rc = hpct__store_wait_quiet(c->st, k, (int)ks->n, WAIT_SLICE_S);
+		if (rc == 0)
+			return send_u8(c, 0);
+		if (rc != HPCT_ETIMEDOUT)
+			return failed(c, what, ks->n ? ks->k[0] : "", rc);
+		waited += hpct__now() - t0;
+		if (waited >= limit) {
+			char dead[600];
+			if (hpct__store_unreachable(c->st, dead, sizeof(dead)) > 0) {
+				hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
+				          "torch store: client %s (torch %s): %s '%.100s' "
+				          "found nothing after %.1f s, and ranks whose store does "
+				          "not answer (died or never started): %s: the connection "
+				          "is closed, so PyTorch raises",
+				          c->peer, c->p->name, what, ks->n ? ks->k[0] : "", waited,
+				          dead);
+				return HPCT_EPEERDEAD;
+			}
+			waited = 0;
+		}
+		int ready = hpct__sock_wait(c->fd, POLLIN, hpct__now());
+		if (ready < 0)
+			return ready;
+		if (ready) {
+			rc = c->p->interrupted(c);
+			return rc > 0 ? 0 : rc;
+		}
+	}
+}
+
 static int do_wait(struct conn *c)
 {
 	struct keys ks;
 	int rc = recv_keys(c, &ks);
 	if (rc)
 		return rc;
-	if ((rc = ensure_store(c, 0)) != 0)
-		goto out;
-	const char *const *k = (const char *const *)ks.k;
-	double limit = hpct__store_timeout(c->st), waited = 0;
-	for (;;) {
-		double t0 = hpct__now();
-		rc = hpct__store_wait_quiet(c->st, k, (int)ks.n, WAIT_SLICE_S);
-		if (rc == 0) {
-			rc = send_u8(c, 0);
-			break;
-		}
-		if (rc != HPCT_ETIMEDOUT) {
-			failed(c, "WAIT for", ks.n ? ks.k[0] : "", rc);
-			break;
-		}
-		waited += hpct__now() - t0;
-		/* every HPCT_TIMEOUT: is a rank gone?  Then no one sets it */
-		if (waited >= limit) {
-			char dead[600];
-			if (hpct__store_unreachable(c->st, dead, sizeof(dead)) > 0) {
-				hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
-				          "torch store: client %s (torch %s): WAIT for '%.100s' "
-				          "found nothing after %.1f s, and ranks whose store does "
-				          "not answer (died or never started): %s: the connection "
-				          "is closed, so PyTorch raises",
-				          c->peer, c->p->name, ks.n ? ks.k[0] : "", waited, dead);
-				rc = HPCT_EPEERDEAD;
-				break;
-			}
-			waited = 0;
-		}
-		int ready = hpct__sock_wait(c->fd, POLLIN, hpct__now());
-		if (ready < 0) {
-			rc = ready;
-			break;
-		}
-		if (ready) {
-			rc = c->p->interrupted(c);
-			rc = rc > 0 ? 0 : rc;
-			break;
-		}
+	if ((rc = ensure_store(c, 0)) == 0) {
+		rc = park(c, "WAIT for", &ks);
 	}
-out:
 	keys_free(&ks);
+	return rc;
+}
+
+/* 2.13's Store.barrier(key, world_size): every caller counts itself in;
+ * the one that makes the count sets a done key, which all park on. */
+static int do_barrier(struct conn *c)
+{
+	char *k;
+	int64_t size;
+	int rc = recv_str(c, &k, NULL);
+	if (rc)
+		return rc;
+	if ((rc = recv_n(c, &size, sizeof(size))) == 0 && (rc = ensure_store(c, 0)) == 0) {
+		size_t kl = strlen(k);
+		char *count = malloc(kl + 32), *done = malloc(kl + 32);
+		int64_t n = 0;
+		if (!count || !done) {
+			rc = HPCT_ENOMEM;
+		} else {
+			sprintf(count, "%s/hpct_barrier_count", k);
+			sprintf(done, "%s/hpct_barrier_done", k);
+			if ((rc = hpct__store_add(c->st, count, 1, &n)) != 0)
+				failed(c, "BARRIER", k, rc);
+			else if (n == size && (rc = hpct__store_set(c->st, done, "1", 1)) != 0)
+				failed(c, "BARRIER", k, rc);
+		}
+		if (rc == 0) {
+			struct keys ks = { &done, 1 };
+			rc = park(c, "BARRIER", &ks);
+		}
+		free(count);
+		free(done);
+	}
+	free(k);
 	return rc;
 }
 
@@ -774,19 +848,33 @@ static int do_qpush(struct conn *c)
 	return rc;
 }
 
+/* Reply: i64 items taken (1, or 0 when the queue was empty: the client
+ * raises QueueEmptyError), then the item.  A pop after a WAIT on its key
+ * (block=True) may find it taken by another client first: also 0. */
 static int do_qpop(struct conn *c)
 {
 	char *k;
 	int rc = recv_str(c, &k, NULL);
 	if (rc)
 		return rc;
-	if ((rc = ensure_store(c, 0)) == 0) {
+	int there = 0;
+	const char *one[1] = { k };
+	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_check(c->st, one, 1, &there)) != 0)
+		failed(c, "QUEUE_POP", k, rc);
+	if (rc == 0 && there) {
 		void *v = NULL;
 		size_t vl = 0;
-		/* a blocking pop WAITed first; a non-blocking one on an empty
-		 * queue fails, as PyTorch's server does */
-		rc = hpct__store_queue_pop(c->st, k, 0, &v, &vl);
-		rc = rc ? failed(c, "QUEUE_POP", k, rc) : reply_value(c, v, vl);
+		rc = hpct__store_queue_pop(c->st, k, 0.05, &v, &vl);
+		if (rc == 0) {
+			rc = send_i64(c, 1);
+			rc = rc ? (free(v), rc) : reply_value(c, v, vl);
+		} else if (rc == HPCT_ETIMEDOUT) {
+			rc = send_i64(c, 0);
+		} else {
+			failed(c, "QUEUE_POP", k, rc);
+		}
+	} else if (rc == 0) {
+		rc = send_i64(c, 0);
 	}
 	free(k);
 	return rc;
@@ -847,13 +935,22 @@ static int (*const handlers[OP_COUNT])(struct conn *) = {
 	[OP_APPEND] = do_append,     [OP_MGET] = do_mget,     [OP_MSET] = do_mset,
 	[OP_CANCEL] = do_cancel,     [OP_PING] = do_ping,     [OP_QPUSH] = do_qpush,
 	[OP_QPOP] = do_qpop,         [OP_QLEN] = do_qlen,     [OP_LIST] = do_list,
+	[OP_BARRIER] = do_barrier,
 };
 
 static void *serve(void *arg)
 {
 	struct conn *c = arg;
 	int first = 1;
-	for (;;) {
+	/* here, not in the accept loop: a stranger's wait holds up no one */
+	if (!take_expected(c->port)) {
+		HPCT_WARN(HPCT_SUB_NET,
+		          "torch store: a connection from %s that no TCPStore of this process "
+		          "made: closed",
+		          c->peer);
+		first = -1;
+	}
+	for (; first >= 0;) {
 		uint8_t code;
 		int rc;
 		if (c->pending_op >= 0) {
@@ -907,14 +1004,6 @@ static void *accept_loop(void *arg)
 		                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
 		char peer[64];
 		snprintf(peer, sizeof(peer), "127.0.0.1:%u", port);
-		if (!take_expected(port)) {
-			HPCT_WARN(HPCT_SUB_NET,
-			          "torch store: a connection from %s that no TCPStore of this process "
-			          "made: closed",
-			          peer);
-			close(fd);
-			continue;
-		}
 		struct conn *c = calloc(1, sizeof(*c));
 		pthread_t t;
 		pthread_attr_t at;
@@ -924,6 +1013,10 @@ static void *accept_loop(void *arg)
 			c->fd = fd;
 			c->p = S.proto;
 			c->pending_op = -1;
+			c->port = port;
+			pthread_mutex_lock(&S.mu);
+			c->at_accept = S.incarnation;
+			pthread_mutex_unlock(&S.mu);
 			snprintf(c->peer, sizeof(c->peer), "%s", peer);
 		}
 		/* counted before its thread may answer: a client that got an

@@ -28,6 +28,8 @@ int hpct__torch_store_addr(int family, struct sockaddr_storage *ss, socklen_t *l
 /* A client's source port, told before it connects: the listener accepts
  * no other. */
 void hpct__torch_store_expect(uint16_t port);
+/* That client's connect failed: it will not come. */
+void hpct__torch_store_unexpect(uint16_t port);
 /* Connections accepted so far (a test asks it through the shim). */
 long hpct__torch_store_routed(void);
 /* The preload's lock on the shared world (preload.c). */
