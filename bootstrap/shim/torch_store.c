@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -338,9 +339,18 @@ static int recv_str(struct conn *c, char **out, size_t *len_out)
 	return 0;
 }
 
+/* Length and bytes in one write where it is small: a reply in two
+ * segments would wait on the client's delayed ACK. */
 static int send_bytes(struct conn *c, const void *v, size_t len)
 {
 	uint64_t n = len;
+	unsigned char buf[4096];
+	if (len <= sizeof(buf) - sizeof(n)) {
+		memcpy(buf, &n, sizeof(n));
+		if (len)
+			memcpy(buf + sizeof(n), v, len);
+		return send_n(c, buf, sizeof(n) + len);
+	}
 	int rc = send_n(c, &n, sizeof(n));
 	return rc ? rc : send_n(c, v, len);
 }
@@ -999,6 +1009,8 @@ static void *accept_loop(void *arg)
 			return NULL;
 		}
 		hpct__fd_track(fd);
+		int one = 1; /* replies are small and the client waits on each */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		uint16_t port = ss.ss_family == AF_INET6
 		                        ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
 		                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
