@@ -87,6 +87,9 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 	setenv_int("MASTER_PORT", port);
 	setenv_int("HPCT_PORT_BASE", port + 1);
 	setenv_int("HPCT_PORT_RANGE", 2 * per);
+	/* the store's ports above the world's, clear of MASTER_PORT (a stock
+	 * or served TCPStore server binds it on every address) */
+	setenv_int("HPCT_STORE_PORT_OFFSET", 2 * per);
 	snprintf(buf, sizeof(buf), "bench-%d-%d", (int)getpid(), run_id);
 	setenv("HPCT_JOB_ID", buf, 1);
 	setenv_int("HPCT_EPOCH", epoch);

@@ -471,7 +471,7 @@ int main(int argc, char **argv)
 					bench_transport = path_transport[p];
 					/* each run its own ports: nothing lingers from the last */
 					int base =
-					        port + (run_id % 4) * (2 * ((n + k - 1) / k) + 2);
+					        port + (run_id % 4) * (4 * ((n + k - 1) / k) + 2);
 					int rootless = strcmp(r->path, "standard") != 0 &&
 					               strcmp(r->path, "stock") != 0;
 					if (s->torch) {
