@@ -69,6 +69,22 @@ echo "1..$((2 * per_torch + 1))"
 
 py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
 
+# four ranks of a rootless job started by hand (no launcher), output in
+# $dir/<tag><rank>, pids in pids; VAR=VALUE arguments are added to their
+# environment.  Uses t, py and port of the caller.
+start4() { # tag VAR=VALUE...
+	local tag=$1 r
+	shift
+	pids=()
+	for r in 0 1 2 3; do
+		env HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 \
+			LOCAL_WORLD_SIZE=4 RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+			HPCT_JOB_ID="$tag-$$-$t" JOB_SHOW_SHIM=0 "$@" timeout 120 "$py" "$job" \
+			>"$dir/$tag$r" 2>&1 &
+		pids+=($!)
+	done
+}
+
 torch_suite() { # label python
 	local t=$1 py=$2 n port
 
@@ -143,14 +159,9 @@ torch_suite() { # label python
 	# a rank killed in the middle of init: the others fail naming it (none
 	# hangs): Gloo's connect (1.13), the store's wait for its key (2.x)
 	port=$(free_port)
-	local t0 pids=() r st bad="" took
+	local t0 r st bad="" took
 	t0=$(date +%s)
-	for r in 0 1 2 3; do
-		HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
-			RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HPCT_JOB_ID=die-$$-$t \
-			HPCT_TIMEOUT=5 JOB_DIE_RANK=2 JOB_SHOW_SHIM=0 timeout 120 "$py" "$job" >"$dir/die$r" 2>&1 &
-		pids+=($!)
-	done
+	start4 die HPCT_TIMEOUT=5 JOB_DIE_RANK=2
 	for r in 0 1 2 3; do
 		wait "${pids[$r]}"
 		st=$?
@@ -172,15 +183,8 @@ torch_suite() { # label python
 	# fails at once, naming it, not after HPCT_TIMEOUT (60 s) on connections
 	# the child would hold
 	port=$(free_port)
-	pids=()
 	bad=""
-	for r in 0 1 2 3; do
-		HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload HPCT_HOSTS=127.0.0.1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
-			RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HPCT_JOB_ID=fork-$$-$t \
-			JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t" \
-			JOB_SHOW_SHIM=0 timeout 120 "$py" "$job" >"$dir/fork$r" 2>&1 &
-		pids+=($!)
-	done
+	start4 fork JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t"
 	for r in 0 1 2 3; do
 		wait "${pids[$r]}"
 		st=$?

@@ -118,7 +118,8 @@ static char *env_get(const char *name)
 /* At load, before the program's main and its threads: NCCL takes
  * NCCL_ENV_PLUGIN from its first read of the environment, whichever NCCL
  * call (or library) makes it, so it is set before any can, and never
- * after (a getenv in another thread could read a freed environ).  Only
+ * after (a getenv in another thread could read a freed environ); so is
+ * GLOO_ENABLE_STORE_V2_API.  Only
  * where the shim may take NCCL over: HPCT_USE_ROOTLESS=1 and an
  * environment a rootless world can come from (a node list).  A wrapper
  * between launcher and rank (torchrun's agent, sh -c, timeout) loads this
@@ -129,7 +130,7 @@ __attribute__((constructor)) static void preload_loaded(void)
 {
 	char why[512];
 	const char *v = env_get("HPCT_USE_ROOTLESS");
-	if (!v || strcmp(v, "1") != 0 || env_get("NCCL_ENV_PLUGIN"))
+	if (!v || strcmp(v, "1") != 0)
 		return;
 	/* no rank (a launcher, a wrapper): its ranks decide for themselves */
 	if (!env_get("HPCT_RANK") && !env_get("RANK") && !env_get("SLURM_PROCID") &&
@@ -137,7 +138,14 @@ __attribute__((constructor)) static void preload_loaded(void)
 		return;
 	if (!hpct__rootless_possible(why, sizeof(why)))
 		return;
-	hpct__nccl_env_prepare();
+	if (!env_get("NCCL_ENV_PLUGIN"))
+		hpct__nccl_env_prepare();
+	/* Gloo (PyTorch 2.x's, in libtorch_cpu) then reads its peers' keys with
+	 * one multi_get instead of a wait and a get each: the served store
+	 * fetches them from their homes together (Debian's 1.13 Gloo does not
+	 * read it, and connects through hpct anyway).  The user's choice
+	 * stands. */
+	setenv("GLOO_ENABLE_STORE_V2_API", "1", 0);
 }
 
 static void *next(const char *name);

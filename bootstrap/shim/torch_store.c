@@ -141,6 +141,12 @@ struct conn {
 	uint16_t port;      /* its source port */
 	char peer[64];
 	int pending_op; /* a request read ahead while a WAIT was parked */
+	/* what a WAIT on one key fetched, for the GET that follows it at once
+	 * (PyTorch's get() is WAIT then GET, under one lock of its client:
+	 * the value as the WAIT found it is one the get() may return) */
+	char *seen_key;
+	void *seen_val;
+	size_t seen_len;
 };
 
 static int interrupted_113(struct conn *c);
@@ -508,7 +514,9 @@ static int failed(struct conn *c, const char *what, const char *key, int rc)
 	return rc;
 }
 
-static int do_set(struct conn *c)
+/* SET, APPEND, QUEUE_PUSH: a key and a value, no reply. */
+static int key_value(struct conn *c, const char *what,
+                     int (*op)(struct hpct_store *, const char *, const void *, size_t))
 {
 	char *k, *v;
 	size_t vl;
@@ -517,12 +525,25 @@ static int do_set(struct conn *c)
 		return rc;
 	if ((rc = recv_str(c, &v, &vl)) == 0) {
 		rc = ensure_store(c, 0);
-		if (rc == 0 && (rc = hpct__store_set(c->st, k, v, vl)) != 0)
-			failed(c, "SET", k, rc);
+		if (rc == 0 && (rc = op(c->st, k, v, vl)) != 0)
+			failed(c, what, k, rc);
 		free(v);
 	}
 	free(k);
 	return rc;
+}
+
+static int do_set(struct conn *c)
+{
+	return key_value(c, "SET", hpct__store_set);
+}
+
+static void forget_seen(struct conn *c)
+{
+	free(c->seen_key);
+	free(c->seen_val);
+	c->seen_key = NULL;
+	c->seen_val = NULL;
 }
 
 static int reply_value(struct conn *c, void *v, size_t len)
@@ -558,7 +579,10 @@ static int do_get(struct conn *c)
 	int rc = recv_str(c, &k, NULL);
 	if (rc)
 		return rc;
-	if ((rc = ensure_store(c, 0)) == 0) {
+	if (c->seen_key && strcmp(c->seen_key, k) == 0) {
+		rc = reply_value(c, c->seen_val, c->seen_len);
+		c->seen_val = NULL;
+	} else if ((rc = ensure_store(c, 0)) == 0) {
 		void *v = NULL;
 		size_t vl = 0;
 		rc = hpct__store_get(c->st, k, -1, &v, &vl);
@@ -647,16 +671,27 @@ static int interrupted_2(struct conn *c)
 /* Parks until every key is set: in slices on the keys' homes, watching the
  * client between them (its cancel, or 1.13's next request), and every
  * HPCT_TIMEOUT asking whether a rank is gone (then no one sets them).
- * Answers STOP_WAITING itself; 0, or the failure. */
-static int park(struct conn *c, const char *what, struct keys *ks)
+ * Answers STOP_WAITING itself; 0, or the failure.  With `keep`, a wait on
+ * one key fetches its value for a GET that follows (seen_*). */
+static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 {
 	const char *const *k = (const char *const *)ks->k;
 	double limit = hpct__store_timeout(c->st), waited = 0;
 	for (;;) {
 		double t0 = hpct__now();
-		int rc = hpct__store_wait_quiet(c->st, k, (int)ks->n, WAIT_SLICE_S);
-		if (rc == 0)
+		void *v = NULL;
+		size_t vl = 0;
+		int rc = ks->n == 1 && keep
+		                 ? hpct__store_get_quiet(c->st, k[0], WAIT_SLICE_S, &v, &vl)
+		                 : hpct__store_wait_quiet(c->st, k, (int)ks->n, WAIT_SLICE_S);
+		if (rc == 0) {
+			if (ks->n == 1 && keep) {
+				c->seen_key = strdup(k[0]);
+				c->seen_val = v;
+				c->seen_len = vl;
+			}
 			return send_u8(c, 0);
+		}
 		if (rc != HPCT_ETIMEDOUT)
 			return failed(c, what, ks->n ? ks->k[0] : "", rc);
 		waited += hpct__now() - t0;
@@ -691,7 +726,7 @@ static int do_wait(struct conn *c)
 	if (rc)
 		return rc;
 	if ((rc = ensure_store(c, 0)) == 0) {
-		rc = park(c, "WAIT for", &ks);
+		rc = park(c, "WAIT for", &ks, 1);
 	}
 	keys_free(&ks);
 	return rc;
@@ -722,7 +757,7 @@ static int do_barrier(struct conn *c)
 		}
 		if (rc == 0) {
 			struct keys ks = { &done, 1 };
-			rc = park(c, "BARRIER", &ks);
+			rc = park(c, "BARRIER", &ks, 0);
 		}
 		free(count);
 		free(done);
@@ -755,19 +790,7 @@ static int do_delete(struct conn *c)
 
 static int do_append(struct conn *c)
 {
-	char *k, *v;
-	size_t vl;
-	int rc = recv_str(c, &k, NULL);
-	if (rc)
-		return rc;
-	if ((rc = recv_str(c, &v, &vl)) == 0) {
-		rc = ensure_store(c, 0);
-		if (rc == 0 && (rc = hpct__store_append(c->st, k, v, vl)) != 0)
-			failed(c, "APPEND", k, rc);
-		free(v);
-	}
-	free(k);
-	return rc;
+	return key_value(c, "APPEND", hpct__store_append);
 }
 
 static int do_mget(struct conn *c)
@@ -776,13 +799,22 @@ static int do_mget(struct conn *c)
 	int rc = recv_keys(c, &ks);
 	if (rc)
 		return rc;
-	rc = ensure_store(c, 0);
+	void **vals = calloc(ks.n ? ks.n : 1, sizeof(void *));
+	size_t *lens = calloc(ks.n ? ks.n : 1, sizeof(size_t));
+	if (!vals || !lens)
+		rc = HPCT_ENOMEM;
+	if (rc == 0 && (rc = ensure_store(c, 0)) == 0 &&
+	    (rc = hpct__store_get_many(c->st, (const char *const *)ks.k, (int)ks.n, -1, vals,
+	                               lens)) != 0)
+		failed(c, "MULTI_GET", ks.n ? ks.k[0] : "", rc);
 	for (uint64_t i = 0; rc == 0 && i < ks.n; i++) {
-		void *v = NULL;
-		size_t vl = 0;
-		rc = hpct__store_get(c->st, ks.k[i], -1, &v, &vl);
-		rc = rc ? failed(c, "MULTI_GET", ks.k[i], rc) : reply_value(c, v, vl);
+		rc = reply_value(c, vals[i], lens[i]);
+		vals[i] = NULL;
 	}
+	for (uint64_t i = 0; vals && i < ks.n; i++)
+		free(vals[i]);
+	free(vals);
+	free(lens);
 	keys_free(&ks);
 	return rc;
 }
@@ -843,19 +875,7 @@ static int do_validate(struct conn *c)
 
 static int do_qpush(struct conn *c)
 {
-	char *k, *v;
-	size_t vl;
-	int rc = recv_str(c, &k, NULL);
-	if (rc)
-		return rc;
-	if ((rc = recv_str(c, &v, &vl)) == 0) {
-		rc = ensure_store(c, 0);
-		if (rc == 0 && (rc = hpct__store_queue_push(c->st, k, v, vl)) != 0)
-			failed(c, "QUEUE_PUSH", k, rc);
-		free(v);
-	}
-	free(k);
-	return rc;
+	return key_value(c, "QUEUE_PUSH", hpct__store_queue_push);
 }
 
 /* Reply: i64 items taken (1, or 0 when the queue was empty: the client
@@ -978,11 +998,16 @@ static void *serve(void *arg)
 			break;
 		}
 		first = 0;
+		if (op != OP_GET)
+			forget_seen(c);
 		rc = handlers[op] ? handlers[op](c) : refuse(c, op, code);
+		if (op == OP_GET)
+			forget_seen(c);
 		if (rc)
 			break;
 		HPCT_TRACE(HPCT_SUB_NET, "torch store: client %s: %s done", c->peer, op_names[op]);
 	}
+	forget_seen(c);
 	if (c->st)
 		hpct__store_close(c->st);
 	close(c->fd);

@@ -224,14 +224,11 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 	}
 }
 
-/* One request to `home`; the reply's status (or the failure) in the
- * return value, its fields in *rep (malloc'd, the caller frees). */
-static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, const char *key,
-               const void *a, size_t alen, const void *b, size_t blen, double wait_s,
-               unsigned char **rep, size_t *replen)
+/* A request's frame (malloc'd): u32 length, op, namespace, key, fields. */
+static int frame(struct hpct_store *s, const char *what, uint8_t op, const char *key,
+                 const void *a, size_t alen, const void *b, size_t blen, unsigned char **f_out,
+                 size_t *len_out)
 {
-	*rep = NULL;
-	*replen = 0;
 	size_t klen = strlen(key);
 	if (klen > HPCT_STORE_MAX_KEY)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
@@ -254,82 +251,178 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		memcpy(f + 4 + HDR + klen, a, alen);
 	if (blen)
 		memcpy(f + 4 + HDR + klen + alen, b, blen);
+	*f_out = f;
+	*len_out = 4 + flen;
+	return 0;
+}
+
+/* One answer from `home` (s->mu held): 0 with *status and *rep (malloc'd),
+ * or the exchange's failure (the stream is then out of step or gone). */
+static int answer(struct hpct_store *s, int home, double deadline, int *status,
+                  unsigned char **rep, size_t *replen)
+{
+	unsigned char h[8];
+	int io = hpct__sock_recv_all(s->fd[home], h, 8, deadline);
+	if (io)
+		return io;
+	uint32_t len = hpct__get32(h);
+	if (hpct__auth_is_frame(h, sizeof(h)) && !s->w->topo.secret)
+		return HPCT_EREFUSED; /* a REFUSE: it wants a proof */
+	if (len < 4 || len > HPCT_STORE_MAX_FRAME)
+		return HPCT_EPROTO;
+	if (len > 4 && !(*rep = malloc(len - 4)))
+		return HPCT_ENOMEM;
+	if ((io = hpct__sock_recv_all(s->fd[home], *rep, len - 4, deadline)) != 0) {
+		free(*rep);
+		*rep = NULL;
+		return io;
+	}
+	*replen = len - 4;
+	*status = (int32_t)hpct__get32(h + 4);
+	return 0;
+}
+
+/* The exchange with `home` failed (s->mu held): its connection goes, and
+ * the failure is named. */
+static int broken(struct hpct_store *s, int home, const char *what, int io)
+{
+	char text[HPCT_ADDRSTRLEN] = "?";
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+	if (s->fd[home] >= 0)
+		close(s->fd[home]);
+	s->fd[home] = -1;
+	return hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM ||
+	                                  io == HPCT_EREFUSED
+	                          ? io
+	                          : HPCT_EPEERDEAD,
+	                  HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)", what,
+	                  home, text,
+	                  io == HPCT_EREFUSED
+	                          ? "refused us: it has a shared secret (HPCT_SECRET) "
+	                            "and this rank has none"
+	                  : io == HPCT_EPROTO    ? "answered something malformed"
+	                  : io == HPCT_ETIMEDOUT ? "did not answer in time"
+	                  : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
+	                                         : "closed its connection: it died or left",
+	                  hpct_strerror(io));
+}
+
+/* A home's refusal for want of memory, named. */
+static int full(struct hpct_store *s, int home, uint8_t op, const char *what, const char *key,
+                size_t vlen)
+{
+	char text[HPCT_ADDRSTRLEN] = "?", kb[KEY_SHOWN + 8];
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+	if (op == OP_LIST)
+		return hpct__fail(HPCT_ENOMEM, HPCT_SUB_NET,
+		                  "store: %s: rank %d at %s refused to list its keys: they would "
+		                  "not fit one reply (HPCT_STORE_MAX_FRAME) or its "
+		                  "HPCT_STORE_MAX_BYTES, or the rank is out of memory; that rank's "
+		                  "log says which",
+		                  what, home, text);
+	return hpct__fail(HPCT_ENOMEM, HPCT_SUB_NET,
+	                  "store: %s: key '%s' (%zu bytes): rank %d (the key's home) at %s "
+	                  "refused it for want of memory: its store is full "
+	                  "(HPCT_STORE_MAX_KEYS or HPCT_STORE_MAX_BYTES)%s, or the rank is "
+	                  "out of memory; that rank's log says which",
+	                  what, shown(key, kb, sizeof(kb)), vlen, home, text,
+	                  op == OP_APPEND || op == OP_QPUSH
+	                          ? ", the value would pass the most a value may hold "
+	                            "(HPCT_STORE_MAX_VALUE, 64 MiB)"
+	                          : "");
+}
+
+/* One request to `home`; the reply's status (or the failure) in the
+ * return value, its fields in *rep (malloc'd, the caller frees). */
+static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, const char *key,
+               const void *a, size_t alen, const void *b, size_t blen, double wait_s,
+               unsigned char **rep, size_t *replen)
+{
+	*rep = NULL;
+	*replen = 0;
+	unsigned char *f = NULL;
+	size_t flen = 0;
+	int rc = frame(s, what, op, key, a, alen, b, blen, &f, &flen);
+	if (rc)
+		return rc;
 	double t = cap_timeout(s, s->timeout);
 	double deadline = hpct__now() + (wait_s > 0 ? wait_s + SLACK_S : t);
 	pthread_mutex_lock(&s->mu);
-	int rc = ensure(s, home, what, hpct__now() + t), io = rc;
-	unsigned char h[8];
-	/* io: the exchange itself failed (the stream is then out of step or
-	 * gone); rc: the answer's status otherwise */
-	if (io == 0 && (io = hpct__sock_send_all(s->fd[home], f, 4 + flen, deadline)) == 0 &&
-	    (io = hpct__sock_recv_all(s->fd[home], h, 8, deadline)) == 0) {
-		uint32_t len = hpct__get32(h);
-		if (hpct__auth_is_frame(h, sizeof(h)) && !s->w->topo.secret)
-			io = HPCT_EREFUSED; /* a REFUSE: it wants a proof */
-		else if (len < 4 || len > HPCT_STORE_MAX_FRAME)
-			io = HPCT_EPROTO;
-		else if (len > 4 && !(*rep = malloc(len - 4)))
-			io = HPCT_ENOMEM;
-		else if ((io = hpct__sock_recv_all(s->fd[home], *rep, len - 4, deadline)) == 0) {
-			*replen = len - 4;
-			rc = (int32_t)hpct__get32(h + 4);
-		}
-	}
+	int io = ensure(s, home, what, hpct__now() + t);
+	rc = io;
+	if (io == 0 && (io = hpct__sock_send_all(s->fd[home], f, flen, deadline)) == 0)
+		io = answer(s, home, deadline, &rc, rep, replen);
 	free(f);
-	if (io && rc == 0) {
-		char text[HPCT_ADDRSTRLEN] = "?";
-		struct sockaddr_storage ss;
-		socklen_t sl;
-		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
-		close(s->fd[home]);
-		s->fd[home] = -1;
-		rc = hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM ||
-		                                io == HPCT_EREFUSED
-		                        ? io
-		                        : HPCT_EPEERDEAD,
-		                HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)",
-		                what, home, text,
-		                io == HPCT_EREFUSED
-		                        ? "refused us: it has a shared secret (HPCT_SECRET) "
-		                          "and this rank has none"
-		                : io == HPCT_EPROTO    ? "answered something malformed"
-		                : io == HPCT_ETIMEDOUT ? "did not answer in time"
-		                : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
-		                                       : "closed its connection: it died or left",
-		                hpct_strerror(io));
-	}
-	if (io == 0 && rc == HPCT_ENOMEM && op == OP_LIST) {
-		char text[HPCT_ADDRSTRLEN] = "?";
-		struct sockaddr_storage ss;
-		socklen_t sl;
-		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
-		rc = hpct__fail(rc, HPCT_SUB_NET,
-		                "store: %s: rank %d at %s refused to list its keys: they would "
-		                "not fit one reply (HPCT_STORE_MAX_FRAME) or its "
-		                "HPCT_STORE_MAX_BYTES, or the rank is out of memory; that rank's "
-		                "log says which",
-		                what, home, text);
-	} else if (io == 0 && rc == HPCT_ENOMEM) {
-		char text[HPCT_ADDRSTRLEN] = "?", kb[KEY_SHOWN + 8];
-		struct sockaddr_storage ss;
-		socklen_t sl;
-		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
-		rc = hpct__fail(rc, HPCT_SUB_NET,
-		                "store: %s: key '%s' (%zu bytes): rank %d (the key's home) at %s "
-		                "refused it for want of memory: its store is full "
-		                "(HPCT_STORE_MAX_KEYS or HPCT_STORE_MAX_BYTES)%s, or the rank is "
-		                "out of memory; that rank's log says which",
-		                what, shown(key, kb, sizeof(kb)), blen ? blen : alen, home, text,
-		                op == OP_APPEND || op == OP_QPUSH
-		                        ? ", the value would pass the most a value may hold "
-		                          "(HPCT_STORE_MAX_VALUE, 64 MiB)"
-		                        : "");
-	}
+	if (io && rc == 0)
+		rc = broken(s, home, what, io);
+	if (io == 0 && rc == HPCT_ENOMEM)
+		rc = full(s, home, op, what, key, blen ? blen : alen);
 	pthread_mutex_unlock(&s->mu);
 	if (rc && *rep) {
 		free(*rep);
 		*rep = NULL;
 	}
+	return rc;
+}
+
+/* The same request for n keys (a field `a` each), sent to their homes all
+ * at once and answered in order (a home serves a connection's requests
+ * one after another): n round trips become about one.  rcs[i], reps[i]
+ * and replens[i] as rpc's; the return value is the first failure of an
+ * exchange (every key then fails), else 0. */
+static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const char *const *keys,
+                    int n, const void *a, size_t alen, double wait_s, int *rcs,
+                    unsigned char **reps, size_t *replens)
+{
+	double t = cap_timeout(s, s->timeout);
+	double deadline = hpct__now() + (wait_s > 0 ? wait_s + SLACK_S : t);
+	int rc = 0, sent = 0;
+	for (int i = 0; i < n; i++) {
+		rcs[i] = 0;
+		reps[i] = NULL;
+		replens[i] = 0;
+	}
+	pthread_mutex_lock(&s->mu);
+	while (sent < n) {
+		unsigned char *f = NULL;
+		size_t flen = 0;
+		int home = home_of(s, keys[sent]);
+		if ((rc = frame(s, what, op, keys[sent], a, alen, NULL, 0, &f, &flen)) != 0)
+			break;
+		if ((rc = ensure(s, home, what, hpct__now() + t)) == 0 &&
+		    (rc = hpct__sock_send_all(s->fd[home], f, flen, deadline)) != 0)
+			rc = broken(s, home, what, rc);
+		free(f);
+		if (rc)
+			break;
+		sent++;
+	}
+	for (int i = 0; i < sent; i++) {
+		int home = home_of(s, keys[i]);
+		if (s->fd[home] < 0) {
+			rcs[i] = HPCT_EPEERDEAD;
+			continue;
+		}
+		int io = answer(s, home, deadline, &rcs[i], &reps[i], &replens[i]);
+		if (io) {
+			rcs[i] = broken(s, home, what, io);
+			rc = rc ? rc : rcs[i];
+		} else if (rcs[i] == HPCT_ENOMEM) {
+			rcs[i] = full(s, home, op, what, keys[i], alen);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < n; i++)
+		if (rcs[i] || rc) {
+			free(reps[i]);
+			reps[i] = NULL;
+			if (!rcs[i])
+				rcs[i] = rc ? rc : HPCT_EPEERDEAD;
+		}
 	return rc;
 }
 
@@ -371,18 +464,68 @@ static int take_value(unsigned char *rep, size_t rl, void **val_out, size_t *len
 	return 0;
 }
 
-int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
-                    size_t *len_out)
+/* GET and QPOP: a value, parked at the key's home up to the wait. */
+static int parked_value(struct hpct_store *s, uint8_t op, const char *what, const char *missing,
+                        const char *key, double timeout_s, int quiet, void **val_out,
+                        size_t *len_out)
 {
 	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
 	unsigned char ms[8], *rep;
 	size_t rl;
 	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
 	int home = home_of(s, key);
-	int rc = rpc(s, home, "get", OP_GET, key, ms, 8, NULL, 0, t, &rep, &rl);
+	int rc = rpc(s, home, what, op, key, ms, 8, NULL, 0, t, &rep, &rl);
 	if (rc == HPCT_ETIMEDOUT)
-		return timed_out(s, "get", "was not set", key, home, t);
+		return quiet ? rc : timed_out(s, what, missing, key, home, t);
 	return rc ? rc : take_value(rep, rl, val_out, len_out);
+}
+
+int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
+                    size_t *len_out)
+{
+	return parked_value(s, OP_GET, "get", "was not set", key, timeout_s, 0, val_out, len_out);
+}
+
+int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, double timeout_s,
+                         void **vals, size_t *lens)
+{
+	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
+	if (n <= 0)
+		return 0;
+	unsigned char ms[8];
+	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
+	int *rcs = calloc((size_t)n, sizeof(int));
+	unsigned char **reps = calloc((size_t)n, sizeof(*reps));
+	int rc = rcs && reps ? 0 : HPCT_ENOMEM;
+	if (rc == 0)
+		rc = rpc_many(s, "get", OP_GET, keys, n, ms, 8, t, rcs, reps, lens);
+	for (int i = 0; i < n; i++) {
+		vals[i] = NULL;
+		if (rc == 0 && rcs[i] == HPCT_ETIMEDOUT)
+			rc = timed_out(s, "get", "was not set", keys[i], home_of(s, keys[i]), t);
+		else if (rc == 0 && rcs[i])
+			rc = rcs[i];
+		else if (rc == 0) {
+			rc = take_value(reps[i], lens[i], &vals[i], &lens[i]); /* takes reps[i] */
+			reps[i] = NULL;
+		}
+	}
+	for (int i = 0; reps && i < n; i++)
+		free(reps[i]);
+	if (rc)
+		for (int i = 0; i < n; i++) {
+			free(vals[i]);
+			vals[i] = NULL;
+		}
+	free(rcs);
+	free(reps);
+	return rc;
+}
+
+int hpct__store_get_quiet(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
+                          size_t *len_out)
+{
+	return parked_value(s, OP_GET, "get", "was not set", key, timeout_s, 1, val_out, len_out);
 }
 
 int hpct__store_add(struct hpct_store *s, const char *key, int64_t delta, int64_t *value_out)
@@ -460,22 +603,27 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
                      int quiet)
 {
 	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
-	double deadline = hpct__now() + t;
-	for (int i = 0; i < n; i++) {
-		double left = deadline - hpct__now();
-		unsigned char ms[8], *rep;
-		size_t rl;
-		hpct__put64(ms, (uint64_t)(int64_t)((left > 0 ? left : 0) * 1000));
-		int home = home_of(s, keys[i]);
-		int rc = rpc(s, home, "wait", OP_WAIT, keys[i], ms, 8, NULL, 0,
-		             left > 0 ? left : 0.001, &rep, &rl);
-		free(rep);
-		if (rc == HPCT_ETIMEDOUT)
-			return quiet ? rc : timed_out(s, "wait", "was not set", keys[i], home, t);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	if (n <= 0)
+		return 0;
+	unsigned char ms[8];
+	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
+	int *rcs = calloc((size_t)n, sizeof(int));
+	unsigned char **reps = calloc((size_t)n, sizeof(*reps));
+	size_t *lens = calloc((size_t)n, sizeof(size_t));
+	int rc = rcs && reps && lens ? 0 : HPCT_ENOMEM;
+	if (rc == 0)
+		rc = rpc_many(s, "wait", OP_WAIT, keys, n, ms, 8, t, rcs, reps, lens);
+	for (int i = 0; rc == 0 && i < n; i++)
+		if (rcs[i] == HPCT_ETIMEDOUT)
+			rc = quiet ? rcs[i] : timed_out(s, "wait", "was not set", keys[i], home_of(s, keys[i]), t);
+		else if (rcs[i])
+			rc = rcs[i];
+	for (int i = 0; reps && i < n; i++)
+		free(reps[i]);
+	free(rcs);
+	free(reps);
+	free(lens);
+	return rc;
 }
 
 int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n, double timeout_s)
@@ -546,17 +694,9 @@ int hpct__store_queue_push(struct hpct_store *s, const char *key, const void *va
 int hpct__store_queue_pop(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
                           size_t *len_out)
 {
-	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
-	unsigned char ms[8], *rep;
-	size_t rl;
-	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
-	int home = home_of(s, key);
-	int rc = rpc(s, home, "queue_pop", OP_QPOP, key, ms, 8, NULL, 0, t, &rep, &rl);
-	if (rc == HPCT_ETIMEDOUT)
-		return timed_out(s, "queue_pop", "held no item", key, home, t);
-	if (rc == HPCT_EINVAL)
-		return not_a_queue(s, "queue_pop", key);
-	return rc ? rc : take_value(rep, rl, val_out, len_out);
+	int rc = parked_value(s, OP_QPOP, "queue_pop", "held no item", key, timeout_s, 0, val_out,
+	                      len_out);
+	return rc == HPCT_EINVAL ? not_a_queue(s, "queue_pop", key) : rc;
 }
 
 int hpct__store_queue_len(struct hpct_store *s, const char *key, int64_t *n_out)

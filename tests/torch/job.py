@@ -170,6 +170,37 @@ for inc in range(rounds):
             pass
     st.set(f"only{inc}", "x")
     dist.barrier()
+    # the commands 2.x added: append, multi_get/multi_set, the queues,
+    # list_keys and Store.barrier (on the TCPStore under the default
+    # group's prefix)
+    base = getattr(st, "underlying_store", st)
+    if hasattr(base, "multi_set"):
+        base.append(f"ap{inc}", f"{rank},")
+        base.multi_set([f"m{inc}-{rank}-a", f"m{inc}-{rank}-b"], [f"{rank}a", f"{rank}b"])
+        if rank == 0:
+            for i in range(n):
+                base.queue_push(f"q{inc}", f"item{i}")
+        dist.barrier()
+        got = base.get(f"ap{inc}").decode().split(",")[:-1]
+        assert sorted(int(x) for x in got) == list(range(n)), got
+        peer = (rank + 1) % n
+        assert base.multi_get([f"m{inc}-{peer}-a", f"m{inc}-{peer}-b"]) == [
+            f"{peer}a".encode(), f"{peer}b".encode()]
+        item = base.queue_pop(f"q{inc}", block=True)
+        items = [None] * n
+        dist.all_gather_object(items, item)
+        assert sorted(items) == sorted(f"item{i}".encode() for i in range(n)), items
+        assert base.queue_len(f"q{inc}") == 0
+        try:
+            base.queue_pop(f"q{inc}", block=False)
+            raise AssertionError("a pop from an empty queue returned")
+        except Exception as e:
+            assert "empty" in str(e), e
+        keys = base.list_keys()
+        assert f"m{inc}-{rank}-a" in keys and f"ap{inc}" in keys, keys
+        if hasattr(base, "barrier"):
+            base.barrier(f"b{inc}", n)
+        dist.barrier()
     if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == "0":
         held += master_conns()
     dist.destroy_process_group()
