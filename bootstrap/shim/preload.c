@@ -718,16 +718,19 @@ static int decide(void)
 		return -2;
 	}
 	mark_rank();
-	/* the Gloo half, where libtorch imports Gloo's connect (1.13) */
+	/* the Gloo half, where libtorch imports Gloo's connect (1.13); not
+	 * even loaded elsewhere (it brings Gloo's libraries) */
 	Dl_info di;
 	char dir[4096] = "";
-	if (dladdr((void *)decide, &di) && di.dli_fname) {
+	int g = 0;
+	if (hpct__torch_proto_gloo_imported(proto) && dladdr((void *)decide, &di) &&
+	    di.dli_fname) {
 		snprintf(dir, sizeof(dir), "%s", di.dli_fname);
 		char *slash = strrchr(dir, '/');
 		if (slash)
 			*slash = 0;
+		g = hpct__torch_gloo_fast_path(dir);
 	}
-	int g = hpct__torch_gloo_fast_path(dir);
 	HPCT_INFO(HPCT_SUB_INIT,
 	          "preload: torch %s at %s: TCPStore served in this rank (127.0.0.1:%u)%s", ver,
 	          where, hpct__torch_store_port(),

@@ -126,6 +126,9 @@ struct hpct_torch_proto {
 	 * every 10 ms.  2.x waits on a last_worker key instead (no polling),
 	 * and may count only a group's ranks (use_local_synchronization). */
 	int barrier_shortcut;
+	/* libtorch imports Gloo's connectFullMesh (Debian's 1.13 and its
+	 * libgloo.so.0): hpct's Gloo connect can take its GOT slot */
+	int gloo_imported;
 	/* the client spoke during a WAIT: 1 when it canceled (the reply is
 	 * sent), 0 when the WAIT is dropped unanswered, <0 on error */
 	int (*interrupted)(struct conn *c);
@@ -158,6 +161,7 @@ static const struct hpct_torch_proto proto_113 = {
 	         [5] = OP_WAIT, [6] = OP_NUMKEYS, [7] = OP_WATCH, [8] = OP_DELETE },
 	.validates = 0,
 	.barrier_shortcut = 1,
+	.gloo_imported = 1,
 	.interrupted = interrupted_113,
 };
 
@@ -170,6 +174,7 @@ static const struct hpct_torch_proto proto_2 = {
 	         [16] = OP_QLEN,    [17] = OP_LIST,  [18] = OP_BARRIER },
 	.validates = 1,
 	.barrier_shortcut = 0,
+	.gloo_imported = 0,
 	.interrupted = interrupted_2,
 };
 
@@ -186,6 +191,11 @@ const struct hpct_torch_proto *hpct__torch_proto_for(const char *version)
 	if (major == 2 && minor >= 4 && minor <= 13)
 		return &proto_2;
 	return NULL;
+}
+
+int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *p)
+{
+	return p->gloo_imported;
 }
 
 const char *hpct__torch_protos_known(void)
@@ -1088,6 +1098,11 @@ int hpct__torch_store_start(hpct_world *world, const struct hpct_torch_proto *pr
 		                "clients: %s",
 		                strerror(errno));
 	pthread_t t;
+	/* this rank's part of the store, listening before its first client
+	 * needs it: the other ranks' first requests find it up */
+	struct hpct_store *first = NULL;
+	if (rc == 0 && (rc = hpct__store_open(world, 0, hpct__world_timeout(world), &first)) == 0)
+		hpct__store_close(first);
 	if (rc == 0) {
 		hpct__fd_track(fd);
 		S.lfd = fd;

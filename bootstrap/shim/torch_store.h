@@ -16,6 +16,9 @@ struct hpct_torch_proto;
 /* The protocol of a torch version ("1.13.1", "2.13.0+cpu"), or NULL when
  * hpct does not know it. */
 const struct hpct_torch_proto *hpct__torch_proto_for(const char *version);
+/* Does that torch's libtorch import Gloo's connectFullMesh (1.13), so that
+ * hpct's Gloo connect can take its place? */
+int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *proto);
 /* "1.13", "2.4-2.13": the versions hpct serves, for messages. */
 const char *hpct__torch_protos_known(void);
 

@@ -220,7 +220,7 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 			                  what, home, text, now - t0,
 			                  fd < 0 && fd > -4096 ? strerror(-fd) : "no answer");
 		hpct__sleep(nap < deadline - now ? nap : deadline - now);
-		nap = nap * 2 > 0.05 ? 0.05 : nap * 2;
+		nap = nap * 2 > 0.01 ? 0.01 : nap * 2; /* a rank starting now: soon */
 	}
 }
 

@@ -4,7 +4,7 @@
  * -HPCT_PORT_RANGE, the range just below hpct's, or +2 x HPCT_PORT_RANGE,
  * after NCCL's, when there is no room below 1024), and asks a key's home
  * rank directly.  What
- * libhpct_torch.so puts under c10d::TCPStore.
+ * PyTorch's TCPStore commands become under the shim (bootstrap/shim/torch_store.c).
  *
  * Keys live in namespaces (a u64 the caller derives from job, epoch and
  * incarnation): a namespace never sees another's keys.  Values are bytes;
