@@ -583,6 +583,32 @@ static int do_cas(struct conn *c)
 	return rc;
 }
 
+/* The worker counter: a TCPStore server polls GET "init/" every 10 ms
+ * until it reads its world size.  The ADD that makes the count sets a
+ * mark, and a read of the counter first waits for that mark a little
+ * (INIT_SETTLE_S, never longer: a store made for fewer workers than the
+ * world reads its count after that), so the server leaves its loop as
+ * the last rank arrives, not up to 10 ms later. */
+#define INIT_KEY      "init/"
+#define INIT_MARK     "hpct:init/complete"
+#define INIT_SETTLE_S 0.02
+
+static void init_counted(struct conn *c, int64_t count)
+{
+	struct hpct_world_info info;
+	hpct_world_get_info(S.world, &info);
+	if (count >= info.size)
+		(void)hpct__store_set(c->st, INIT_MARK, "1", 1);
+}
+
+static void init_settle(struct conn *c)
+{
+	void *v = NULL;
+	size_t vl = 0;
+	if (hpct__store_get_quiet(c->st, INIT_MARK, INIT_SETTLE_S, &v, &vl) == 0)
+		free(v);
+}
+
 static int do_get(struct conn *c)
 {
 	char *k;
@@ -595,6 +621,8 @@ static int do_get(struct conn *c)
 	} else if ((rc = ensure_store(c, 0)) == 0) {
 		void *v = NULL;
 		size_t vl = 0;
+		if (strcmp(k, INIT_KEY) == 0)
+			init_settle(c);
 		rc = hpct__store_get(c->st, k, -1, &v, &vl);
 		rc = rc ? failed(c, "GET", k, rc) : reply_value(c, v, vl);
 	}
@@ -610,7 +638,7 @@ static int do_add(struct conn *c)
 	if (rc)
 		return rc;
 	if ((rc = recv_n(c, &delta, sizeof(delta))) == 0 &&
-	    (rc = ensure_store(c, strcmp(k, "init/") == 0 && delta == 1)) == 0) {
+	    (rc = ensure_store(c, strcmp(k, INIT_KEY) == 0 && delta == 1)) == 0) {
 		int64_t v = 0;
 		int brc = 0;
 		if (c->p->barrier_shortcut && world_barrier() && is_barrier_key(k) &&
@@ -624,6 +652,8 @@ static int do_add(struct conn *c)
 			rc = hpct__store_add(c->st, k, delta, &v);
 			if (rc)
 				failed(c, "ADD", k, rc);
+			else if (strcmp(k, INIT_KEY) == 0)
+				init_counted(c, v);
 		}
 		if (rc == 0)
 			rc = send_i64(c, v);
@@ -736,6 +766,8 @@ static int do_wait(struct conn *c)
 	if (rc)
 		return rc;
 	if ((rc = ensure_store(c, 0)) == 0) {
+		if (ks.n == 1 && strcmp(ks.k[0], INIT_KEY) == 0)
+			init_settle(c);
 		rc = park(c, "WAIT for", &ks, 1);
 	}
 	keys_free(&ks);

@@ -426,6 +426,36 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 	return rc;
 }
 
+/* The answers of one request for several keys (rpc_many), parked at
+ * their homes up to `t` seconds. */
+struct batch {
+	int *rcs;
+	unsigned char **reps;
+	size_t *lens;
+};
+
+static int batch_ask(struct hpct_store *s, const char *what, uint8_t op, const char *const *keys,
+                     int n, double t, struct batch *b)
+{
+	unsigned char ms[8];
+	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
+	b->rcs = calloc((size_t)n, sizeof(int));
+	b->reps = calloc((size_t)n, sizeof(*b->reps));
+	b->lens = calloc((size_t)n, sizeof(size_t));
+	if (!b->rcs || !b->reps || !b->lens)
+		return HPCT_ENOMEM;
+	return rpc_many(s, what, op, keys, n, ms, 8, t, b->rcs, b->reps, b->lens);
+}
+
+static void batch_free(struct batch *b, int n)
+{
+	for (int i = 0; b->reps && i < n; i++)
+		free(b->reps[i]);
+	free(b->rcs);
+	free(b->reps);
+	free(b->lens);
+}
+
 /* `not_yet`: what did not happen in time ("was not set"). */
 static int timed_out(struct hpct_store *s, const char *what, const char *not_yet, const char *key,
                      int home, double t)
@@ -492,33 +522,25 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
 	if (n <= 0)
 		return 0;
-	unsigned char ms[8];
-	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
-	int *rcs = calloc((size_t)n, sizeof(int));
-	unsigned char **reps = calloc((size_t)n, sizeof(*reps));
-	int rc = rcs && reps ? 0 : HPCT_ENOMEM;
-	if (rc == 0)
-		rc = rpc_many(s, "get", OP_GET, keys, n, ms, 8, t, rcs, reps, lens);
+	struct batch bt;
+	int rc = batch_ask(s, "get", OP_GET, keys, n, t, &bt);
 	for (int i = 0; i < n; i++) {
 		vals[i] = NULL;
-		if (rc == 0 && rcs[i] == HPCT_ETIMEDOUT)
+		if (rc == 0 && bt.rcs[i] == HPCT_ETIMEDOUT)
 			rc = timed_out(s, "get", "was not set", keys[i], home_of(s, keys[i]), t);
-		else if (rc == 0 && rcs[i])
-			rc = rcs[i];
+		else if (rc == 0 && bt.rcs[i])
+			rc = bt.rcs[i];
 		else if (rc == 0) {
-			rc = take_value(reps[i], lens[i], &vals[i], &lens[i]); /* takes reps[i] */
-			reps[i] = NULL;
+			rc = take_value(bt.reps[i], bt.lens[i], &vals[i], &lens[i]); /* takes it */
+			bt.reps[i] = NULL;
 		}
 	}
-	for (int i = 0; reps && i < n; i++)
-		free(reps[i]);
 	if (rc)
 		for (int i = 0; i < n; i++) {
 			free(vals[i]);
 			vals[i] = NULL;
 		}
-	free(rcs);
-	free(reps);
+	batch_free(&bt, n);
 	return rc;
 }
 
@@ -605,24 +627,15 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
 	if (n <= 0)
 		return 0;
-	unsigned char ms[8];
-	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
-	int *rcs = calloc((size_t)n, sizeof(int));
-	unsigned char **reps = calloc((size_t)n, sizeof(*reps));
-	size_t *lens = calloc((size_t)n, sizeof(size_t));
-	int rc = rcs && reps && lens ? 0 : HPCT_ENOMEM;
-	if (rc == 0)
-		rc = rpc_many(s, "wait", OP_WAIT, keys, n, ms, 8, t, rcs, reps, lens);
+	struct batch bt;
+	int rc = batch_ask(s, "wait", OP_WAIT, keys, n, t, &bt);
 	for (int i = 0; rc == 0 && i < n; i++)
-		if (rcs[i] == HPCT_ETIMEDOUT)
-			rc = quiet ? rcs[i] : timed_out(s, "wait", "was not set", keys[i], home_of(s, keys[i]), t);
-		else if (rcs[i])
-			rc = rcs[i];
-	for (int i = 0; reps && i < n; i++)
-		free(reps[i]);
-	free(rcs);
-	free(reps);
-	free(lens);
+		if (bt.rcs[i] == HPCT_ETIMEDOUT)
+			rc = quiet ? bt.rcs[i]
+			           : timed_out(s, "wait", "was not set", keys[i], home_of(s, keys[i]), t);
+		else if (bt.rcs[i])
+			rc = bt.rcs[i];
+	batch_free(&bt, n);
 	return rc;
 }
 
