@@ -173,6 +173,10 @@ for inc in range(rounds):
     # the commands 2.x added: append, multi_get/multi_set, the queues,
     # list_keys and Store.barrier (on the TCPStore under the default
     # group's prefix)
+    # (a write PyTorch sends without an answer is applied in order with the
+    # connection's later requests, but may land after another rank's read
+    # even past a collective: each rank says it is done with a key of its
+    # own, and the readers wait for those keys)
     base = getattr(st, "underlying_store", st)
     if hasattr(base, "multi_set"):
         base.append(f"ap{inc}", f"{rank},")
@@ -180,7 +184,8 @@ for inc in range(rounds):
         if rank == 0:
             for i in range(n):
                 base.queue_push(f"q{inc}", f"item{i}")
-        dist.barrier()
+        base.set(f"wrote{inc}-{rank}", "1")
+        base.wait([f"wrote{inc}-{r}" for r in range(n)])
         got = base.get(f"ap{inc}").decode().split(",")[:-1]
         assert sorted(int(x) for x in got) == list(range(n)), got
         peer = (rank + 1) % n
