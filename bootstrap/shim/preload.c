@@ -47,19 +47,19 @@
  * else those of the libnccl.so.2 hpct loads. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <link.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <stddef.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "bootstrap/base/fdtrack.h"
@@ -115,6 +115,20 @@ static char *env_get(const char *name)
 	return f ? f(name) : NULL;
 }
 
+/* How this process was given a rank: by name (HPCT_RANK, RANK: a rank),
+ * by its launcher only (SLURM_PROCID, OMPI_COMM_WORLD_RANK: a rank, or an
+ * agent started by srun or mpirun), or not at all. */
+enum rank_given { RANK_NONE, RANK_LAUNCHER, RANK_NAMED };
+
+static enum rank_given rank_given(void)
+{
+	if (env_get("HPCT_RANK") || env_get("RANK"))
+		return RANK_NAMED;
+	if (env_get("SLURM_PROCID") || env_get("OMPI_COMM_WORLD_RANK"))
+		return RANK_LAUNCHER;
+	return RANK_NONE;
+}
+
 /* At load, before the program's main and its threads: NCCL takes
  * NCCL_ENV_PLUGIN from its first read of the environment, whichever NCCL
  * call (or library) makes it, so it is set before any can, and never
@@ -133,8 +147,7 @@ __attribute__((constructor)) static void preload_loaded(void)
 	if (!v || strcmp(v, "1") != 0)
 		return;
 	/* no rank (a launcher, a wrapper): its ranks decide for themselves */
-	if (!env_get("HPCT_RANK") && !env_get("RANK") && !env_get("SLURM_PROCID") &&
-	    !env_get("OMPI_COMM_WORLD_RANK"))
+	if (rank_given() == RANK_NONE)
 		return;
 	if (!hpct__rootless_possible(why, sizeof(why)))
 		return;
@@ -379,7 +392,7 @@ SHIM_API void hpct_preload_world_unlock(void)
  * hpct's Gloo connect (libhpct_torch.so, see got.c). */
 
 typedef int (*sock_fn)(int, const struct sockaddr *, socklen_t);
-static _Atomic(sock_fn) real_connect, real_bind;
+static _Atomic(sock_fn) real_connect;
 
 static sock_fn real_sock(_Atomic(sock_fn) *slot, const char *name)
 {
@@ -400,7 +413,6 @@ static pthread_mutex_t route_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int route; /* 0 undecided, 1 served here, -1 PyTorch's own */
 static struct sockaddr_storage master_addrs[8];
 static int nmaster_addrs;
-static int marker_fd = -1;
 
 static void read_master_port(void)
 {
@@ -438,42 +450,37 @@ static int from_torch(const void *caller)
 	return strncmp(b, "libtorch", 8) == 0 || strncmp(b, "libc10d", 7) == 0;
 }
 
-/* IPv4 (or v4-mapped) as 4 bytes, IPv6 as 16: 0 when the same host. */
+/* The host part of an address: IPv4 (or v4-mapped IPv6) as 4 bytes, other
+ * IPv6 as 16; how many. */
+static int host_bytes(const struct sockaddr *sa, unsigned char out[16])
+{
+	if (sa->sa_family == AF_INET) {
+		memcpy(out, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return 4;
+	}
+	const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+	if (IN6_IS_ADDR_V4MAPPED(a)) {
+		memcpy(out, a->s6_addr + 12, 4);
+		return 4;
+	}
+	memcpy(out, a->s6_addr, 16);
+	return 16;
+}
+
+/* 1 when a and b are the same host. */
 static int addr_same(const struct sockaddr *a, const struct sockaddr_storage *b)
 {
 	unsigned char x[16], y[16];
-	int nx = 0, ny = 0;
-	const struct sockaddr *pair[2] = { a, (const struct sockaddr *)b };
-	unsigned char *out[2] = { x, y };
-	int *n[2] = { &nx, &ny };
-	for (int i = 0; i < 2; i++) {
-		if (pair[i]->sa_family == AF_INET) {
-			memcpy(out[i], &((const struct sockaddr_in *)pair[i])->sin_addr, 4);
-			*n[i] = 4;
-		} else {
-			const unsigned char *v6 =
-			        ((const struct sockaddr_in6 *)pair[i])->sin6_addr.s6_addr;
-			static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0,
-			                                          0, 0, 0, 0, 0xff, 0xff };
-			if (memcmp(v6, mapped, 12) == 0) {
-				memcpy(out[i], v6 + 12, 4);
-				*n[i] = 4;
-			} else {
-				memcpy(out[i], v6, 16);
-				*n[i] = 16;
-			}
-		}
-	}
+	int nx = host_bytes(a, x), ny = host_bytes((const struct sockaddr *)b, y);
 	return nx == ny && memcmp(x, y, (size_t)nx) == 0;
 }
 
 static int loopback(const struct sockaddr *sa)
 {
-	if (sa->sa_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-	const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-	return IN6_IS_ADDR_LOOPBACK(a) ||
-	       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	unsigned char h[16];
+	return host_bytes(sa, h) == 4
+	               ? h[0] == 127
+	               : IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
 }
 
 /* One of MASTER_ADDR's addresses (what libtorch resolved it to); loopback
@@ -586,8 +593,7 @@ static void mark_rank(void)
 	marker_name(&un, &len, (long)getpid(), st);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd >= 0 && bind(fd, (struct sockaddr *)&un, len) == 0) {
-		hpct__fd_track(fd);
-		marker_fd = fd;
+		hpct__fd_track(fd); /* held for the life of the process */
 	} else if (fd >= 0) {
 		close(fd);
 	}
@@ -680,8 +686,8 @@ static int decide(void)
 		snprintf(why, sizeof(why), "HPCT_USE_ROOTLESS=%s", v ? v : "(unset)");
 		return keep_stock(why);
 	}
-	if (!env_get("RANK") && !env_get("HPCT_RANK") &&
-	    ((!env_get("SLURM_PROCID") && !env_get("OMPI_COMM_WORLD_RANK")) || is_agent()))
+	enum rank_given given = rank_given();
+	if (given == RANK_NONE || (given == RANK_LAUNCHER && is_agent()))
 		return -1; /* no rank: a launcher's agent, whose store is its own */
 	if (hpct__fd_forked())
 		return keep_stock("a forked child of a rank");
@@ -723,8 +729,7 @@ static int decide(void)
 	Dl_info di;
 	char dir[4096] = "";
 	int g = 0;
-	if (hpct__torch_proto_gloo_imported(proto) && dladdr((void *)decide, &di) &&
-	    di.dli_fname) {
+	if (hpct__torch_proto_gloo_imported(proto) && dladdr((void *)decide, &di) && di.dli_fname) {
 		snprintf(dir, sizeof(dir), "%s", di.dli_fname);
 		char *slash = strrchr(dir, '/');
 		if (slash)
@@ -742,10 +747,10 @@ static int decide(void)
 static int routed(void)
 {
 	int r = atomic_load(&route);
-	if (hpct__fd_forked())
-		return r == -2 ? (errno = EACCES, -1) : 0; /* never waits on a lock the fork
-		                                              may have taken with it */
-	if (!r) {
+	/* a forked child decides nothing (never waits on a lock the fork may
+	 * have taken with it) and keeps none of its parent's store */
+	int forked = hpct__fd_forked();
+	if (!r && !forked) {
 		pthread_mutex_lock(&route_mu);
 		if (!(r = atomic_load(&route))) {
 			r = decide();
@@ -757,7 +762,7 @@ static int routed(void)
 		errno = EACCES;
 		return -1;
 	}
-	return r == 1;
+	return r == 1 && !forked;
 }
 
 SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
@@ -787,8 +792,7 @@ SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		me.ss_family = sa->sa_family;
 		ml = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 		                               : sizeof(struct sockaddr_in);
-		sock_fn rb = real_sock(&real_bind, "bind");
-		if (!rb || rb(fd, (struct sockaddr *)&me, ml) != 0)
+		if (bind(fd, (struct sockaddr *)&me, ml) != 0)
 			return -1;
 		ml = sizeof(me);
 		if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0)

@@ -38,9 +38,9 @@
  * and PING): that begins an incarnation, and a connection that does not
  * (a clone, 1.13's watch socket, a store made without a world size) joins
  * the latest one begun when it connected (a TCPStore is made only once
- * its ADD was answered, so that follows the program's order).  Every rank makes its stores in the same order,
- * so the n-th incarnation is the same on all, and a re-init never reads a
- * key of the last one.
+ * its ADD was answered, so that follows the program's order).  Every rank makes its stores in the
+ * same order, so the n-th incarnation is the same on all, and a re-init never reads a key of the
+ * last one.
  *
  * PyTorch's store-based barrier (ADD ".../store_based_barrier_key:G" 1,
  * then ADD 0 polled every 10 ms until it reads the world size) is one
@@ -107,10 +107,10 @@ enum op {
 };
 
 static const char *const op_names[OP_COUNT] = {
-	"?",          "VALIDATE",   "SET",         "COMPARE_SET", "GET",        "ADD",
-	"CHECK",      "WAIT",       "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",
-	"MULTI_GET",  "MULTI_SET",  "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP",
-	"QUEUE_LEN",  "LIST_KEYS",  "BARRIER",
+	"?",         "VALIDATE",  "SET",         "COMPARE_SET", "GET",        "ADD",
+	"CHECK",     "WAIT",      "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",
+	"MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP",
+	"QUEUE_LEN", "LIST_KEYS", "BARRIER",
 };
 
 /* A client protocol: its opcodes, and how a parked WAIT ends when the
@@ -136,7 +136,6 @@ struct hpct_torch_proto {
 
 struct conn {
 	int fd;
-	int id;
 	const struct hpct_torch_proto *p;
 	struct hpct_store *st; /* opened at the first command past VALIDATE/PING */
 	uint64_t incarnation;
@@ -157,8 +156,15 @@ static int interrupted_2(struct conn *c);
 
 static const struct hpct_torch_proto proto_113 = {
 	.name = "1.13",
-	.ops = { [0] = OP_SET, [1] = OP_CAS, [2] = OP_GET, [3] = OP_ADD, [4] = OP_CHECK,
-	         [5] = OP_WAIT, [6] = OP_NUMKEYS, [7] = OP_WATCH, [8] = OP_DELETE },
+	.ops = { [0] = OP_SET,
+	         [1] = OP_CAS,
+	         [2] = OP_GET,
+	         [3] = OP_ADD,
+	         [4] = OP_CHECK,
+	         [5] = OP_WAIT,
+	         [6] = OP_NUMKEYS,
+	         [7] = OP_WATCH,
+	         [8] = OP_DELETE },
 	.validates = 0,
 	.barrier_shortcut = 1,
 	.gloo_imported = 1,
@@ -167,11 +173,25 @@ static const struct hpct_torch_proto proto_113 = {
 
 static const struct hpct_torch_proto proto_2 = {
 	.name = "2.4-2.13",
-	.ops = { [0] = OP_VALIDATE, [1] = OP_SET,     [2] = OP_CAS,     [3] = OP_GET,
-	         [4] = OP_ADD,      [5] = OP_CHECK,   [6] = OP_WAIT,    [7] = OP_NUMKEYS,
-	         [8] = OP_DELETE,   [9] = OP_APPEND,  [10] = OP_MGET,   [11] = OP_MSET,
-	         [12] = OP_CANCEL,  [13] = OP_PING,   [14] = OP_QPUSH,  [15] = OP_QPOP,
-	         [16] = OP_QLEN,    [17] = OP_LIST,  [18] = OP_BARRIER },
+	.ops = { [0] = OP_VALIDATE,
+	         [1] = OP_SET,
+	         [2] = OP_CAS,
+	         [3] = OP_GET,
+	         [4] = OP_ADD,
+	         [5] = OP_CHECK,
+	         [6] = OP_WAIT,
+	         [7] = OP_NUMKEYS,
+	         [8] = OP_DELETE,
+	         [9] = OP_APPEND,
+	         [10] = OP_MGET,
+	         [11] = OP_MSET,
+	         [12] = OP_CANCEL,
+	         [13] = OP_PING,
+	         [14] = OP_QPUSH,
+	         [15] = OP_QPOP,
+	         [16] = OP_QLEN,
+	         [17] = OP_LIST,
+	         [18] = OP_BARRIER },
 	.validates = 1,
 	.barrier_shortcut = 0,
 	.gloo_imported = 0,
@@ -218,9 +238,9 @@ static struct {
 	/* barriers passed: "incarnation:key" */
 	char **barriers;
 	int nbarriers;
-	int next_id;
-} S = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, -1, 0, 0, { 0 }, 0,
-	NULL, 0, 0 };
+} S = {
+	PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, -1, 0, 0, { 0 }, 0, NULL, 0
+};
 static atomic_long routed;
 
 long hpct__torch_store_routed(void)
@@ -240,8 +260,9 @@ void hpct__torch_store_expect(uint16_t port)
 {
 	pthread_mutex_lock(&S.mu);
 	if (S.nexpected == MAX_EXPECTED) { /* connects never accepted: the oldest goes */
-		HPCT_WARN(HPCT_SUB_NET, "torch store: %d connections told and never accepted; "
-		                        "forgetting the oldest (port %u)",
+		HPCT_WARN(HPCT_SUB_NET,
+		          "torch store: %d connections told and never accepted; "
+		          "forgetting the oldest (port %u)",
 		          MAX_EXPECTED, S.expected[0]);
 		memmove(S.expected, S.expected + 1, (MAX_EXPECTED - 1) * sizeof(S.expected[0]));
 		S.nexpected--;
@@ -251,14 +272,21 @@ void hpct__torch_store_expect(uint16_t port)
 	pthread_mutex_unlock(&S.mu);
 }
 
-void hpct__torch_store_unexpect(uint16_t port)
+/* Takes `port` off the expected ones (S.mu held); 1 when it was there. */
+static int drop_expected(uint16_t port)
 {
-	pthread_mutex_lock(&S.mu);
 	for (int i = 0; i < S.nexpected; i++)
 		if (S.expected[i] == port) {
 			S.expected[i] = S.expected[--S.nexpected];
-			break;
+			return 1;
 		}
+	return 0;
+}
+
+void hpct__torch_store_unexpect(uint16_t port)
+{
+	pthread_mutex_lock(&S.mu);
+	drop_expected(port);
 	pthread_mutex_unlock(&S.mu);
 }
 
@@ -270,18 +298,12 @@ static int take_expected(uint16_t port)
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 1;
 	pthread_mutex_lock(&S.mu);
-	for (;;) {
-		for (int i = 0; i < S.nexpected; i++)
-			if (S.expected[i] == port) {
-				S.expected[i] = S.expected[--S.nexpected];
-				pthread_mutex_unlock(&S.mu);
-				return 1;
-			}
-		if (pthread_cond_timedwait(&S.cv, &S.mu, &until) == ETIMEDOUT)
-			break;
-	}
+	int found;
+	while (!(found = drop_expected(port)) &&
+	       pthread_cond_timedwait(&S.cv, &S.mu, &until) != ETIMEDOUT)
+		;
 	pthread_mutex_unlock(&S.mu);
-	return 0;
+	return found;
 }
 
 int hpct__torch_store_addr(int family, struct sockaddr_storage *ss, socklen_t *len)
@@ -403,7 +425,8 @@ static int recv_keys(struct conn *c, struct keys *ks)
 		return rc;
 	if (n > MAX_KEYS) {
 		HPCT_WARN(HPCT_SUB_NET,
-		          "torch store: client %s asked for %" PRIu64 " keys at once (more than %u)",
+		          "torch store: client %s asked for %" PRIu64
+		          " keys at once (more than %u)",
 		          c->peer, n, MAX_KEYS);
 		return HPCT_EPROTO;
 	}
@@ -435,13 +458,13 @@ static int ensure_store(struct conn *c, int begins)
 	else
 		c->incarnation = c->at_accept ? c->at_accept : 1;
 	pthread_mutex_unlock(&S.mu);
-	uint64_t ns = hpct__hash_u64(hpct__hash_u64(hpct__hash_u64(0x746f726368ull, info.job),
-	                                            info.epoch),
-	                             c->incarnation);
+	uint64_t ns = hpct__hash_u64(
+	        hpct__hash_u64(hpct__hash_u64(0x746f726368ull, info.job), info.epoch),
+	        c->incarnation);
 	int rc = hpct__store_open(S.world, ns, hpct__world_timeout(S.world), &c->st);
 	if (rc)
-		HPCT_WARN(HPCT_SUB_NET, "torch store: client %s: cannot open the store: %s", c->peer,
-		          hpct_last_error());
+		HPCT_WARN(HPCT_SUB_NET, "torch store: client %s: cannot open the store: %s",
+		          c->peer, hpct_last_error());
 	return rc;
 }
 
@@ -461,14 +484,19 @@ static int is_barrier_key(const char *key)
 	return 1;
 }
 
+static int world_size(void)
+{
+	struct hpct_world_info info;
+	hpct_world_get_info(S.world, &info);
+	return info.size;
+}
+
 /* Is PyTorch's world hpct's?  WORLD_SIZE, when the launcher set it, is
  * the size torch's barrier counts to. */
 static int world_barrier(void)
 {
-	struct hpct_world_info info;
-	hpct_world_get_info(S.world, &info);
 	const char *ws = getenv("WORLD_SIZE");
-	return !ws || !*ws || atoi(ws) == info.size;
+	return !ws || !*ws || atoi(ws) == world_size();
 }
 
 /* 1 when that barrier was passed in this incarnation; with `pass`, passes
@@ -482,7 +510,8 @@ static int barrier(struct conn *c, const char *key, int pass, int *rc_out)
 	int passed = 0;
 	pthread_mutex_lock(&S.mu);
 	for (int i = 0; i < S.nbarriers && !passed; i++)
-		passed = strncmp(S.barriers[i], tag, tl) == 0 && strcmp(S.barriers[i] + tl, key) == 0;
+		passed = strncmp(S.barriers[i], tag, tl) == 0 &&
+		         strcmp(S.barriers[i] + tl, key) == 0;
 	pthread_mutex_unlock(&S.mu);
 	if (passed || !pass)
 		return passed;
@@ -495,7 +524,8 @@ static int barrier(struct conn *c, const char *key, int pass, int *rc_out)
 	if (rc == 0) {
 		char *s = malloc(tl + strlen(key) + 1);
 		pthread_mutex_lock(&S.mu);
-		char **b = s ? realloc(S.barriers, (size_t)(S.nbarriers + 1) * sizeof(char *)) : NULL;
+		char **b =
+		        s ? realloc(S.barriers, (size_t)(S.nbarriers + 1) * sizeof(char *)) : NULL;
 		if (b) {
 			S.barriers = b;
 			sprintf(s, "%s%s", tag, key);
@@ -519,8 +549,8 @@ static int failed(struct conn *c, const char *what, const char *key, int rc)
 	hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
 	          "torch store: client %s (torch %s), %s '%.100s': %s: the connection is closed, "
 	          "so PyTorch raises",
-	          c->peer, c->p->name, what, key ? key : "", hpct_last_error()[0] ? hpct_last_error()
-	                                                                         : hpct_strerror(rc));
+	          c->peer, c->p->name, what, key ? key : "",
+	          hpct_last_error()[0] ? hpct_last_error() : hpct_strerror(rc));
 	return rc;
 }
 
@@ -595,9 +625,7 @@ static int do_cas(struct conn *c)
 
 static void init_counted(struct conn *c, int64_t count)
 {
-	struct hpct_world_info info;
-	hpct_world_get_info(S.world, &info);
-	if (count >= info.size)
+	if (count >= world_size())
 		(void)hpct__store_set(c->st, INIT_MARK, "1", 1);
 }
 
@@ -643,9 +671,7 @@ static int do_add(struct conn *c)
 		int brc = 0;
 		if (c->p->barrier_shortcut && world_barrier() && is_barrier_key(k) &&
 		    (delta == 0 || delta == 1) && barrier(c, k, delta == 1, &brc)) {
-			struct hpct_world_info info;
-			hpct_world_get_info(S.world, &info);
-			v = info.size; /* every rank has checked in */
+			v = world_size(); /* every rank has checked in */
 		} else if (brc) {
 			rc = failed(c, "the store-based barrier of", k, brc);
 		} else {
@@ -697,7 +723,7 @@ static int interrupted_2(struct conn *c)
 	int rc = recv_n(c, &b, 1);
 	if (rc)
 		return rc;
-	if (c->p->ops[b & 31] != OP_CANCEL || b > 31) {
+	if (b > 31 || c->p->ops[b] != OP_CANCEL) {
 		HPCT_WARN(HPCT_SUB_NET,
 		          "torch store: client %s sent command %u during a WAIT (only CANCEL_WAIT "
 		          "may come): connection closed",
@@ -869,19 +895,8 @@ static int do_mset(struct conn *c)
 		return rc;
 	if (n > MAX_KEYS)
 		return HPCT_EPROTO;
-	rc = ensure_store(c, 0);
-	for (uint64_t i = 0; rc == 0 && i < n; i++) {
-		char *k, *v;
-		size_t vl;
-		if ((rc = recv_str(c, &k, NULL)) != 0)
-			break;
-		if ((rc = recv_str(c, &v, &vl)) == 0) {
-			if ((rc = hpct__store_set(c->st, k, v, vl)) != 0)
-				failed(c, "MULTI_SET", k, rc);
-			free(v);
-		}
-		free(k);
-	}
+	for (uint64_t i = 0; rc == 0 && i < n; i++)
+		rc = key_value(c, "MULTI_SET", hpct__store_set);
 	return rc;
 }
 
@@ -1001,12 +1016,12 @@ static int refuse(struct conn *c, enum op op, unsigned code)
 }
 
 static int (*const handlers[OP_COUNT])(struct conn *) = {
-	[OP_VALIDATE] = do_validate, [OP_SET] = do_set,       [OP_CAS] = do_cas,
-	[OP_GET] = do_get,           [OP_ADD] = do_add,       [OP_CHECK] = do_check,
+	[OP_VALIDATE] = do_validate, [OP_SET] = do_set,         [OP_CAS] = do_cas,
+	[OP_GET] = do_get,           [OP_ADD] = do_add,         [OP_CHECK] = do_check,
 	[OP_WAIT] = do_wait,         [OP_NUMKEYS] = do_numkeys, [OP_DELETE] = do_delete,
-	[OP_APPEND] = do_append,     [OP_MGET] = do_mget,     [OP_MSET] = do_mset,
-	[OP_CANCEL] = do_cancel,     [OP_PING] = do_ping,     [OP_QPUSH] = do_qpush,
-	[OP_QPOP] = do_qpop,         [OP_QLEN] = do_qlen,     [OP_LIST] = do_list,
+	[OP_APPEND] = do_append,     [OP_MGET] = do_mget,       [OP_MSET] = do_mset,
+	[OP_CANCEL] = do_cancel,     [OP_PING] = do_ping,       [OP_QPUSH] = do_qpush,
+	[OP_QPOP] = do_qpop,         [OP_QLEN] = do_qlen,       [OP_LIST] = do_list,
 	[OP_BARRIER] = do_barrier,
 };
 
@@ -1034,7 +1049,8 @@ static void *serve(void *arg)
 		enum op op = code < 32 ? (enum op)c->p->ops[code] : OP_NONE;
 		if (first && c->p->validates && op != OP_VALIDATE) {
 			HPCT_WARN(HPCT_SUB_NET,
-			          "torch store: client %s began with command %u, not VALIDATE as torch "
+			          "torch store: client %s began with command %u, not VALIDATE as "
+			          "torch "
 			          "%s does: connection closed",
 			          c->peer, code, c->p->name);
 			break;
@@ -1067,7 +1083,8 @@ static void *accept_loop(void *arg)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
 				hpct__sleep(0.05);
 				continue;
 			}
@@ -1103,7 +1120,8 @@ static void *accept_loop(void *arg)
 		atomic_fetch_add(&routed, 1);
 		if (!c || pthread_create(&t, &at, serve, c) != 0) {
 			atomic_fetch_sub(&routed, 1);
-			HPCT_WARN(HPCT_SUB_NET, "torch store: no thread for client %s: closed", peer);
+			HPCT_WARN(HPCT_SUB_NET, "torch store: no thread for client %s: closed",
+			          peer);
 			close(fd);
 			free(c);
 		}

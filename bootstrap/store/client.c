@@ -225,9 +225,8 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 }
 
 /* A request's frame (malloc'd): u32 length, op, namespace, key, fields. */
-static int frame(struct hpct_store *s, const char *what, uint8_t op, const char *key,
-                 const void *a, size_t alen, const void *b, size_t blen, unsigned char **f_out,
-                 size_t *len_out)
+static int frame(struct hpct_store *s, const char *what, uint8_t op, const char *key, const void *a,
+                 size_t alen, const void *b, size_t blen, unsigned char **f_out, size_t *len_out)
 {
 	size_t klen = strlen(key);
 	if (klen > HPCT_STORE_MAX_KEY)
@@ -258,8 +257,8 @@ static int frame(struct hpct_store *s, const char *what, uint8_t op, const char 
 
 /* One answer from `home` (s->mu held): 0 with *status and *rep (malloc'd),
  * or the exchange's failure (the stream is then out of step or gone). */
-static int answer(struct hpct_store *s, int home, double deadline, int *status,
-                  unsigned char **rep, size_t *replen)
+static int answer(struct hpct_store *s, int home, double deadline, int *status, unsigned char **rep,
+                  size_t *replen)
 {
 	unsigned char h[8];
 	int io = hpct__sock_recv_all(s->fd[home], h, 8, deadline);
@@ -299,10 +298,9 @@ static int broken(struct hpct_store *s, int home, const char *what, int io)
 	                          : HPCT_EPEERDEAD,
 	                  HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)", what,
 	                  home, text,
-	                  io == HPCT_EREFUSED
-	                          ? "refused us: it has a shared secret (HPCT_SECRET) "
-	                            "and this rank has none"
-	                  : io == HPCT_EPROTO    ? "answered something malformed"
+	                  io == HPCT_EREFUSED ? "refused us: it has a shared secret (HPCT_SECRET) "
+	                                        "and this rank has none"
+	                  : io == HPCT_EPROTO ? "answered something malformed"
 	                  : io == HPCT_ETIMEDOUT ? "did not answer in time"
 	                  : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
 	                                         : "closed its connection: it died or left",
@@ -472,14 +470,21 @@ static int timed_out(struct hpct_store *s, const char *what, const char *not_yet
 	                  dead, n > 8 ? ", ..." : "");
 }
 
-int hpct__store_set(struct hpct_store *s, const char *key, const void *val, size_t len)
+/* SET, APPEND and QPUSH: the value's length, then the value. */
+static int put_value(struct hpct_store *s, uint8_t op, const char *what, const char *key,
+                     const void *val, size_t len)
 {
 	unsigned char l[4], *rep;
 	size_t rl;
 	hpct__put32(l, (uint32_t)len);
-	int rc = rpc(s, home_of(s, key), "set", OP_SET, key, l, 4, val, len, 0, &rep, &rl);
+	int rc = rpc(s, home_of(s, key), what, op, key, l, 4, val, len, 0, &rep, &rl);
 	free(rep);
 	return rc;
+}
+
+int hpct__store_set(struct hpct_store *s, const char *key, const void *val, size_t len)
+{
+	return put_value(s, OP_SET, "set", key, val, len);
 }
 
 static int take_value(unsigned char *rep, size_t rl, void **val_out, size_t *len_out)
@@ -632,7 +637,8 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 	for (int i = 0; rc == 0 && i < n; i++)
 		if (bt.rcs[i] == HPCT_ETIMEDOUT)
 			rc = quiet ? bt.rcs[i]
-			           : timed_out(s, "wait", "was not set", keys[i], home_of(s, keys[i]), t);
+			           : timed_out(s, "wait", "was not set", keys[i],
+			                       home_of(s, keys[i]), t);
 		else if (bt.rcs[i])
 			rc = bt.rcs[i];
 	batch_free(&bt, n);
@@ -672,18 +678,6 @@ int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out)
 	return 0;
 }
 
-/* APPEND and QPUSH: the value's length, then the value. */
-static int extend(struct hpct_store *s, uint8_t op, const char *what, const char *key,
-                  const void *val, size_t len)
-{
-	unsigned char l[4], *rep;
-	size_t rl;
-	hpct__put32(l, (uint32_t)len);
-	int rc = rpc(s, home_of(s, key), what, op, key, l, 4, val, len, 0, &rep, &rl);
-	free(rep);
-	return rc;
-}
-
 static int not_a_queue(struct hpct_store *s, const char *what, const char *key)
 {
 	char kb[KEY_SHOWN + 8];
@@ -695,12 +689,12 @@ static int not_a_queue(struct hpct_store *s, const char *what, const char *key)
 
 int hpct__store_append(struct hpct_store *s, const char *key, const void *val, size_t len)
 {
-	return extend(s, OP_APPEND, "append", key, val, len);
+	return put_value(s, OP_APPEND, "append", key, val, len);
 }
 
 int hpct__store_queue_push(struct hpct_store *s, const char *key, const void *val, size_t len)
 {
-	int rc = extend(s, OP_QPUSH, "queue_push", key, val, len);
+	int rc = put_value(s, OP_QPUSH, "queue_push", key, val, len);
 	return rc == HPCT_EINVAL ? not_a_queue(s, "queue_push", key) : rc;
 }
 
