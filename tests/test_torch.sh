@@ -40,6 +40,14 @@ not_ok() {
 	shift
 	for line in "$@"; do echo "# $line"; done
 }
+# ok when a count is the one wanted
+expect_count() { # name got want what
+	if [ "$2" = "$3" ]; then
+		ok "$1"
+	else
+		not_ok "$1" "$2 $4, not $3"
+	fi
+}
 skip() {
 	n_test=$((n_test + 1))
 	echo "ok $n_test - # SKIP $*"
@@ -127,13 +135,9 @@ torch_suite() { # label python
 	done
 
 	# the agent keeps its real store: it is not a rank (one line per rank only)
-	local took_over
-	took_over=$(grep -c "HPCT INFO preload: torch .*: TCPStore served in this rank" "$dir/tr4")
-	if [ "$took_over" = 4 ]; then
-		ok "torch $t: torchrun: the store served in the 4 ranks, not in the agent"
-	else
-		not_ok "torch $t: torchrun: the store served in the 4 ranks, not in the agent" "$took_over processes"
-	fi
+	expect_count "torch $t: torchrun: the store served in the 4 ranks, not in the agent" \
+		"$(grep -c "HPCT INFO preload: torch .*: TCPStore served in this rank" "$dir/tr4")" 4 \
+		processes
 
 	# stock, with the shim preloaded: own network namespace (stock binds [::]).
 	# One incarnation: stock 1.13 cannot init again while subgroups of the last
@@ -144,13 +148,9 @@ torch_suite() { # label python
 			"$preload" "$run" "$py" "$job" >"$dir/st" 2>&1
 		check_ranks "torch $t: HPCT_USE_ROOTLESS=0 with the preload: stock, N=4" 4 no "$dir/st"
 		# one line per rank (their children's go to the job's capture)
-		local notices
-		notices=$(grep -c "^hpct: HPCT_USE_ROOTLESS=0: PyTorch keeps its own TCPStore\$" "$dir/st")
-		if [ "$notices" = 4 ]; then
-			ok "torch $t: one notice line per rank when off"
-		else
-			not_ok "torch $t: one notice line per rank when off" "$notices notice lines, not 4"
-		fi
+		expect_count "torch $t: one notice line per rank when off" \
+			"$(grep -c "^hpct: HPCT_USE_ROOTLESS=0: PyTorch keeps its own TCPStore\$" "$dir/st")" 4 \
+			"notice lines"
 	else
 		skip "no network namespaces here (unshare -rn)"
 		skip "no network namespaces here (unshare -rn)"

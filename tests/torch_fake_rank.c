@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim/loopback_connect.h"
+
 #define DEADLINE_MS 10000
 
 static int fail(const char *what, const char *why)
@@ -89,20 +91,6 @@ static int ask(int fd, const char *proto)
 	return read_all(fd, &n, 8, until) == 0 && n >= 0;
 }
 
-static int own_connect(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		int e = errno;
-		close(fd);
-		return -e;
-	}
-	return fd;
-}
 
 int main(int argc, char **argv)
 {
@@ -131,7 +119,7 @@ int main(int argc, char **argv)
 	if (!fake_connect)
 		return fail("fake_store_connect", dlerror());
 
-	int fd = strcmp(argv[1], "self") != 0 ? fake_connect(port) : own_connect(port);
+	int fd = strcmp(argv[1], "self") != 0 ? fake_connect(port) : loopback_connect(port);
 	if (fd < 0)
 		return fail("connect to 127.0.0.1:MASTER_PORT", strerror(-fd));
 
