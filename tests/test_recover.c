@@ -315,3 +315,133 @@ Test(recover, three_recoveries_with_replacements_and_a_stale_process)
 	cr_expect_leq(sh->new_conns[1], 4, "survivors opened %d connections", sh->new_conns[1]);
 	munmap(sh, sizeof(*sh));
 }
+
+/* --- the standard path: through rank 0's rendezvous --------------------- */
+
+/* Five ranks on the standard path, with and without a shared secret:
+ * rank 3 is replaced, then ranks 1 and 4; the survivors recover in process
+ * through rank 0's rendezvous, keeping their one connection to it (none
+ * new), and every allgather is right.  Then rank 0 dies: the survivors are
+ * told plainly that they cannot meet again without it. */
+#define SN 5
+
+struct std_shared {
+	int phase, epoch;
+	int done[4];
+	int root_gone; /* survivors told rank 0's loss plainly */
+	int new_conns; /* connections the survivors opened in recoveries */
+};
+
+static struct std_shared *ss;
+static int std_port;
+static const int std_victims[4][3] = { { 0 }, { 1, 3 }, { 2, 1, 4 }, { 1, 0 } };
+
+static int std_rank(int r, int epoch)
+{
+	ht_setenv_world(r, SN, 1, std_port, 0, 20);
+	char e[16];
+	snprintf(e, sizeof(e), "%d", epoch);
+	setenv("HPCT_EPOCH", e, 1);
+	hpct_world *w;
+	if (hpct_world_create(&w) != 0)
+		return 30;
+	int rc = exercise(w, (uint64_t)epoch, epoch);
+	if (rc)
+		return 40 + rc;
+	__atomic_add_fetch(&ss->done[epoch], 1, __ATOMIC_SEQ_CST);
+	for (int round = epoch + 1; round <= 3; round++) {
+		wait_for(&ss->phase, round);
+		for (int i = 1; i <= std_victims[round][0]; i++)
+			if (std_victims[round][i] == r)
+				raise(SIGKILL);
+		wait_for(&ss->epoch, round);
+		struct hpct_world_stats a, b;
+		hpct_world_get_stats(w, &a);
+		rc = hpct_world_recover(w, (uint64_t)round, &std_victims[round][1],
+		                        std_victims[round][0]);
+		if (round == 3) {
+			/* rank 0's rendezvous died with it */
+			if (rc == HPCT_EPEERDEAD && strstr(hpct_last_error(), "rank 0 was replaced") &&
+			    strstr(hpct_last_error(), "restart every rank"))
+				__atomic_add_fetch(&ss->root_gone, 1, __ATOMIC_SEQ_CST);
+			else
+				fprintf(stderr, "rank %d: recover without rank 0 gave %s: %s\n", r,
+				        hpct_errname(rc), hpct_last_error());
+			break;
+		}
+		if (rc) {
+			fprintf(stderr, "rank %d: recover to %d: %s\n", r, round, hpct_last_error());
+			return 50 + round;
+		}
+		if ((rc = exercise(w, (uint64_t)round, round)) != 0)
+			return 60 + rc;
+		hpct_world_get_stats(w, &b);
+		__atomic_add_fetch(&ss->new_conns, (int)(b.conns_opened - a.conns_opened),
+		                   __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&ss->done[round], 1, __ATOMIC_SEQ_CST);
+	}
+	wait_for(&ss->phase, 99);
+	hpct_world_destroy(w);
+	return 0;
+}
+
+static void std_recoveries(int slot_offset, const char *secret)
+{
+	ss = mmap(NULL, sizeof(*ss), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(ss, MAP_FAILED);
+	memset(ss, 0, sizeof(*ss));
+	std_port = hpct_test_ports(1) + slot_offset;
+	if (secret)
+		setenv("HPCT_SECRET", secret, 1);
+	else
+		unsetenv("HPCT_SECRET");
+	pid_t pids[SN];
+	for (int r = 0; r < SN; r++)
+		pids[r] = start_rank(std_rank, r, 0);
+	int st;
+	for (int round = 1; round <= 3; round++) {
+		if (round < 3) {
+			wait_for(&ss->done[round - 1], SN);
+			cr_assert_eq(ss->done[round - 1], SN, "epoch %d: %d of %d ranks done",
+			             round - 1, ss->done[round - 1], SN);
+		} else {
+			wait_for(&ss->done[2], SN);
+		}
+		__atomic_store_n(&ss->phase, round, __ATOMIC_SEQ_CST);
+		for (int i = 1; i <= std_victims[round][0]; i++) {
+			int v = std_victims[round][i];
+			waitpid(pids[v], &st, 0);
+			cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+			          "rank %d ended with %d before it was killed", v,
+			          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			pids[v] = round < 3 ? start_rank(std_rank, v, round) : 0;
+		}
+		__atomic_store_n(&ss->epoch, round, __ATOMIC_SEQ_CST);
+	}
+	wait_for(&ss->root_gone, SN - 1);
+	__atomic_store_n(&ss->phase, 99, __ATOMIC_SEQ_CST);
+	for (int r = 0; r < SN; r++) {
+		if (!pids[r])
+			continue;
+		waitpid(pids[r], &st, 0);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %d", r,
+		          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+	}
+	cr_expect_eq(ss->done[2], SN, "epoch 2: %d of %d ranks done", ss->done[2], SN);
+	cr_expect_eq(ss->root_gone, SN - 1, "%d of %d survivors were told rank 0 is gone",
+	             ss->root_gone, SN - 1);
+	cr_expect_eq(ss->new_conns, 0, "survivors opened %d connections to recover",
+	             ss->new_conns);
+	unsetenv("HPCT_SECRET");
+	munmap(ss, sizeof(*ss));
+}
+
+Test(recover, standard_path_survivors_meet_again_through_rank_0s_rendezvous)
+{
+	std_recoveries(120, NULL);
+}
+
+Test(recover, standard_path_recovers_with_a_shared_secret)
+{
+	std_recoveries(160, "recover-secret");
+}

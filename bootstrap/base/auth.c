@@ -172,16 +172,18 @@ int hpct__auth_server_feed(struct hpct_auth_srv *a, const void *secret, size_t s
 			return HPCT_AUTH_REFUSE;
 		}
 		char what[160];
+		int other_epoch = h->epoch != expect->epoch &&
+		                  !(expect->later_epochs && h->epoch > expect->epoch);
 		snprintf(what, sizeof(what), "it claims rank %u of %s", h->src,
 		         h->job != expect->job         ? "another job"
-		         : h->epoch != expect->epoch   ? "another epoch"
+		         : other_epoch                 ? "another epoch"
 		         : h->size != expect->size     ? "a world of another size"
 		         : h->dst != expect->server    ? "this job, but meant another rank"
 		         : h->group != expect->service ? "this job, but meant another service"
 		                                       : "this job, out of range");
-		uint32_t reason = h->job != expect->job       ? HPCT_REFUSE_JOB
-		                  : h->epoch != expect->epoch ? HPCT_REFUSE_EPOCH
-		                  : h->size != expect->size   ? HPCT_REFUSE_SIZE
+		uint32_t reason = h->job != expect->job     ? HPCT_REFUSE_JOB
+		                  : other_epoch             ? HPCT_REFUSE_EPOCH
+		                  : h->size != expect->size ? HPCT_REFUSE_SIZE
 		                  : h->dst != expect->server || h->group != expect->service
 		                          ? HPCT_REFUSE_RANK
 		                  : h->src >= expect->size ? HPCT_REFUSE_SRC
@@ -190,6 +192,7 @@ int hpct__auth_server_feed(struct hpct_auth_srv *a, const void *secret, size_t s
 			return refuse(a, expect, reason, out, outlen, why, wlen, what);
 		struct hpct_auth_id id = *expect;
 		id.client = h->src;
+		id.epoch = h->epoch;
 		hpct__random(a->nonce, sizeof(a->nonce));
 		if (proof(secret, slen, 'A', a->nonce, a->peer_nonce, &id, mac) != 0)
 			return refuse(a, expect, HPCT_REFUSE_AUTH, out, outlen, why, wlen,
@@ -202,6 +205,7 @@ int hpct__auth_server_feed(struct hpct_auth_srv *a, const void *secret, size_t s
 	struct hpct_hello h;
 	struct hpct_auth_id id = *expect;
 	id.client = a->hello.src;
+	id.epoch = a->hello.epoch;
 	if (hpct__hello_decode_auth(a->in, HPCT_AUTH_LEN, &h, NULL, mac) < 0 ||
 	    h.type != HPCT_HELLO_AUTH ||
 	    proof(secret, slen, 'C', a->peer_nonce, a->nonce, &id, want) != 0 ||

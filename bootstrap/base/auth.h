@@ -32,6 +32,10 @@ struct hpct_auth_key {
 struct hpct_auth_id {
 	uint64_t job, epoch, service;
 	uint32_t client, server, size;
+	/* server side: a client of a later epoch is admitted too (the standard
+	 * path's rendezvous outlives in-process recoveries); its proof is
+	 * bound to the epoch it named */
+	uint32_t later_epochs;
 };
 
 #define HPCT_AUTH_SERVICE_STORE   0x73746f7265000000ull /* "store" */

@@ -281,6 +281,10 @@ int hpct__std_client_connect(const char *host, int port, int rank, int size, uin
 	hpct__put64(hello + 13, job);
 	struct iovec iov = { .iov_base = hello, .iov_len = sizeof(hello) };
 	rc = rpc(c, &iov, 1, "HELLO", t0, deadline);
+	/* a world started past epoch 0 (a replacement): its waits are the new
+	 * epoch's, which a rank lost at the old one does not fail */
+	if (rc == 0 && key && key->epoch > 0)
+		rc = hpct__std_client_epoch(c, key->epoch, deadline);
 	if (rc)
 		goto close_fd;
 	*client_out = c;
@@ -292,6 +296,22 @@ close_fd:
 free_client:
 	free(c);
 	return rc;
+}
+
+int hpct__std_client_epoch(struct hpct_std_client *c, uint64_t epoch, double deadline)
+{
+	double t0 = hpct__now();
+	int rc = check_usable(c, "EPOCH");
+	if (rc)
+		return rc;
+	unsigned char req[13];
+	req[0] = HPCT_STD_EPOCH;
+	hpct__put32(req + 1, (uint32_t)c->rank);
+	hpct__put64(req + 5, epoch);
+	struct iovec iov = { .iov_base = req, .iov_len = sizeof(req) };
+	char what[48];
+	snprintf(what, sizeof(what), "EPOCH %llu", (unsigned long long)epoch);
+	return rpc(c, &iov, 1, what, t0, deadline);
 }
 
 void hpct__std_client_close(struct hpct_std_client *c)

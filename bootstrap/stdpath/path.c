@@ -101,6 +101,31 @@ static int std_learn_failure(struct hpct_world *w, uint64_t group, double wait_s
 	return 0;
 }
 
+/* In-process recovery through the same rendezvous: it lives in rank 0, so
+ * only while rank 0 survived.  The survivors keep their connection and tell
+ * the server their new epoch; a replacement starts at that epoch and says so
+ * after its HELLO; the collectives' keys carry the epoch, and the ranks
+ * lost at the old one fail none of the new epoch's waits. */
+static int std_recover(struct hpct_world *w, uint64_t epoch, const int *replaced, int nreplaced)
+{
+	struct hpct_topo *t = &w->topo;
+	if (nreplaced > 0 && replaced[0] == 0)
+		return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_INIT,
+		                  "rank %d: recovery to epoch %llu: rank 0 was replaced, and the "
+		                  "standard path's rendezvous (%s) lived in it: the survivors "
+		                  "cannot meet again in process; restart every rank",
+		                  t->rank, (unsigned long long)epoch, w->listen_text);
+	if (!w->client)
+		return hpct__fail(HPCT_ESTATE, HPCT_SUB_INIT,
+		                  "rank %d: recovery to epoch %llu: no rendezvous client", t->rank,
+		                  (unsigned long long)epoch);
+	int rc = hpct__std_client_epoch(w->client, epoch, hpct__now() + t->timeout_s);
+	if (rc < 0)
+		return rc;
+	t->epoch = epoch;
+	return 0;
+}
+
 const struct hpct_path_ops hpct__path_standard = {
 	.path = HPCT_PATH_STANDARD,
 	.name = "standard",
@@ -113,4 +138,5 @@ const struct hpct_path_ops hpct__path_standard = {
 	.stats = std_stats,
 	.tell_failure = std_tell_failure,
 	.learn_failure = std_learn_failure,
+	.recover = std_recover,
 };

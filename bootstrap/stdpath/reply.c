@@ -212,7 +212,7 @@ void hpct__stdsrv_req_done(struct conn *c)
 static void rank_lost(struct conn *c)
 {
 	struct hpct_std_server *s = c->s;
-	if (s->lost_rank >= 0) {
+	if (s->lost_rank >= 0 && c->epoch <= s->lost_epoch) {
 		HPCT_INFO(HPCT_SUB_STD,
 		          "rendezvous %s: rank %d at %s left without saying goodbye too", s->addr,
 		          c->rank, c->peer);
@@ -224,12 +224,14 @@ static void rank_lost(struct conn *c)
 	else if (c->dropped)
 		snprintf(reason, sizeof(reason), " (dropped after a protocol error)");
 	s->lost_rank = c->rank;
-	snprintf(s->lost_why, sizeof(s->lost_why), "rank %d at %s left without saying goodbye%s",
-	         c->rank, c->peer, reason);
+	s->lost_epoch = c->epoch;
+	snprintf(s->lost_why, sizeof(s->lost_why),
+	         "rank %d at %s (epoch %lld) left without saying goodbye%s", c->rank, c->peer,
+	         (long long)c->epoch, reason);
 	int n = 0;
 	for (struct conn *x = s->conns, *next; x; x = next) {
 		next = x->next; /* reply_err may close x, never another */
-		if (x->dead || !x->parked)
+		if (x->dead || !x->parked || x->epoch > c->epoch)
 			continue;
 		unpark(x);
 		hpct__stdsrv_req_done(x);
@@ -237,13 +239,14 @@ static void rank_lost(struct conn *c)
 		n++;
 	}
 	HPCT_WARN(HPCT_SUB_STD,
-	          "rendezvous %s: %s; failing %d waiting requests, and every wait from now on",
-	          s->addr, s->lost_why, n);
+	          "rendezvous %s: %s; failing %d waiting requests, and every wait from now on "
+	          "at epoch %lld or before",
+	          s->addr, s->lost_why, n, (long long)c->epoch);
 }
 
 static void park(struct conn *c, size_t i)
 {
-	if (c->s->lost_rank >= 0) {
+	if (c->s->lost_rank >= 0 && c->epoch <= c->s->lost_epoch) {
 		hpct__stdsrv_req_done(c);
 		hpct__stdsrv_reply_err(c, HPCT_EPEERDEAD, c->s->lost_why);
 		return;

@@ -50,6 +50,23 @@ static int key_room(struct conn *c, const char *op, const char *k, uint32_t klen
 	return -1;
 }
 
+/* A rank's replacement says HELLO while the connection of the process it
+ * replaces may not have been seen to close yet (it was killed a moment
+ * ago): 1 when that connection has ended (end of stream or an error),
+ * with the error kept for the log. */
+static int old_conn_gone(struct conn *old)
+{
+	char b;
+	ssize_t k = recv(old->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (k == 0)
+		return 1;
+	if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		old->err = errno;
+		return 1;
+	}
+	return 0;
+}
+
 static void exec_hello(struct conn *c, const unsigned char *p)
 {
 	struct hpct_std_server *s = c->s;
@@ -74,6 +91,8 @@ static void exec_hello(struct conn *c, const unsigned char *p)
 		refuse(c, "rank %u is out of range for world size %d", r, s->nranks);
 		return;
 	}
+	if (s->by_rank[r] && old_conn_gone(s->by_rank[r]))
+		hpct__stdsrv_conn_close(s->by_rank[r]); /* lost: its waits fail first */
 	if (s->by_rank[r]) {
 		refuse(c, "rank %u is already connected from %s", r, s->by_rank[r]->peer);
 		return;
@@ -165,6 +184,25 @@ static void exec_add(struct conn *c)
 	hpct__stdsrv_wake(e, was_absent);
 }
 
+/* The rank works at a new epoch (an in-process recovery): a loss at an
+ * earlier one no longer fails its waits. */
+static void exec_epoch(struct conn *c)
+{
+	hpct__stdsrv_req_done(c);
+	if (c->i64 < c->epoch) {
+		char why[160];
+		snprintf(why, sizeof(why),
+		         "rank %d: EPOCH %lld is below the epoch %lld it declared before",
+		         c->rank, (long long)c->i64, (long long)c->epoch);
+		hpct__stdsrv_reply_err(c, HPCT_EINVAL, why);
+		return;
+	}
+	HPCT_TRACE(HPCT_SUB_STD, "rendezvous %s: rank %d works at epoch %lld now", c->s->addr,
+	           c->rank, (long long)c->i64);
+	c->epoch = c->i64;
+	hpct__stdsrv_reply_status(c, 0);
+}
+
 static void exec(struct conn *c)
 {
 	c->st = ST_OP;
@@ -180,6 +218,9 @@ static void exec(struct conn *c)
 		return;
 	case HPCT_STD_WAITGE:
 		hpct__stdsrv_waitge_try(c);
+		return;
+	case HPCT_STD_EPOCH:
+		exec_epoch(c);
 		return;
 	}
 }
@@ -312,6 +353,8 @@ void hpct__stdsrv_conn_progress(struct conn *c)
 			else if (c->op == HPCT_STD_SET || c->op == HPCT_STD_ADD ||
 			         c->op == HPCT_STD_WAITGE)
 				c->st = ST_KLEN;
+			else if (c->op == HPCT_STD_EPOCH)
+				c->st = ST_I64; /* no key: the epoch alone */
 			else {
 				hpct__stdsrv_conn_bad(c, "unknown request %u", c->op);
 				return;

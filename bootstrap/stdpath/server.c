@@ -45,6 +45,8 @@ static int admit(struct conn *c)
 		c->closing = 1; /* once the REFUSE is out */
 		return 0;
 	}
+	if (rc == HPCT_AUTH_ADMIT) /* the epoch its proof is bound to */
+		c->epoch = (int64_t)c->auth.hello.epoch;
 	return c->admitted = rc == HPCT_AUTH_ADMIT;
 }
 
@@ -380,7 +382,8 @@ int hpct__std_server_start_limits(const char *host, int port, int nranks, uint64
 			                            .epoch = key->epoch,
 			                            .service = HPCT_AUTH_SERVICE_STDPATH,
 			                            .server = 0,
-			                            .size = (uint32_t)nranks };
+			                            .size = (uint32_t)nranks,
+			                            .later_epochs = 1 };
 		s->slen = key->len;
 		if (!(s->secret = malloc(key->len ? key->len : 1))) {
 			free(s);
@@ -389,6 +392,7 @@ int hpct__std_server_start_limits(const char *host, int port, int nranks, uint64
 		memcpy(s->secret, key->secret, key->len);
 	}
 	s->lost_rank = -1;
+	s->lost_epoch = -1;
 	s->t0 = hpct__now();
 	hpct__addr_str((struct sockaddr *)&ss, s->addr, sizeof(s->addr));
 	s->by_rank = calloc((size_t)nranks, sizeof(*s->by_rank));
@@ -528,6 +532,7 @@ HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len)
 		                           .store_keys = 64,
 		                           .early_conns = 8 + 256 };
 	s->lost_rank = -1;
+	s->lost_epoch = -1;
 	s->epfd = s->lfd = s->evfd = -1;
 	s->tab.mask = 1023;
 	snprintf(s->addr, sizeof(s->addr), "fuzz");

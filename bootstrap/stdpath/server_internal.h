@@ -50,7 +50,8 @@ enum { ST_OP, ST_HELLO, ST_N, ST_KLEN, ST_KEY, ST_SETHDR, ST_VAL, ST_I64 };
 
 struct conn {
 	struct hpct_std_server *s;
-	int fd, rank; /* rank -1 until HELLO */
+	int fd, rank;  /* rank -1 until HELLO */
+	int64_t epoch; /* what the rank declared (EPOCH), or its proof named */
 	int dead, closing, queued, parked, ever_parked;
 	int said_bye, dropped; /* left properly; closed by us after a protocol error */
 	int discard;           /* refused over a limit: the request's bytes are dropped */
@@ -110,9 +111,12 @@ struct hpct_std_server {
 	double accept_retry_at; /* while listen_paused */
 	_Atomic uint64_t wakeups;
 	double t0;
-	/* The first rank whose connection closed without BYE: from then on no
-	 * wait can be trusted to end, so none is parked (lost_rank -1: none). */
+	/* The first rank whose connection closed without BYE at the latest
+	 * epoch that lost one (lost_epoch): from then on no wait of that epoch
+	 * or an earlier one can be trusted to end, so none is parked
+	 * (lost_rank -1: none).  A later epoch's waits park as usual. */
 	int lost_rank, final;
+	int64_t lost_epoch;
 	char lost_why[HPCT_ADDRSTRLEN + 160];
 	pthread_mutex_t lock; /* guards stopping and stop_deadline */
 	int stopping;

@@ -12,6 +12,9 @@
  *     ADD    : key, i64 delta
  *     WAITGE : key, i64 value
  *     BYE    : nothing; no reply, the server closes
+ *     EPOCH  : i64 epoch: the restart epoch the rank works at from now on
+ *              (not below the connection's; 0 after HELLO, or the one its
+ *              proof of the secret named)
  *   reply   : i32 status (0 or an HPCT_E* code), then
  *     error  : u32 len + message (the server's reason)
  *     MGET   : n values, in request order, once all keys exist
@@ -33,6 +36,12 @@
  * once, gets HPCT_EPEERDEAD with a reason naming the first rank lost ("rank 3
  * at 10.0.0.7:41234 left without saying goodbye (Connection reset by
  * peer)").  Keys that exist are still served; SET and ADD still work.
+ * A loss concerns the epoch the lost rank was at and the ones before: the
+ * waits of connections that declared a later epoch (EPOCH) park as usual,
+ * which is how the survivors of an in-process recovery and the replacements
+ * of the lost ranks meet again through the same server.  A HELLO for a rank
+ * whose old connection is gone but not yet noticed (its process died just
+ * now) closes that connection as lost first, then admits the new one.
  * A request over one of the server's limits (struct hpct_std_limits: keys in
  * one MGET, bytes of its keys or of its answer, bytes or keys stored, bytes
  * stored by one rank) gets HPCT_EINVAL or HPCT_ENOMEM with a reason naming
@@ -63,6 +72,7 @@ enum hpct_std_op {
 	HPCT_STD_ADD = 4,
 	HPCT_STD_WAITGE = 5,
 	HPCT_STD_BYE = 6,
+	HPCT_STD_EPOCH = 7,
 };
 
 struct hpct_std_server;
@@ -136,6 +146,11 @@ HPCT_PRIVATE void hpct__std_fuzz_one(const unsigned char *data, size_t len);
 int hpct__std_client_connect(const char *host, int port, int rank, int size, uint64_t job,
                              const struct hpct_auth_key *key, double deadline,
                              struct hpct_std_client **client_out);
+/* Tells the server this rank works at `epoch` from now on (an in-process
+ * recovery: stdpath/path.c); the client connect does it itself for a world
+ * started past epoch 0.  Errors as the calls below; HPCT_EINVAL when the
+ * epoch is below the one the connection declared. */
+int hpct__std_client_epoch(struct hpct_std_client *c, uint64_t epoch, double deadline);
 /* Says BYE and closes.  Accepts NULL. */
 void hpct__std_client_close(struct hpct_std_client *client);
 

@@ -103,9 +103,11 @@ struct hpct_world_info {
  * to replacements; a process of the old epoch is refused.  Groups of the old
  * epoch fail with HPCT_ESTATE: create them again; the world group is the
  * new epoch's.  Who tells survivors that a new epoch began (the job's agent)
- * is outside hpct.  Rootless path only (HPCT_ESTATE on the standard path),
- * with ports that rotate with the epoch (HPCT_PORT_RANGE of at least twice
- * the ranks of a node, HPCT_EBADENV otherwise).
+ * is outside hpct.  On the rootless path ports rotate with the epoch
+ * (HPCT_PORT_RANGE of at least twice the ranks of a node, HPCT_EBADENV
+ * otherwise).  On the standard path the survivors meet again through rank
+ * 0's rendezvous, keeping their connection to it; that needs rank 0 alive:
+ * with rank 0 among the replaced, HPCT_EPEERDEAD (restart every rank).
  * The world is unchanged when it fails (HPCT_EINVAL naming the bad entry,
  * or the new port taken). */
 HPCT_API int hpct_world_recover(hpct_world *world, uint64_t epoch, const int *replaced,
