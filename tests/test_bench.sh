@@ -7,22 +7,51 @@ set -eu
 bench=$1
 . "$(dirname "$0")/sh_common.sh"
 
-"$bench" --scenario cold,restart,kill-root --recovery inprocess --ranks 2,4 --repeat 1 \
+"$bench" --scenario cold,restart,kill-root --recovery full,inprocess --ranks 2,4 --repeat 1 \
 	--port 16600 --json "$dir/r.json" --plot "$dir/r.png" >"$dir/out" 2>"$dir/err" ||
 	fail "the run failed: $(cat "$dir/err")"
-for s in cold restart kill-root; do
+for s in cold restart/full restart/inprocess kill-root/full kill-root/inprocess; do
+	js=${s%/*} rec=${s#*/}
 	for p in rootless standard; do
 		for n in 2 4; do
 			grep -Eq "^$s +$p +$n +" "$dir/out" || fail "no table row for $s $p N=$n"
-			grep -q "\"scenario\":\"$s\",\"path\":\"$p\",\"ranks\":$n," "$dir/r.json" ||
-				fail "no JSON row for $s $p N=$n"
+			if [ "$s" = cold ]; then
+				grep -q "\"scenario\":\"$js\",\"path\":\"$p\",\"ranks\":$n," "$dir/r.json" ||
+					fail "no JSON row for $s $p N=$n"
+			else
+				forced=false
+				[ "$s" = kill-root/inprocess ] && [ $p = standard ] && forced=true
+				grep -Eq "\"scenario\":\"$js\",\"path\":\"$p\",\"ranks\":$n,[^}]*\"recovery\":\"$rec\",\"forced_full\":$forced" \
+					"$dir/r.json" || fail "no JSON row for $s $p N=$n (forced_full $forced)"
+			fi
 		done
 	done
 done
-for s in restart kill-root; do
-	grep -Eq "^$s N=4: new connections, at most per survivor [0-9]+, per replacement [0-9]+; run by run \(survivor/replacement\): [0-9]+/[0-9]+\$" "$dir/out" ||
-		fail "no new-connection line for $s N=4: $(grep "^$s N=4" "$dir/out")"
+# the floor beside every rootless row (ceil(log2 N) round trips), none beside standard ones
+grep -Eq "^cold +rootless +4 +4 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\.[0-9]{3} +[0-9]+ +6 " "$dir/out" ||
+	fail "no floor beside cold rootless N=4: $(grep '^cold' "$dir/out")"
+grep -Eq "^cold +standard +4 +4 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +- +" "$dir/out" ||
+	fail "a floor beside a standard row: $(grep '^cold' "$dir/out")"
+# in-process on both paths: survivors open nothing new on the standard path,
+# the root's death forces the standard path to restart in full
+for s in restart/inprocess kill-root/inprocess; do
+	grep -Eq "^$s N=4 rootless: new connections, at most per survivor [0-9]+, per replacement [0-9]+; run by run \(survivor/replacement\): [0-9]+/[0-9]+\$" "$dir/out" ||
+		fail "no new-connection line for $s N=4 rootless: $(grep "^$s N=4" "$dir/out")"
 done
+grep -Eq "^restart/inprocess N=4 standard: new connections, at most per survivor 0, per replacement 1; run by run \(survivor/replacement\): 0/1\$" "$dir/out" ||
+	fail "standard in-process recovery opened connections: $(grep "^restart/inprocess N=4" "$dir/out")"
+grep -q "^kill-root/inprocess N=4 standard: full restart forced: the root died" "$dir/out" ||
+	fail "the forced full restart was not said: $(grep "^kill-root/inprocess N=4" "$dir/out")"
+for s in restart kill-root; do
+	grep -Eq "^$s N=4: the root's cost, standard/rootless: [0-9.]+ in a full restart, [0-9.]+ in-process.*; what in-process recovery saves, full/in-process: [0-9.]+ rootless, [0-9.]+ standard\$" "$dir/out" ||
+		fail "no ratio line for $s N=4: $(grep "^$s N=4" "$dir/out")"
+done
+grep -Eq "^loopback TCP round trip between two processes: [0-9.]+ us" "$dir/out" || fail "no round trip printed"
+grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms" "$dir/out" || fail "no fork cost printed"
+if "$bench" --scenario restart --recovery full,partial --ranks 2 >/dev/null 2>"$dir/err7"; then
+	fail "--recovery partial was accepted"
+fi
+grep -q "recovery full,partial: want full and/or inprocess" "$dir/err7" || fail "not named: $(cat "$dir/err7")"
 grep -Eq '^\{"rtt_ms":0\.[0-9]+,' "$dir/r.json" || fail "no round trip in the JSON: $(head -c 80 "$dir/r.json")"
 grep -q "^plot written to $dir/r.png\$" "$dir/out" || fail "the plot was not announced"
 sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
@@ -46,7 +75,7 @@ done
 "$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \
 	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"
 for n in 2 4; do
-	grep -Eq "^cold +tcp +$n +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+\.[0-9]\$" "$dir/gate.out" ||
+	grep -Eq "^cold +tcp +$n +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+\.[0-9]\$" "$dir/gate.out" ||
 		fail "no gated tcp row for N=$n: $(cat "$dir/gate.out")"
 done
 if "$bench" --scenario cold --transport udp --ranks 2 >/dev/null 2>"$dir/err5"; then

@@ -79,8 +79,8 @@ double bench_run_once(const char *self, const char *scenario, int n, int nodes, 
 
 /* restart / kill-root (see bench_launch.c); returns ms or -1. */
 double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
-                          double timeout, int kill_root, int kills, unsigned seed, int inprocess,
-                          int *max_conns, int *repl_conns);
+                          double timeout, int kill_root, int kills, unsigned seed, int rep,
+                          int inprocess, int *max_conns, int *repl_conns);
 
 /* --scenario nccl-root (see bench_scenarios.c); returns ms or -1. */
 double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *conns);

@@ -195,16 +195,31 @@ static void collect(struct batch *b, double deadline)
 	}
 }
 
+/* Lets the ranks tear down (EOF on their release pipe) without reaping
+ * them: two batches that need each other to tear down (a standard path's
+ * rank 0 waits for every client's goodbye, the replacements' too) are both
+ * released before either is reaped. */
+static void release(struct batch *b)
+{
+	if (b->rep >= 0)
+		close(b->rep);
+	if (b->rel >= 0)
+		close(b->rel);
+	b->rep = b->rel = -1;
+}
+
 /* Releases the ranks (or kills them: kill_all) and reaps them; 0 when all
  * reported success and, unless killed, exited 0. */
 static int finish(struct batch *b, int kill_all)
 {
-	close(b->rep);
+	if (b->rep >= 0)
+		close(b->rep);
+	b->rep = -1;
 	if (kill_all)
 		for (int r = 0; r < b->n; r++)
 			if (b->pids[r] > 0)
 				kill(b->pids[r], SIGKILL);
-	close(b->rel);
+	release(b);
 	for (int r = 0; r < b->n; r++) {
 		int st;
 		if (b->pids[r] > 0 && waitpid(b->pids[r], &st, 0) == b->pids[r] && !kill_all &&
@@ -251,16 +266,21 @@ double bench_run_once(const char *self, const char *scenario, int n, int nodes, 
 	return (last - t0) * 1000;
 }
 
-/* The ranks to kill: rank 0 first for kill-root, the rest at random from
- * the seed, distinct, sorted (the order hpct_world_recover wants). */
-static int pick_victims(int n, int kills, int kill_root, unsigned seed, int run_id, int *out)
+/* The ranks to kill: rank 0 for kill-root, never rank 0 for restart (the
+ * two scenarios tell a root's death from another rank's), the rest at
+ * random from the seed and the repetition, so both paths lose the same
+ * ranks; distinct, sorted (the order hpct_world_recover wants). */
+static int pick_victims(int n, int kills, int kill_root, unsigned seed, int rep, int *out)
 {
-	unsigned x = seed * 2654435761u + (unsigned)run_id;
+	unsigned x = seed * 2654435761u + (unsigned)rep;
 	int k = 0;
 	if (kill_root)
 		out[k++] = 0;
+	if (!kill_root && kills > n - 1)
+		kills = n - 1;
 	while (k < kills) {
-		int v = (int)(((x = x * 1103515245u + 12345u) >> 8) % (unsigned)n), dup = 0;
+		int v = 1 + (int)(((x = x * 1103515245u + 12345u) >> 8) % (unsigned)(n - 1)),
+		    dup = 0;
 		for (int i = 0; i < k; i++)
 			dup |= out[i] == v;
 		if (!dup)
@@ -280,13 +300,14 @@ static int pick_victims(int n, int kills, int kill_root, unsigned seed, int run_
  * at epoch 1: `full`, as torchrun does by default, stops every other rank
  * and starts all N again; `inprocess` starts only the victims' replacements
  * and tells the survivors (this launcher plays the job's agent), which call
- * hpct_world_recover.  Timed from the kill until every rank finished the
+ * hpct_world_recover (on the standard path: through rank 0's rendezvous,
+ * which must have survived).  Timed from the kill until every rank finished the
  * world allgather and barrier at the new epoch.  *max_conns gets the
  * connections opened by the ranks of the new epoch (inprocess: by the
  * survivors, new ones only; *repl_conns: by the replacements). */
 double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
-                          double timeout, int kill_root, int kills, unsigned seed, int inprocess,
-                          int *max_conns, int *repl_conns)
+                          double timeout, int kill_root, int kills, unsigned seed, int rep,
+                          int inprocess, int *max_conns, int *repl_conns)
 {
 	int agent[2] = { -1, -1 };
 	if (inprocess) {
@@ -313,7 +334,7 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 		return -1;
 	}
 	int victims[64];
-	kills = pick_victims(n, kills, kill_root, seed, run_id, victims);
+	kills = pick_victims(n, kills, kill_root, seed, rep, victims);
 	double t0 = mono();
 	for (int k = 0; k < kills; k++)
 		kill(a.pids[victims[k]], SIGKILL);
@@ -357,6 +378,8 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 	int bad = a.got < a.n || a.bad || b.got < b.n || b.bad;
 	a.n = n; /* every pid, the victims' now 0, is reaped */
 	a.got = n;
+	if (rc == 0)
+		release(&b);
 	finish(&a, 0);
 	if (rc == 0)
 		finish(&b, 0);

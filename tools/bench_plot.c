@@ -12,9 +12,10 @@
 
 extern char **environ;
 
+/* restart and kill-root rows, labelled with their recovery ("restart/full") */
 static int is_recovery(const char *scenario)
 {
-	return strcmp(scenario, "restart") == 0 || strcmp(scenario, "kill-root") == 0;
+	return strncmp(scenario, "restart", 7) == 0 || strncmp(scenario, "kill-root", 9) == 0;
 }
 
 /* Writes the time-versus-N series, one gnuplot data block per (scenario,

@@ -5,9 +5,10 @@
 
 /* One line of hpct-bench's table. */
 struct plot_row {
-	const char *scenario; /* cold, gloo, nccl-root: time versus N; restart, kill-root: bars */
+	const char *scenario; /* cold, gloo, nccl-root: time versus N; restart/full,
+	                         kill-root/inprocess ...: bars */
 	const char *path;     /* rootless or standard */
-	const char *detail;   /* restart/kill-root: "kill 1, inprocess"; else NULL */
+	const char *detail;   /* restart/kill-root: what a recovery is; else NULL */
 	int ranks;
 	double median_ms, min_ms, max_ms;
 };

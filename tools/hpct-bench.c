@@ -15,7 +15,15 @@
  * gloo: all N ranks join the world, create a Gloo device and a Gloo context
  * connected over the world group, and finish one allreduce (1024 f32, sum,
  * the result checked exactly).  Built only with Gloo (HPCT_HAVE_GLOO).
- * restart, kill-root: see bench_restart_once (--kill K ranks, --seed S).
+ * restart, kill-root: see bench_restart_once (--kill K ranks, --seed S);
+ * one row per path and --recovery mode: full (every rank starts again) and
+ * inprocess (survivors stay: rootless through hpct_world_recover, standard
+ * through rank 0's rendezvous at the next epoch; kill-root's standard row
+ * cannot, its root died, and restarts in full, said after the table).
+ * Rows restart/full, restart/inprocess ...; in the JSON "scenario":"restart"
+ * and "recovery":"full" or "inprocess", "forced_full" true for that row.
+ * After the table, per N, the root's ratio (standard/rootless, the same
+ * recovery) and the in-process recovery's (full/in-process, the same path).
  * nccl-root: no launch; see bench_nccl_root_once.  "standard" is NCCL's own root,
  * "rootless" hpct's micro-roots.  With --nccl, the same runs against each
  * libnccl.so.2 listed, one table (bench_releases.c).
@@ -34,7 +42,9 @@
  * would steal the 2 cores from the ranks still bootstrapping, and the path
  * whose ranks finish at staggered times would pay for it.  Runs of the two
  * paths alternate, so drift in machine speed hits both alike.  Prints
- * median/min/max per path and N, and writes the same as JSON.
+ * median/min/max per path and N, and writes the same as JSON; beside every
+ * rootless row the floor ceil(log2 N) x the loopback round trip, and after
+ * the table that round trip and the cost of a fork+exec here.
  *
  * max_conns is the largest count, over ranks, of hpct's own connections
  * (opened + accepted, hpct_world_get_stats) when the rank reported; Gloo's
@@ -60,8 +70,10 @@
 #define MAX_LIST 16
 
 struct result {
-	const char *scenario; /* the table's: torch-1.13 for the torch scenario's */
+	const char *scenario; /* the table's: torch-1.13, restart/inprocess */
 	const char *kind;     /* the JSON's: torch or torch-reinit; else as scenario */
+	const char *recovery; /* restart, kill-root: full or inprocess; else NULL */
+	int forced_full;      /* kill-root inprocess, standard: the root died, all restart */
 	const char *torch;    /* the torch release, or NULL */
 	const char *path;
 	int ranks, nodes, repeat, ok;
@@ -125,7 +137,7 @@ static void usage(FILE *f)
 	        "usage: hpct-bench --scenario S[,S..] --ranks N[,N..] [--path rootless,standard]\n"
 	        "                  [--repeat R] [--nodes K] [--json FILE] [--plot FILE.png]\n"
 	        "                  [--timeout S] [--port P] [--kill K] [--recovery "
-	        "full|inprocess]\n"
+	        "full,inprocess]\n"
 	        "                  [--seed S] [--transport tcp,ofi] [--gate]\n"
 	        "                  [--nccl LIBNCCL[,LIBNCCL..]] (nccl-root: one table over "
 	        "releases)\n"
@@ -153,15 +165,86 @@ static void add_run(struct result *r, double ms, int conns, int repl, long msgs,
 		r->repl_conns = repl;
 }
 
+/* The JSON's scenario of a restart or kill-root row: its label up to '/'. */
+static const char *s_name(const struct result *r)
+{
+	return strncmp(r->scenario, "kill-root", 9) == 0 ? "kill-root" : "restart";
+}
+
+/* The row of (scenario, recovery, path, N), or NULL if it did not run. */
+static const struct result *find_row(const struct result *res, int nres, const char *scenario,
+                                     const char *recovery, const char *path, int n)
+{
+	for (int i = 0; i < nres; i++)
+		if (res[i].ok && res[i].recovery && strcmp(s_name(&res[i]), scenario) == 0 &&
+		    strcmp(res[i].recovery, recovery) == 0 && strcmp(res[i].path, path) == 0 &&
+		    res[i].ranks == n)
+			return &res[i];
+	return NULL;
+}
+
+/* After the table, for restart and kill-root: the connections the
+ * in-process recoveries opened, and, per N, which ratio is whose: the
+ * root's (standard against rootless, the same recovery on both paths) and
+ * the in-process recovery's (full restart against in-process, one path).
+ * Medians are in ms[0] by now. */
+static void recovery_summary(const struct result *res, int nres)
+{
+	static const char *const scen[2] = { "restart", "kill-root" };
+	static const char *const paths[2] = { "rootless", "standard" };
+	for (int i = 0; i < nres; i++) {
+		const struct result *r = &res[i];
+		if (!r->ok || !r->recovery || strcmp(r->recovery, "inprocess") != 0)
+			continue;
+		if (r->forced_full) {
+			printf("%s N=%d %s: full restart forced: the root died (the standard "
+			       "path's rendezvous lived in rank 0)\n",
+			       r->scenario, r->ranks, r->path);
+			continue;
+		}
+		printf("%s N=%d %s: new connections, at most per survivor %d, per replacement "
+		       "%d; run by run (survivor/replacement):",
+		       r->scenario, r->ranks, r->path, r->max_conns, r->repl_conns);
+		for (int k = 0; k < r->ok; k++)
+			printf(" %d/%d", r->run_conns[k], r->run_repl[k]);
+		printf("\n");
+	}
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < nres; i++) {
+			const struct result *r = &res[i];
+			if (!r->ok || !r->recovery || strcmp(s_name(r), scen[s]) != 0 ||
+			    strcmp(r->path, "rootless") != 0 || strcmp(r->recovery, "full") != 0)
+				continue;
+			const struct result *v[2][2]; /* [full, inprocess][rootless, standard] */
+			int all = 1;
+			for (int m = 0; m < 2; m++)
+				for (int p = 0; p < 2; p++)
+					all &= (v[m][p] = find_row(res, nres, scen[s],
+					                           m ? "inprocess" : "full",
+					                           paths[p], r->ranks)) != NULL;
+			if (!all)
+				continue;
+			printf("%s N=%d: the root's cost, standard/rootless: %.2f in a full "
+			       "restart, %.2f in-process%s; what in-process recovery saves, "
+			       "full/in-process: %.2f rootless, %.2f standard\n",
+			       scen[s], r->ranks, v[0][1]->ms[0] / v[0][0]->ms[0],
+			       v[1][1]->ms[0] / v[1][0]->ms[0],
+			       v[1][1]->forced_full ? " (standard forced to restart in full)" : "",
+			       v[0][0]->ms[0] / v[1][0]->ms[0], v[0][1]->ms[0] / v[1][1]->ms[0]);
+		}
+}
+
 #define MAX_SCENARIOS 16
 #define MAX_TORCH     4
 
 /* What one scenario of the list needs to run.  torch is one scen per
- * release, and with --reinit one more after each, whose rows its runs fill. */
+ * release, and with --reinit one more after each, whose rows its runs fill;
+ * restart and kill-root one per --recovery mode. */
 struct scen {
 	const char *name;
 	const struct scenario *sc; /* NULL for nccl-root, restart, kill-root */
 	int nccl_root, restart, kill_root, torch;
+	int inprocess; /* restart, kill-root: survivors recover in their processes */
 	int reinit_rows; /* torch: the rows of the scen before's second incarnation */
 	char label[32];  /* the table's name: torch-1.13, torch-1.13-reinit */
 	const struct bench_torch *release;
@@ -233,7 +316,7 @@ int main(int argc, char **argv)
 		}
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
-	const char *recovery = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
+	const char *recovery_arg = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
 	const char *torch_arg = NULL;
 	int kills = 1, reinit = 0;
 	unsigned seed = 1;
@@ -304,7 +387,7 @@ int main(int argc, char **argv)
 			kills = atoi(optarg);
 			break;
 		case 'R':
-			recovery = optarg;
+			recovery_arg = optarg;
 			break;
 		case 'S':
 			seed = (unsigned)strtoul(optarg, NULL, 10);
@@ -326,10 +409,34 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	int inprocess = strcmp(recovery, "inprocess") == 0;
-	if (!inprocess && strcmp(recovery, "full") != 0) {
-		fprintf(stderr, "hpct-bench: --recovery %s: want full or inprocess\n", recovery);
-		return 2;
+	/* --recovery: full and/or inprocess, each its own rows */
+	const char *recoveries[2];
+	int nrecov = 0;
+	{
+		char *rl = strdup(recovery_arg), *rsave = NULL;
+		for (char *t = strtok_r(rl, ",", &rsave); t; t = strtok_r(NULL, ",", &rsave)) {
+			const char *m = strcmp(t, "full") == 0        ? "full"
+			                : strcmp(t, "inprocess") == 0 ? "inprocess"
+			                                              : NULL;
+			for (int i = 0; m && i < nrecov; i++)
+				if (recoveries[i] == m)
+					m = NULL;
+			if (!m || nrecov == 2) {
+				fprintf(stderr,
+				        "hpct-bench: --recovery %s: want full and/or inprocess, "
+				        "each once\n",
+				        recovery_arg);
+				free(rl);
+				return 2;
+			}
+			recoveries[nrecov++] = m;
+		}
+		free(rl);
+		if (nrecov == 0) {
+			fprintf(stderr, "hpct-bench: --recovery '%s': want full and/or inprocess\n",
+			        recovery_arg);
+			return 2;
+		}
 	}
 	if (kills > 64) {
 		fprintf(stderr, "hpct-bench: --kill %d: at most 64\n", kills);
@@ -369,7 +476,8 @@ int main(int argc, char **argv)
 	int nscens = 0;
 	char *list = strdup(scenario_arg), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int copies = strcmp(tok, "torch") == 0 ? ntorch * (1 + reinit) : 1;
+		int recov = strcmp(tok, "restart") == 0 || strcmp(tok, "kill-root") == 0;
+		int copies = strcmp(tok, "torch") == 0 ? ntorch * (1 + reinit) : recov ? nrecov : 1;
 		if (nscens + copies > MAX_SCENARIOS) {
 			fprintf(stderr, "hpct-bench: --scenario %s: at most %d scenarios\n",
 			        scenario_arg, MAX_SCENARIOS);
@@ -381,6 +489,11 @@ int main(int argc, char **argv)
 			if (setup_scen(s, tok, exe) < 0) {
 				free(list);
 				return 2;
+			}
+			if (s->restart) {
+				s->inprocess = strcmp(recoveries[copy], "inprocess") == 0;
+				snprintf(s->label, sizeof(s->label), "%s/%s", tok,
+				         recoveries[copy]);
 			}
 			if (!s->torch)
 				continue;
@@ -459,6 +572,11 @@ int main(int argc, char **argv)
 				row[p].kind = s->reinit_rows ? "torch-reinit" : s->name;
 				row[p].torch = s->torch ? s->release->ver : NULL;
 				row[p].path = path_names[p];
+				row[p].recovery = s->restart ? (s->inprocess ? "inprocess" : "full")
+				                             : NULL;
+				/* the standard path's recovery lives in rank 0 */
+				row[p].forced_full = s->kill_root && s->inprocess &&
+				                     strcmp(path_names[p], "standard") == 0;
 				row[p].ranks = n;
 				row[p].nodes = k;
 				row[p].repeat = repeat;
@@ -502,9 +620,9 @@ int main(int argc, char **argv)
 					                    ? bench_restart_once(
 					                              s->self, n, k, rootless, base,
 					                              run_id, timeout, s->kill_root,
-					                              kills < n ? kills : n, seed,
-					                              inprocess && rootless, &conns,
-					                              &repl)
+					                              kills < n ? kills : n, seed, rep,
+					                              s->inprocess && !r->forced_full,
+					                              &conns, &repl)
 					                    : bench_run_once(s->self, s->name, n, k,
 					                                     rootless, base, run_id,
 					                                     timeout, &conns, &msgs,
@@ -522,20 +640,20 @@ int main(int argc, char **argv)
 
 	/* the floor's unit, measured now that the ranks are gone, and for
 	 * torch what starting one process costs (its figures must say) */
-	double rtt = plot || json ? measure_rtt_ms() : -1;
-	double fork_exec = ntorch ? measure_fork_exec_ms() : -1;
+	double rtt = measure_rtt_ms();
+	double fork_exec = measure_fork_exec_ms();
 	int w = 9; /* the scenario column: as wide as its longest name */
 	for (int si = 0; si < nscens; si++)
 		if ((int)strlen(scens[si].label) > w)
 			w = (int)strlen(scens[si].label);
-	char detail[64];
-	snprintf(detail, sizeof(detail), "kill %d; rootless %s, standard full", kills,
-	         inprocess ? "in-process" : "full");
+	char detail[128];
+	snprintf(detail, sizeof(detail),
+	         "kill %d; full: every rank starts again; inprocess: survivors stay", kills);
 	struct plot_row *rows = calloc((size_t)nres, sizeof(*rows));
 	int nrows = 0;
-	printf("%-*s %-9s %6s %6s %7s %10s %10s %10s %10s %10s %11s\n", w, "scenario", "path",
-	       "ranks", "nodes", "repeat", "median_ms", "min_ms", "max_ms", "max_conns",
-	       "conn_bound", "max_rss_mb");
+	printf("%-*s %-9s %6s %6s %7s %10s %10s %10s %9s %10s %10s %11s\n", w, "scenario",
+	       "path", "ranks", "nodes", "repeat", "median_ms", "min_ms", "max_ms", "floor_ms",
+	       "max_conns", "conn_bound", "max_rss_mb");
 	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (json && !jf)
 		fprintf(stderr, "hpct-bench: cannot write %s: %s\n", json, strerror(errno));
@@ -546,8 +664,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nres; i++) {
 		struct result *r = &res[i];
 		int nccl_root = strcmp(r->scenario, "nccl-root") == 0;
-		int recov = strcmp(r->scenario, "restart") == 0 ||
-		            strcmp(r->scenario, "kill-root") == 0;
+		int recov = r->recovery != NULL;
 		if (r->ok == 0) {
 			printf("%-*s %-9s %6d %6d %7d %10s\n", w, r->scenario, r->path, r->ranks,
 			       r->nodes, 0, "failed");
@@ -556,29 +673,42 @@ int main(int argc, char **argv)
 		qsort(r->ms, (size_t)r->ok, sizeof(double), cmp_double);
 		double med = r->ok % 2 ? r->ms[r->ok / 2]
 		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
-		char bound[16] = "-";
-		if (strcmp(r->path, "standard") != 0 && strcmp(r->path, "stock") != 0)
+		char bound[16] = "-", floor[16] = "-";
+		double floor_ms = ceil_log2(r->ranks) * rtt;
+		if (strcmp(r->path, "standard") != 0 && strcmp(r->path, "stock") != 0) {
 			snprintf(bound, sizeof(bound), "%d",
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
+			/* the physical floor of a rootless join: ceil(log2 N)
+			 * round trips, one per round of a tree or dissemination */
+			if (rtt > 0)
+				snprintf(floor, sizeof(floor), "%.3f", floor_ms);
+		}
 		char rss[16] = "-";
 		if (r->max_rss > 0)
 			snprintf(rss, sizeof(rss), "%.1f", r->max_rss / 1024.0);
-		printf("%-*s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %10d %10s %11s\n", w,
+		printf("%-*s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %9s %10d %10s %11s\n", w,
 		       r->scenario, r->path, r->ranks, r->nodes, r->ok, med, r->ms[0],
-		       r->ms[r->ok - 1], r->max_conns, bound, rss);
-		char extra[48] = "";
+		       r->ms[r->ok - 1], floor, r->max_conns, bound, rss);
+		char extra[96] = "";
 		int nv = 0;
 		if (nccl_root && hpct_nccl_version(&nv) == 0)
 			snprintf(extra, sizeof(extra), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
 			         nv / 100 % 100, nv % 100);
 		else if (r->torch)
 			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\"", r->torch);
+		else if (r->recovery)
+			snprintf(extra, sizeof(extra), ",\"recovery\":\"%s\",\"forced_full\":%s",
+			         r->recovery, r->forced_full ? "true" : "false");
+		if (strcmp(floor, "-") != 0)
+			snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+			         ",\"floor_ms\":%.4f", floor_ms);
 		if (jf)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
 			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld%s}",
-			        nrows ? "," : "", r->kind, r->path, r->ranks, r->nodes, med,
+			        nrows ? "," : "", r->recovery ? s_name(r) : r->kind, r->path,
+			        r->ranks, r->nodes, med,
 			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs,
 			        r->max_rss, extra);
 		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
@@ -600,26 +730,11 @@ int main(int argc, char **argv)
 				printf("%s N=%d: %s/%s median ratio %.2f\n", res[i].scenario,
 				       res[i].ranks, res[i + 1].path, res[i].path,
 				       res[i + 1].ms[0] / res[i].ms[0]);
-	for (int si = 0; si < nscens; si++) {
-		if (!scens[si].restart || !inprocess)
-			continue;
-		printf("%s inprocess: rootless survivors kept their processes and links; the "
-		       "standard path has no in-process recovery and restarts every rank\n",
-		       scens[si].name);
-		for (int i = 0; i < nres; i++)
-			if (res[i].ok && res[i].scenario == scens[si].label &&
-			    strcmp(res[i].path, "standard") != 0) {
-				printf("%s N=%d: new connections, at most per survivor %d, per "
-				       "replacement %d; run by run (survivor/replacement):",
-				       scens[si].name, res[i].ranks, res[i].max_conns,
-				       res[i].repl_conns);
-				for (int k = 0; k < res[i].ok; k++)
-					printf(" %d/%d", res[i].run_conns[k], res[i].run_repl[k]);
-				printf("\n");
-			}
-	}
+	recovery_summary(res, nres);
+	/* what the figures above stand on, measured now that the ranks are gone */
 	if (rtt > 0)
-		printf("loopback TCP round trip between two processes: %.1f us (median of 200)\n",
+		printf("loopback TCP round trip between two processes: %.1f us (median of 200); "
+		       "floor_ms = ceil(log2 N) x that\n",
 		       rtt * 1000);
 	if (fork_exec > 0)
 		printf("fork+exec of /bin/true, to its exit: %.2f ms (median of 200)\n", fork_exec);
