@@ -85,6 +85,9 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 /* --scenario nccl-root (see bench_scenarios.c); returns ms or -1. */
 double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *conns);
 
+/* What the nccl-root rows hold besides the bootstrap: NCCL's own stagger. */
+extern const char nccl_stagger_note[];
+
 /* --nccl LIB,LIB: nccl-root against each release, one table (see
  * bench_releases.c); 0 when every run succeeded. */
 int bench_nccl_releases(int argc, char **argv, const char *libs, const char *json);

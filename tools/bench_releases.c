@@ -135,8 +135,9 @@ int bench_nccl_releases(int argc, char **argv, const char *libs, const char *jso
 	free(args);
 
 	printf("nccl-root: simulated NCCL ranks in one process until each has its ring "
-	       "neighbour, from NCCL's own\nroot (standard: one root, NCCL's ranks' stagger "
-	       "past 256) or hpct's micro-roots (rootless: one a rank)\n");
+	       "neighbour, from NCCL's own\nroot (standard: one root) or hpct's micro-roots "
+	       "(rootless: one a rank)\n%s\n",
+	       nccl_stagger_note);
 	printf("%-8s %-9s %6s %7s %10s %10s %10s %13s\n", "nccl", "path", "ranks", "repeat",
 	       "median_ms", "min_ms", "max_ms", "busiest_conns");
 	FILE *jf = json ? fopen(json, "w") : NULL;

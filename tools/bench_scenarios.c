@@ -203,6 +203,11 @@ void bench_torch_env(int rootless, const char *ver)
  * with NCCL's root they hold back as NCCL's ranks do past 256 ranks a root
  * (NCCL_UID_STAGGER_*'s defaults).  max_conns: the busiest root's
  * connections, plus the 3 of the rank living in the same process. */
+const char nccl_stagger_note[] =
+        "standard: past 256 ranks a root, NCCL's ranks hold back r/7000 s before they report "
+        "(NCCL_UID_STAGGER_THRESHOLD\nand _RATE's defaults), as NCCL's own ranks do: that "
+        "wait is inside the timed window";
+
 double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *conns)
 {
 	const struct hpct_nccl_lib *l = hpct__nccl_lib();

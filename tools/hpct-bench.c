@@ -680,7 +680,7 @@ int main(int argc, char **argv)
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
 			/* the physical floor of a rootless join: ceil(log2 N)
 			 * round trips, one per round of a tree or dissemination */
-			if (rtt > 0)
+			if (rtt > 0 && !nccl_root)
 				snprintf(floor, sizeof(floor), "%.3f", floor_ms);
 		}
 		char rss[16] = "-";
@@ -731,6 +731,11 @@ int main(int argc, char **argv)
 				       res[i].ranks, res[i + 1].path, res[i].path,
 				       res[i + 1].ms[0] / res[i].ms[0]);
 	recovery_summary(res, nres);
+	for (int si = 0; si < nscens; si++)
+		if (scens[si].nccl_root) {
+			printf("nccl-root %s\n", nccl_stagger_note);
+			break;
+		}
 	/* what the figures above stand on, measured now that the ranks are gone */
 	if (rtt > 0)
 		printf("loopback TCP round trip between two processes: %.1f us (median of 200); "
