@@ -608,6 +608,7 @@ static const struct bench_launch torchrun_launch = {
 	.name = "torchrun",
 	.label = "-torchrun",
 	.one_node = 1,
+	.kept_store = 1,
 	.start = torchrun_start,
 	.kill = torchrun_kill,
 	.reap = torchrun_reap,

@@ -32,10 +32,11 @@
  * node with its static rendezvous, the agent's store, up before any worker
  * starts, the store (rows torch-<release>-torchrun).  With --reinit, rows
  * <row>-reinit too: the same work again after destroy_process_group, from
- * every rank having destroyed the first.  In the JSON: "scenario":"torch"
- * or "torch-reinit", "torch":"<release>" and "launch":"direct" or
- * "torchrun".  The output names what starting a process costs here
- * (fork+exec).
+ * every rank having destroyed the first (not run, and said why, where a
+ * stock release cannot init again over the agent's store: 1.13).  In the
+ * JSON: "scenario":"torch" or "torch-reinit", "torch":"<release>" and
+ * "launch":"direct" or "torchrun".  The output names what starting a
+ * process costs here (fork+exec).
  *
  * Every rank then waits until all have reported before it tears down: on a
  * cluster a finished rank goes on with its own cores, while here 1024 exits
@@ -72,6 +73,7 @@ struct result {
 	const char *kind;     /* the JSON's: torch or torch-reinit; else as scenario */
 	const char *torch;    /* the torch release, or NULL */
 	const char *launch;   /* torch: how its ranks were started (direct, torchrun) */
+	const char *not_run;  /* why this row cannot be run, or NULL */
 	const char *path;
 	int ranks, nodes, repeat, ok;
 	double ms[64];
@@ -531,12 +533,18 @@ int main(int argc, char **argv)
 						/* timed once every rank has imported it */
 						bench_gate = 1;
 						bench_torch_env(rootless, s->release->ver);
+						const char *no = s->release->no_reinit_kept_store;
+						int again =
+						        reinit &&
+						        (rootless || !s->launch->kept_store || !no);
+						if (reinit && !again)
+							r[nranks * npaths].not_run = no;
 						struct bench_torch_times tt;
 						bench_torch_once(s->launch, s->release->python,
 						                 s->self, n, k, rootless, base,
-						                 run_id, timeout, reinit, &tt);
+						                 run_id, timeout, again, &tt);
 						run_id++;
-						if (tt.init_ms < 0 || (reinit && tt.reinit_ms < 0))
+						if (tt.init_ms < 0 || (again && tt.reinit_ms < 0))
 							failed = 1;
 						if (tt.init_ms >= 0)
 							add_run(r, tt.init_ms, 0, 0, 0,
@@ -603,7 +611,7 @@ int main(int argc, char **argv)
 		            strcmp(r->scenario, "kill-root") == 0;
 		if (r->ok == 0) {
 			printf("%-*s %-9s %6d %6d %7d %10s\n", w, r->scenario, r->path, r->ranks,
-			       r->nodes, 0, "failed");
+			       r->nodes, 0, r->not_run ? "not run" : "failed");
 			continue;
 		}
 		qsort(r->ms, (size_t)r->ok, sizeof(double), cmp_double);
@@ -671,6 +679,15 @@ int main(int argc, char **argv)
 					printf(" %d/%d", res[i].run_conns[k], res[i].run_repl[k]);
 				printf("\n");
 			}
+	}
+	for (int i = 0; i < nres; i++) { /* each reason once per row name and path */
+		int said = !res[i].not_run;
+		for (int j = 0; j < i && !said; j++)
+			said = res[j].not_run && res[j].scenario == res[i].scenario &&
+			       strcmp(res[j].path, res[i].path) == 0;
+		if (!said)
+			printf("%s %s: not run: %s\n", res[i].scenario, res[i].path,
+			       res[i].not_run);
 	}
 	if (rtt > 0)
 		printf("loopback TCP round trip between two processes: %.1f us (median of 200)\n",
