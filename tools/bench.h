@@ -42,9 +42,6 @@ int bench_enter_netns(void);
 struct bench_torch {
 	const char *ver; /* "1.13", "2.13": the row's label and JSON "torch" */
 	char python[4096];
-	/* NULL when stock PyTorch inits again (--reinit) over a store that
-	 * outlives the first incarnation (torchrun's agent's); else why not */
-	const char *no_reinit_kept_store;
 };
 
 /* --torch VER: the release (1.13, 2.13 or 2.13.0) and its interpreter:
@@ -78,7 +75,9 @@ struct bench_launch {
 	const char *name;  /* --launch's word, the JSON's "launch" */
 	const char *label; /* after torch-<release> in the table: "" or "-torchrun" */
 	int one_node;      /* its ranks share one node, whatever --nodes says */
-	int kept_store;    /* the store outlives an incarnation (the agent's) */
+	/* NULL when stock PyTorch can init again (--reinit) in the same ranks;
+	 * else why not, said in place of those rows */
+	const char *no_stock_reinit;
 	/* Starts N ranks of `script` run by `python`, each holding its ends of
 	 * the batch's pipes; 0, or -1 with nothing left running. */
 	int (*start)(struct batch *b, const char *python, const char *script, int n, int nodes,

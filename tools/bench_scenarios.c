@@ -136,22 +136,12 @@ int bench_enter_netns(void)
 }
 
 /* The PyTorch releases --torch runs, and where their Python is by default:
- * Debian's (venv NULL), or a venv in hpct's cache (tools/torch-venv.sh).
- * Stock 1.13 cannot init again over torchrun's agent's store: destroy does
- * not clear the store, the group counter starts again at 0, so the second
- * init's store-based barrier adds to the first's key and waits for a count
- * it has passed, until its timeout (seen here: worker_count=4 of 2).  2.x
- * has no such barrier by default (TORCH_DIST_INIT_BARRIER=0). */
+ * Debian's (venv NULL), or a venv in hpct's cache (tools/torch-venv.sh). */
 static const struct torch_release {
 	const char *ver, *full, *env, *venv;
-	const char *no_reinit_kept_store;
 } torch_releases[] = {
-	{ "1.13", "1.13", "HPCT_TORCH_PYTHON_1_13", NULL,
-	  "stock torch 1.13 cannot init again over the agent's store: it keeps the first "
-	  "incarnation's store_based_barrier_key:1, whose count then passes the world size, "
-	  "and the barrier times out (stale keys, as in pytorch#55967); rootless serves "
-	  "each incarnation keys of its own" },
-	{ "2.13", "2.13.0", "HPCT_TORCH_PYTHON_2_13", "venv-torch-2.13.0", NULL },
+	{ "1.13", "1.13", "HPCT_TORCH_PYTHON_1_13", NULL },
+	{ "2.13", "2.13.0", "HPCT_TORCH_PYTHON_2_13", "venv-torch-2.13.0" },
 };
 
 int bench_torch_find(const char *arg, struct bench_torch *out)
@@ -179,7 +169,6 @@ int bench_torch_find(const char *arg, struct bench_torch *out)
 		snprintf(out->python, sizeof(out->python), "%s/.cache/hpct/%s/bin/python",
 		         home ? home : "", t->venv);
 	out->ver = t->ver;
-	out->no_reinit_kept_store = t->no_reinit_kept_store;
 	if (access(out->python, X_OK) == 0)
 		return 0;
 	fprintf(stderr,

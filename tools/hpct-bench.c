@@ -32,8 +32,8 @@
  * node with its static rendezvous, the agent's store, up before any worker
  * starts, the store (rows torch-<release>-torchrun).  With --reinit, rows
  * <row>-reinit too: the same work again after destroy_process_group, from
- * every rank having destroyed the first (not run, and said why, where a
- * stock release cannot init again over the agent's store: 1.13).  In the
+ * every rank having destroyed the first (stock under torchrun: not run,
+ * and said why: it cannot init again over the agent's store).  In the
  * JSON: "scenario":"torch" or "torch-reinit", "torch":"<release>" and
  * "launch":"direct" or "torchrun".  The output names what starting a
  * process costs here (fork+exec).
@@ -533,12 +533,11 @@ int main(int argc, char **argv)
 						/* timed once every rank has imported it */
 						bench_gate = 1;
 						bench_torch_env(rootless, s->release->ver);
-						const char *no = s->release->no_reinit_kept_store;
-						int again =
-						        reinit &&
-						        (rootless || !s->launch->kept_store || !no);
+						int again = reinit && (rootless ||
+						                       !s->launch->no_stock_reinit);
 						if (reinit && !again)
-							r[nranks * npaths].not_run = no;
+							r[nranks * npaths].not_run =
+							        s->launch->no_stock_reinit;
 						struct bench_torch_times tt;
 						bench_torch_once(s->launch, s->release->python,
 						                 s->self, n, k, rootless, base,
@@ -680,14 +679,21 @@ int main(int argc, char **argv)
 				printf("\n");
 			}
 	}
-	for (int i = 0; i < nres; i++) { /* each reason once per row name and path */
+	for (int i = 0; i < nres; i++) { /* each reason once, after its rows */
 		int said = !res[i].not_run;
 		for (int j = 0; j < i && !said; j++)
-			said = res[j].not_run && res[j].scenario == res[i].scenario &&
-			       strcmp(res[j].path, res[i].path) == 0;
+			said = res[j].not_run == res[i].not_run;
+		for (int k = i; k < nres && !said; k++) {
+			int dup = res[k].not_run != res[i].not_run;
+			for (int j = i; j < k && !dup; j++)
+				dup = res[j].not_run == res[i].not_run &&
+				      res[j].scenario == res[k].scenario &&
+				      strcmp(res[j].path, res[k].path) == 0;
+			if (!dup)
+				printf("%s%s %s", k > i ? ", " : "", res[k].scenario, res[k].path);
+		}
 		if (!said)
-			printf("%s %s: not run: %s\n", res[i].scenario, res[i].path,
-			       res[i].not_run);
+			printf(": not run: %s\n", res[i].not_run);
 	}
 	if (rtt > 0)
 		printf("loopback TCP round trip between two processes: %.1f us (median of 200)\n",
