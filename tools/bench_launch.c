@@ -570,6 +570,7 @@ static int torchrun_start(struct batch *b, const char *python, const char *scrip
 	if (rc == 0 && bench_torchrun_hand_over(b->agent, mono() + timeout + GRACE_S) < 0) {
 		bench_torchrun_kill(b->agent);
 		bench_torchrun_wait(b->agent, 1);
+		b->agent = NULL;
 		rc = -1;
 	}
 	keep_launcher_ends(b, &p, n);
