@@ -100,6 +100,20 @@ grep -q "torch 2.13: no Python at /nonexistent (HPCT_TORCH_PYTHON_2_13; .*tools/
 	"$dir/err6" || fail "the missing Python was not named: $(cat "$dir/err6")"
 [ ! -s "$dir/out6" ] || fail "something ran without the Python"
 
+# --launch names a way it does not know, and the word; nothing runs (checked
+# before any Python is looked for); and goes with --scenario torch only
+if "$bench" --scenario torch --launch direct,mpirun --ranks 2 >"$dir/out7" 2>"$dir/err7"; then
+	fail "--launch mpirun was accepted"
+fi
+grep -q "launch direct,mpirun: mpirun: want direct and/or torchrun, each once" "$dir/err7" ||
+	fail "the unknown launch was not named: $(cat "$dir/err7")"
+[ ! -s "$dir/out7" ] || fail "something ran before the bad launch was refused"
+if "$bench" --scenario cold --launch torchrun --ranks 2 >"$dir/out8" 2>"$dir/err8"; then
+	fail "--launch without --scenario torch was accepted"
+fi
+grep -q -e "--launch go with --scenario torch only" "$dir/err8" ||
+	fail "--launch without torch was not named: $(cat "$dir/err8")"
+
 # a plot file that is not a PNG name
 if "$bench" --scenario cold --ranks 2 --plot "$dir/x.jpg" 2>"$dir/err3"; then
 	fail "--plot x.jpg was accepted"

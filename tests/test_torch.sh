@@ -12,8 +12,8 @@
 # stock binds the wildcard address); a rank killed during init makes the
 # others fail, naming it, within HPCT_TIMEOUT; a rank killed while a forked
 # child of it lives on makes the others fail at once.  TAP output.
-# Last, hpct-bench --scenario torch --reinit prints a row per torch, path
-# and phase.
+# Last, hpct-bench --scenario torch --reinit prints a row per torch,
+# launch (direct, and under the release's own torchrun), path and phase.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 set -u
 run=$1
@@ -223,30 +223,49 @@ else
 	done
 fi
 
-# the benchmark of the issue, smallest size: both paths, both torches, one
-# row each for init and re-init, their ratios, and what a process start
-# costs here
+# the benchmark of the issue, smallest size: both paths, both torches, both
+# launches (the default: ranks started together, and torchrun's workers on
+# one node with the agent's store), one row each for init and re-init,
+# their ratios, and what a process start costs here.  Stock cannot init
+# again over torchrun's agent's store (it keeps the first incarnation's
+# keys): those rows say "not run", and why.
 bad=""
 torches=1.13
 [ "$py213_ok" = 1 ] && torches=1.13,2.13
 "$bench" --scenario torch --torch "$torches" --ranks 2 --repeat 1 --path stock,rootless --reinit \
 	--port 16800 --json "$dir/bench.json" >"$dir/bench" 2>&1 || bad="$bad exit $?;"
 for v in ${torches//,/ }; do
-	for s in torch-$v torch-$v-reinit; do
-		for p in rootless stock; do
-			grep -Eq "^$s +$p +2 +2 +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $s $p row;"
+	for launch in direct torchrun; do
+		tag=torch-$v nodes=2
+		[ "$launch" = torchrun ] && tag=torch-$v-torchrun nodes=1
+		for s in $tag $tag-reinit; do
+			for p in rootless stock; do
+				if [ "$s $p" = "torch-$v-torchrun-reinit stock" ]; then
+					grep -Eq "^$s +$p +2 +1 +0 +not run\$" "$dir/bench" &&
+						grep -Eq "^(.*, )?$s $p[,:].* not run: stock PyTorch cannot init again over the agent's store" \
+							"$dir/bench" || bad="$bad no 'not run' $s $p row, or no reason;"
+					continue
+				fi
+				grep -Eq "^$s +$p +2 +$nodes +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $s $p row;"
+			done
+			[ "$s" = "torch-$v-torchrun-reinit" ] ||
+				grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
 		done
-		grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
+		for kind in torch torch-reinit; do
+			for p in rootless stock; do
+				[ "$launch $kind $p" = "torchrun torch-reinit stock" ] && continue
+				grep -q "\"scenario\":\"$kind\",\"path\":\"$p\",\"ranks\":2,\"nodes\":$nodes,[^}]*\"torch\":\"$v\",\"launch\":\"$launch\"[,}]" \
+					"$dir/bench.json" || bad="$bad no $kind $v $p $launch row in the JSON;"
+			done
+		done
 	done
-	grep -q "\"scenario\":\"torch\",\"path\":\"rootless\",\"ranks\":2,.*\"torch\":\"$v\"}" "$dir/bench.json" ||
-		bad="$bad no torch $v row in the JSON;"
 done
 grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms \(median of 200\)\$" "$dir/bench" ||
 	bad="$bad no fork+exec line;"
 if [ -z "$bad" ]; then
-	ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, path and phase, their ratios"
+	ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios"
 else
-	not_ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, path and phase, their ratios" "$bad" \
+	not_ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios" "$bad" \
 		"$(grep -v 'hostname of the client' "$dir/bench" | tail -8)"
 fi
 exit $failed

@@ -63,14 +63,65 @@ struct bench_torch_times {
 	long init_rss, reinit_rss;
 };
 
+/* The ranks of one launch, with their pipes (bench_launch.c). */
+struct batch;
+
+/* How a torch run's ranks are started (--launch), one row each of
+ * bench_launch.c's table: "direct", forked by hpct-bench together, rank 0's
+ * TCPStore server the store; "torchrun", the workers of the release's own
+ * torchrun on one node, its agent's store the store (bench_torchrun.c).
+ * Every other scenario's ranks are started the direct way. */
+struct bench_launch {
+	const char *name;  /* --launch's word, the JSON's "launch" */
+	const char *label; /* after torch-<release> in the table: "" or "-torchrun" */
+	int one_node;      /* its ranks share one node, whatever --nodes says */
+	/* NULL when stock PyTorch can init again (--reinit) in the same ranks;
+	 * else why not, said in place of those rows */
+	const char *no_stock_reinit;
+	/* Starts N ranks of `script` run by `python`, each holding its ends of
+	 * the batch's pipes; 0, or -1 with nothing left running. */
+	int (*start)(struct batch *b, const char *python, const char *script, int n, int nodes,
+	             int rootless, int port, int run_id, double timeout);
+	/* Kills every rank of the batch, at once. */
+	void (*kill)(struct batch *b);
+	/* Waits until the ranks are gone; how many failed (killed ones never). */
+	int (*reap)(struct batch *b, int killed);
+};
+
+/* The launch of that name, or NULL. */
+const struct bench_launch *bench_launch_find(const char *name);
+
 /* One torch run: N ranks of the PyTorch job `script` run by `python`,
- * timed from the gate (every rank imported torch) to init_process_group,
- * new_group and all_reduce done by all; with reinit, after every rank
- * destroyed the process group, the same again from a second gate.  A
- * failure is said on stderr and leaves its time at -1. */
-void bench_torch_once(const char *python, const char *script, int n, int nodes, int rootless,
-                      int port, int run_id, double timeout, int reinit,
+ * started as `how` says, timed from the gate (every rank imported torch) to
+ * init_process_group, new_group and all_reduce done by all; with reinit,
+ * after every rank destroyed the process group, the same again from a
+ * second gate.  A failure is said on stderr and leaves its time at -1. */
+void bench_torch_once(const struct bench_launch *how, const char *python, const char *script, int n,
+                      int nodes, int rootless, int port, int run_id, double timeout, int reinit,
                       struct bench_torch_times *out);
+
+/* torchrun's side of a launch (bench_torchrun.c). */
+struct bench_torchrun;
+
+/* Starts `python -m torch.distributed.run` with N workers running
+ * `script`, its static rendezvous (the agent's store) at 127.0.0.1:port;
+ * the agent gets this process's environment less the pipes and the rank
+ * variables, plus HPCT_BENCH_SOCKET, where its workers fetch the pipes.
+ * 0 and *out, or -1 with the reason printed. */
+int bench_torchrun_start(const char *python, const char *script, int n, int port,
+                         const char *run_id, struct bench_torchrun **out);
+
+/* Hands every worker the pipes this process's HPCT_BENCH_*_FD variables
+ * name, as each comes for them; 0 once all N have them, or -1 (the agent
+ * exited, or `deadline` passed) with the reason printed. */
+int bench_torchrun_hand_over(struct bench_torchrun *t, double deadline);
+
+/* Kills the workers handed their pipes, and the agent. */
+void bench_torchrun_kill(struct bench_torchrun *t);
+
+/* Reaps the agent, removes its directory and frees t; 0, or -1 when the
+ * agent failed (and was not killed), said on stderr. */
+int bench_torchrun_wait(struct bench_torchrun *t, int killed);
 
 /* One run: N ranks of `scenario` on K loopback nodes; returns ms or -1. */
 double bench_run_once(const char *self, const char *scenario, int n, int nodes, int rootless,

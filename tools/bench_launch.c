@@ -1,7 +1,8 @@
 /* hpct-bench's launcher: starts the ranks of one run on loopback nodes with
- * the environment a launcher would give them, collects their reports,
- * releases and reaps them, and times a cold run, a restart or a PyTorch
- * job's init and re-init. */
+ * the environment a launcher would give them (a PyTorch job's may instead be
+ * started by torchrun: bench_torchrun.c), collects their reports, releases
+ * and reaps them, and times a cold run, a restart or a PyTorch job's init
+ * and re-init. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,11 +34,14 @@ static void setenv_int(const char *name, long v)
 	setenv(name, buf, 1);
 }
 
-/* N ranks of one epoch, launched by this process: their report and
- * release pipes, their pids. */
+/* N ranks of one epoch, launched by this process (forked, or through
+ * torchrun): their report and release pipes, how they were started, and
+ * what reaps them. */
 struct batch {
 	int n, rep, rel; /* rep: read end of the reports; rel: write end of the release */
-	pid_t *pids;
+	const struct bench_launch *how;
+	pid_t *pids;                  /* direct: the ranks */
+	struct bench_torchrun *agent; /* torchrun: its agent and workers */
 	int got, bad, max_conns;
 	int ready, gate; /* --gate: read end of "started", write end of "go"; else -1 */
 	long msgs;       /* messages the ranks reported sending */
@@ -45,37 +49,39 @@ struct batch {
 	double last;     /* latest finish time reported */
 };
 
-/* Launches N ranks of `scenario` on K nodes at `epoch`; 0 or -1. */
-static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
-                        int rootless, int port, int run_id, int epoch, double timeout,
-                        const int *only, int nonly);
+static const struct bench_launch direct_launch, torchrun_launch;
 
-static int launch(struct batch *b, const char *self, const char *scenario, int n, int nodes,
-                  int rootless, int port, int run_id, int epoch, double timeout)
-{
-	return launch_ranks(b, self, scenario, n, nodes, rootless, port, run_id, epoch, timeout,
-	                    NULL, n);
-}
+/* The pipes of one launch, [0] the read end: the reports, the release, and
+ * with --gate "started" and "go".  The ranks' ends are inherited across
+ * exec; this process's ends are close-on-exec. */
+struct pipes {
+	int rep[2], rel[2], rdy[2], go[2];
+};
 
-/* Launches ranks only[0..nonly) (all when only is NULL) of an N-rank job. */
-static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
-                        int rootless, int port, int run_id, int epoch, double timeout,
-                        const int *only, int nonly)
+static void close_pair(int p[2]);
+
+static int open_pipes(struct pipes *p)
 {
-	memset(b, 0, sizeof(*b));
-	b->ready = b->gate = -1;
-	int pfd[2], rel[2], rdy[2] = { -1, -1 }, go[2] = { -1, -1 };
-	if (bench_gate &&
-	    (pipe(rdy) < 0 || pipe2(go, O_CLOEXEC) < 0 || fcntl(go[0], F_SETFD, 0) < 0))
-		return -1;
-	if (pipe(pfd) < 0)
-		return -1;
-	/* only the read end of the release pipe reaches the ranks */
-	if (pipe2(rel, O_CLOEXEC) < 0 || fcntl(rel[0], F_SETFD, 0) < 0) {
-		close(pfd[0]);
-		close(pfd[1]);
+	*p = (struct pipes){ { -1, -1 }, { -1, -1 }, { -1, -1 }, { -1, -1 } };
+	if ((bench_gate && (pipe2(p->rdy, O_CLOEXEC) < 0 || fcntl(p->rdy[1], F_SETFD, 0) < 0 ||
+	                    pipe2(p->go, O_CLOEXEC) < 0 || fcntl(p->go[0], F_SETFD, 0) < 0)) ||
+	    pipe2(p->rep, O_CLOEXEC) < 0 || fcntl(p->rep[1], F_SETFD, 0) < 0 ||
+	    /* only the read end of the release pipe reaches the ranks */
+	    pipe2(p->rel, O_CLOEXEC) < 0 || fcntl(p->rel[0], F_SETFD, 0) < 0) {
+		close_pair(p->rep);
+		close_pair(p->rel);
+		close_pair(p->rdy);
+		close_pair(p->go);
 		return -1;
 	}
+	return 0;
+}
+
+/* The environment a launcher gives every rank of the job, the ends of the
+ * pipes included; RANK and the like are per rank. */
+static void job_env(const struct pipes *p, int n, int nodes, int rootless, int port, int run_id,
+                    int epoch, double timeout)
+{
 	int per = layout_max_local(n, nodes);
 	char buf[4096];
 	layout_tasks(buf, sizeof(buf), n, nodes);
@@ -101,17 +107,58 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 		unsetenv("HPCT_TRANSPORT");
 	}
 	setenv_int("HPCT_TIMEOUT", (long)timeout);
-	setenv_int("HPCT_BENCH_FD", pfd[1]);
-	setenv_int("HPCT_BENCH_RELEASE_FD", rel[0]);
+	setenv_int("HPCT_BENCH_FD", p->rep[1]);
+	setenv_int("HPCT_BENCH_RELEASE_FD", p->rel[0]);
 	if (bench_gate) {
-		setenv_int("HPCT_BENCH_READY_FD", rdy[1]);
-		setenv_int("HPCT_BENCH_GATE_FD", go[0]);
+		setenv_int("HPCT_BENCH_READY_FD", p->rdy[1]);
+		setenv_int("HPCT_BENCH_GATE_FD", p->go[0]);
 	} else {
 		unsetenv("HPCT_BENCH_READY_FD");
 		unsetenv("HPCT_BENCH_GATE_FD");
 	}
 	unsetenv("LOCAL_WORLD_SIZE");
+}
 
+/* The ranks hold their ends now: this process keeps its own, in b. */
+static void keep_launcher_ends(struct batch *b, struct pipes *p, int n)
+{
+	close(p->rep[1]);
+	close(p->rel[0]);
+	if (bench_gate) {
+		close(p->rdy[1]);
+		close(p->go[0]);
+		b->ready = p->rdy[0];
+		b->gate = p->go[1];
+	}
+	b->n = n;
+	b->rep = p->rep[0];
+	b->rel = p->rel[1];
+}
+
+/* Launches N ranks of `scenario` on K nodes at `epoch`; 0 or -1. */
+static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                        int rootless, int port, int run_id, int epoch, double timeout,
+                        const int *only, int nonly);
+
+static int launch(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                  int rootless, int port, int run_id, int epoch, double timeout)
+{
+	return launch_ranks(b, self, scenario, n, nodes, rootless, port, run_id, epoch, timeout,
+	                    NULL, n);
+}
+
+/* Launches ranks only[0..nonly) (all when only is NULL) of an N-rank job. */
+static int launch_ranks(struct batch *b, const char *self, const char *scenario, int n, int nodes,
+                        int rootless, int port, int run_id, int epoch, double timeout,
+                        const int *only, int nonly)
+{
+	memset(b, 0, sizeof(*b));
+	b->ready = b->gate = -1;
+	b->how = &direct_launch;
+	struct pipes p;
+	if (open_pipes(&p) < 0)
+		return -1;
+	job_env(&p, n, nodes, rootless, port, run_id, epoch, timeout);
 	b->pids = calloc((size_t)nonly, sizeof(*b->pids));
 	int launched = 0;
 	for (int i = 0; i < nonly; i++) {
@@ -122,7 +169,6 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 		setenv_int("GROUP_RANK", node);
 		pid_t pid = fork();
 		if (pid == 0) {
-			close(pfd[0]);
 			if (interpreter)
 				execl(interpreter, interpreter, self, (char *)NULL);
 			else
@@ -136,17 +182,7 @@ static int launch_ranks(struct batch *b, const char *self, const char *scenario,
 		}
 		b->pids[launched++] = pid;
 	}
-	close(pfd[1]);
-	close(rel[0]);
-	if (bench_gate) {
-		close(rdy[1]);
-		close(go[0]);
-		b->ready = rdy[0];
-		b->gate = go[1];
-	}
-	b->n = launched;
-	b->rep = pfd[0];
-	b->rel = rel[1];
+	keep_launcher_ends(b, &p, launched);
 	return 0;
 }
 
@@ -216,17 +252,9 @@ static int finish(struct batch *b, int kill_all)
 		close(b->rep);
 	b->rep = -1;
 	if (kill_all)
-		for (int r = 0; r < b->n; r++)
-			if (b->pids[r] > 0)
-				kill(b->pids[r], SIGKILL);
+		b->how->kill(b);
 	release(b);
-	for (int r = 0; r < b->n; r++) {
-		int st;
-		if (b->pids[r] > 0 && waitpid(b->pids[r], &st, 0) == b->pids[r] && !kill_all &&
-		    !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-			b->bad++;
-	}
-	free(b->pids);
+	b->bad += b->how->reap(b, kill_all);
 	return b->got < b->n || b->bad ? -1 : 0;
 }
 
@@ -422,8 +450,8 @@ static void close_pair(int p[2])
  * pipes for the second incarnation: every first report is in before the
  * first release, every second "ready" after it.  The gate and release of
  * the second are pipes of their own, EOF being the signal. */
-void bench_torch_once(const char *python, const char *script, int n, int nodes, int rootless,
-                      int port, int run_id, double timeout, int reinit,
+void bench_torch_once(const struct bench_launch *how, const char *python, const char *script, int n,
+                      int nodes, int rootless, int port, int run_id, double timeout, int reinit,
                       struct bench_torch_times *out)
 {
 	int go2[2] = { -1, -1 }, rel2[2] = { -1, -1 };
@@ -443,9 +471,7 @@ void bench_torch_once(const char *python, const char *script, int n, int nodes, 
 		unsetenv("HPCT_BENCH_RELEASE2_FD");
 	}
 	struct batch b;
-	interpreter = python;
-	int rc = launch(&b, script, "torch", n, nodes, rootless, port, run_id, 0, timeout);
-	interpreter = NULL;
+	int rc = how->start(&b, python, script, n, nodes, rootless, port, run_id, timeout);
 	/* the ranks hold the read ends now; this process keeps the write ends */
 	if (go2[0] >= 0) {
 		close(go2[0]);
@@ -511,4 +537,120 @@ void bench_torch_once(const char *python, const char *script, int n, int nodes, 
 		return;
 	}
 	out->reinit_ms = (last - t1) * 1000;
+}
+
+/* ------------------------------------------------- how ranks start */
+
+static int direct_start(struct batch *b, const char *python, const char *script, int n, int nodes,
+                        int rootless, int port, int run_id, double timeout)
+{
+	unsetenv("HPCT_BENCH_SOCKET"); /* the script's sign of a torchrun launch */
+	interpreter = python;
+	int rc = launch(b, script, "torch", n, nodes, rootless, port, run_id, 0, timeout);
+	interpreter = NULL;
+	return rc;
+}
+
+static void direct_kill(struct batch *b)
+{
+	for (int r = 0; r < b->n; r++)
+		if (b->pids[r] > 0)
+			kill(b->pids[r], SIGKILL);
+}
+
+static int direct_reap(struct batch *b, int killed)
+{
+	int bad = 0;
+	for (int r = 0; r < b->n; r++) {
+		int st;
+		if (b->pids[r] > 0 && waitpid(b->pids[r], &st, 0) == b->pids[r] && !killed &&
+		    !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+			bad++;
+	}
+	free(b->pids);
+	b->pids = NULL;
+	return bad;
+}
+
+/* torchrun on one node: the environment of a direct launch on one node
+ * (the agent drops the per-rank part, which torchrun sets itself), the
+ * agent started, and the pipes handed to each worker before this process
+ * lets go of the workers' ends. */
+static int torchrun_start(struct batch *b, const char *python, const char *script, int n, int nodes,
+                          int rootless, int port, int run_id, double timeout)
+{
+	(void)nodes;
+	memset(b, 0, sizeof(*b));
+	b->ready = b->gate = -1;
+	b->how = &torchrun_launch;
+	struct pipes p;
+	if (open_pipes(&p) < 0)
+		return -1;
+	job_env(&p, n, 1, rootless, port, run_id, 0, timeout);
+	char id[64];
+	snprintf(id, sizeof(id), "bench-%d-%d", (int)getpid(), run_id);
+	int rc = bench_torchrun_start(python, script, n, port, id, &b->agent);
+	if (rc == 0 && bench_torchrun_hand_over(b->agent, mono() + timeout + GRACE_S) < 0) {
+		bench_torchrun_kill(b->agent);
+		bench_torchrun_wait(b->agent, 1);
+		b->agent = NULL;
+		rc = -1;
+	}
+	keep_launcher_ends(b, &p, n);
+	if (rc < 0) {
+		close(b->rep);
+		close(b->rel);
+		if (b->gate >= 0) {
+			close(b->ready);
+			close(b->gate);
+		}
+		b->ready = b->gate = -1;
+	}
+	return rc;
+}
+
+static void torchrun_kill(struct batch *b)
+{
+	bench_torchrun_kill(b->agent);
+}
+
+static int torchrun_reap(struct batch *b, int killed)
+{
+	int rc = bench_torchrun_wait(b->agent, killed);
+	b->agent = NULL;
+	return rc < 0;
+}
+
+static const struct bench_launch direct_launch = {
+	.name = "direct",
+	.label = "",
+	.start = direct_start,
+	.kill = direct_kill,
+	.reap = direct_reap,
+};
+static const struct bench_launch torchrun_launch = {
+	.name = "torchrun",
+	.label = "-torchrun",
+	.one_node = 1,
+	/* seen here: 1.13 fails every time (worker_count=4 of 2); 2.13 at 2
+	 * ranks now and then, at 4 every time of four */
+	.no_stock_reinit = "stock PyTorch cannot init again over the agent's store, which "
+	                   "keeps the first incarnation's keys under the names the second "
+	                   "uses (the group counter starts again at 0; stale keys, as in "
+	                   "pytorch#55967): 1.13's store-based barrier counts past the world "
+	                   "size and times out, 2.13's Gloo reads peers' old addresses "
+	                   "(connection refused, or pairs that never complete); rootless serves "
+	                   "each incarnation keys of its own",
+	.start = torchrun_start,
+	.kill = torchrun_kill,
+	.reap = torchrun_reap,
+};
+static const struct bench_launch *const launches[] = { &direct_launch, &torchrun_launch };
+
+const struct bench_launch *bench_launch_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(launches) / sizeof(launches[0]); i++)
+		if (strcmp(launches[i]->name, name) == 0)
+			return launches[i];
+	return NULL;
 }

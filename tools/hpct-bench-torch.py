@@ -7,16 +7,38 @@
 # new_group over all ranks and the first all_reduce.  With --reinit
 # (HPCT_BENCH_GATE2_FD set), the ranks then destroy the process group, say
 # so, and at a second gate do the same again: a second incarnation, timed
-# from that gate.
+# from that gate.  Started directly by hpct-bench, a rank inherits its pipes;
+# as a worker of torchrun (HPCT_BENCH_SOCKET set), which closes inherited
+# fds, it is handed the same pipes first thing.
 import ctypes
 import os
+import socket
 import struct
 import sys
 import time
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
+
+def take_pipes():
+    """Under torchrun: fetches the pipes from hpct-bench's socket, each under
+    the name of the variable that carries it to a rank started directly."""
+    path = os.environ.get("HPCT_BENCH_SOCKET")
+    if not path:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.connect(path)
+        names, fds, flags, _ = socket.recv_fds(s, 4096, 16)
+    if flags & socket.MSG_CTRUNC or len(names.split()) != len(fds):
+        sys.exit(f"hpct-bench-torch: rank {os.environ.get('RANK')}: "
+                 f"pipes from {path} cut short")
+    for name, f in zip(names.decode().split(), fds):
+        os.environ[name] = str(f)
+
+
+take_pipes()  # before import torch: what follows is as in a direct launch
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def fd(name):
@@ -93,11 +115,59 @@ def not_rootless():
     return False
 
 
+# torchrun: the store these workers used is the agent's (TCPStore clients
+# only: TORCHELASTIC_USE_AGENT_STORE, and the listener on MASTER_PORT is
+# the agent's, this worker's parent, not this one's; under the shim too,
+# whose workers leave the agent's store alone).  Checked after the timed
+# part, as the shim's.
+def listening_sockets(port):
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            col = line.split()
+            if col[3] == "0A" and int(col[1].rsplit(":", 1)[1], 16) == port:
+                found.add(f"socket:[{col[9]}]")  # LISTEN, by inode
+    return found
+
+
+def holds(pid, sockets):
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(link in sockets for link in links)
+
+
+def not_agent_store():
+    if "HPCT_BENCH_SOCKET" not in os.environ:
+        return False
+    port = int(os.environ["MASTER_PORT"])
+    sockets = listening_sockets(port)
+    why = None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        why = ("TORCHELASTIC_USE_AGENT_STORE="
+               f"{os.environ.get('TORCHELASTIC_USE_AGENT_STORE')}")
+    elif holds(os.getpid(), sockets):
+        why = f"this worker listens on MASTER_PORT {port}"
+    elif not holds(os.getppid(), sockets):
+        why = f"its agent (pid {os.getppid()}) does not listen on MASTER_PORT {port}"
+    if why:
+        say(f"torch {torch.__version__} under torchrun: not the agent's store: {why}")
+    return why is not None
+
+
 gate("HPCT_BENCH_GATE_FD")
 rc = incarnation()
 done = time.monotonic()  # CLOCK_MONOTONIC, as hpct-bench's clock
 if rc == 0 and not_rootless():
     rc = 4
+if rc == 0 and not_agent_store():
+    rc = 5
 report(rc, done)  # CLOCK_MONOTONIC, as hpct-bench's clock
 os.read(fd("HPCT_BENCH_RELEASE_FD"), 1)  # until every rank has reported
 if rc == 0:

@@ -5,6 +5,7 @@
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
  *   hpct-bench --scenario nccl-root --ranks 64,256,1024 --nccl LIB,LIB
  *   hpct-bench --scenario torch --torch 1.13,2.13 --path stock,rootless --reinit
+ *              [--launch direct,torchrun]
  *
  * Every scenario is timed from the first fork until the last rank has done
  * its work; each rank reports its CLOCK_MONOTONIC finish time through a
@@ -31,11 +32,19 @@
  * the Python of each release --torch lists (1.13: Debian's; 2.13: a venv,
  * tools/torch-venv.sh), in a network namespace of its own; timed from every
  * rank having imported torch to the end of init_process_group("gloo"), one
- * new_group and the first all_reduce.  Rows torch-<release>; with --reinit,
- * rows torch-<release>-reinit too: the same work again after
- * destroy_process_group, from every rank having destroyed the first.  In
- * the JSON: "scenario":"torch" or "torch-reinit", and "torch":"<release>".
- * The output names what starting a process costs here (fork+exec).
+ * new_group and the first all_reduce.  Each release is launched the ways
+ * --launch lists (both by default; bench_launch.c's table): "direct", the
+ * ranks started together by hpct-bench, rank 0's TCPStore server the store
+ * (rows torch-<release>: a client that arrives before that server listens
+ * waits, 1.13's a fixed 1 s); "torchrun", the release's own torchrun on one
+ * node with its static rendezvous, the agent's store, up before any worker
+ * starts, the store (rows torch-<release>-torchrun).  With --reinit, rows
+ * <row>-reinit too: the same work again after destroy_process_group, from
+ * every rank having destroyed the first (stock under torchrun: not run,
+ * and said why: it cannot init again over the agent's store).  In the
+ * JSON: "scenario":"torch" or "torch-reinit", "torch":"<release>" and
+ * "launch":"direct" or "torchrun".  The output names what starting a
+ * process costs here (fork+exec).
  *
  * Every rank then waits until all have reported before it tears down: on a
  * cluster a finished rank goes on with its own cores, while here 1024 exits
@@ -75,6 +84,8 @@ struct result {
 	const char *recovery; /* restart, kill-root: full or inprocess; else NULL */
 	int forced_full;      /* kill-root inprocess, standard: the root died, all restart */
 	const char *torch;    /* the torch release, or NULL */
+	const char *launch;   /* torch: how its ranks were started (direct, torchrun) */
+	const char *not_run;  /* why this row cannot be run, or NULL */
 	const char *path;
 	int ranks, nodes, repeat, ok;
 	double ms[64];
@@ -144,6 +155,11 @@ static void usage(FILE *f)
 	        "                  [--torch 1.13,2.13] [--reinit] (torch: the releases, "
 	        "and a second\n"
 	        "                  incarnation after destroy_process_group)\n"
+	        "                  [--launch direct,torchrun] (torch: ranks started together, "
+	        "rank 0's\n"
+	        "                  server the store; and/or torchrun's workers, its agent's "
+	        "store;\n"
+	        "                  default both)\n"
 	        "scenarios: cold, gloo, nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
 	        "and sim on its own\n"
@@ -236,18 +252,20 @@ static void recovery_summary(const struct result *res, int nres)
 
 #define MAX_SCENARIOS 16
 #define MAX_TORCH     4
+#define MAX_LAUNCH    2
 
 /* What one scenario of the list needs to run.  torch is one scen per
- * release, and with --reinit one more after each, whose rows its runs fill;
- * restart and kill-root one per --recovery mode. */
+ * release and launch, and with --reinit one more after each, whose rows its
+ * runs fill; restart and kill-root one per --recovery mode. */
 struct scen {
 	const char *name;
 	const struct scenario *sc; /* NULL for nccl-root, restart, kill-root */
 	int nccl_root, restart, kill_root, torch;
 	int inprocess; /* restart, kill-root: survivors recover in their processes */
 	int reinit_rows; /* torch: the rows of the scen before's second incarnation */
-	char label[32];  /* the table's name: torch-1.13, torch-1.13-reinit */
+	char label[32];  /* the table's name: torch-1.13, torch-1.13-torchrun-reinit */
 	const struct bench_torch *release;
+	const struct bench_launch *launch;
 	char self[4096]; /* the program that plays its ranks */
 };
 
@@ -317,7 +335,7 @@ int main(int argc, char **argv)
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
 	const char *recovery_arg = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
-	const char *torch_arg = NULL;
+	const char *torch_arg = NULL, *launch_arg = NULL;
 	int kills = 1, reinit = 0;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
@@ -339,10 +357,11 @@ int main(int argc, char **argv)
 		                              { "nccl", required_argument, NULL, 'N' },
 		                              { "torch", required_argument, NULL, 'V' },
 		                              { "reinit", no_argument, NULL, 'I' },
+		                              { "launch", required_argument, NULL, 'L' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:Ih", opts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:h", opts, NULL)) !=
 	       -1) {
 		switch (c) {
 		case 'g':
@@ -401,6 +420,9 @@ int main(int argc, char **argv)
 		case 'I':
 			reinit = 1;
 			break;
+		case 'L':
+			launch_arg = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -451,14 +473,40 @@ int main(int argc, char **argv)
 	if (sl <= 0)
 		return 1;
 	exe[sl] = 0;
-	/* --torch: each release with its interpreter, found before anything runs */
+	/* --launch and --torch, checked before anything runs */
 	static struct bench_torch releases[MAX_TORCH];
 	int ntorch = 0, want_torch = strstr(scenario_arg, "torch") != NULL;
-	if ((torch_arg || reinit) && !want_torch) {
-		fprintf(stderr, "hpct-bench: --torch and --reinit go with --scenario torch only\n");
+	if ((torch_arg || reinit || launch_arg) && !want_torch) {
+		fprintf(stderr, "hpct-bench: --torch, --reinit and --launch go with --scenario "
+		                "torch only\n");
 		return 2;
 	}
+	const struct bench_launch *launches[MAX_LAUNCH];
+	int nlaunch = 0;
 	if (want_torch) {
+		char *ll = strdup(launch_arg ? launch_arg : "direct,torchrun"), *lsave = NULL;
+		for (char *t = strtok_r(ll, ",", &lsave); t; t = strtok_r(NULL, ",", &lsave)) {
+			const struct bench_launch *l = bench_launch_find(t);
+			for (int i = 0; i < nlaunch && l; i++)
+				if (launches[i] == l)
+					l = NULL;
+			if (!l || nlaunch == MAX_LAUNCH) {
+				fprintf(stderr,
+				        "hpct-bench: --launch %s: %s: want direct and/or "
+				        "torchrun, each once\n",
+				        launch_arg, t);
+				free(ll);
+				return 2;
+			}
+			launches[nlaunch++] = l;
+		}
+		free(ll);
+		if (nlaunch == 0) {
+			fprintf(stderr, "hpct-bench: --launch %s: want direct and/or torchrun\n",
+			        launch_arg);
+			return 2;
+		}
+		/* --torch: each release with its interpreter */
 		char *tl = strdup(torch_arg ? torch_arg : "1.13"), *tsave = NULL;
 		for (char *t = strtok_r(tl, ",", &tsave); t; t = strtok_r(NULL, ",", &tsave)) {
 			if (ntorch == MAX_TORCH || bench_torch_find(t, &releases[ntorch]) < 0) {
@@ -477,7 +525,9 @@ int main(int argc, char **argv)
 	char *list = strdup(scenario_arg), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		int recov = strcmp(tok, "restart") == 0 || strcmp(tok, "kill-root") == 0;
-		int copies = strcmp(tok, "torch") == 0 ? ntorch * (1 + reinit) : recov ? nrecov : 1;
+		int copies = strcmp(tok, "torch") == 0 ? ntorch * nlaunch * (1 + reinit)
+		             : recov                   ? nrecov
+		                                       : 1;
 		if (nscens + copies > MAX_SCENARIOS) {
 			fprintf(stderr, "hpct-bench: --scenario %s: at most %d scenarios\n",
 			        scenario_arg, MAX_SCENARIOS);
@@ -497,10 +547,13 @@ int main(int argc, char **argv)
 			}
 			if (!s->torch)
 				continue;
-			s->release = &releases[copy / (1 + reinit)];
+			/* release, then launch, then the second incarnation's rows
+			 * right after the first's */
+			s->release = &releases[copy / (nlaunch * (1 + reinit))];
+			s->launch = launches[copy / (1 + reinit) % nlaunch];
 			s->reinit_rows = copy % (1 + reinit);
-			snprintf(s->label, sizeof(s->label), "torch-%s%s", s->release->ver,
-			         s->reinit_rows ? "-reinit" : "");
+			snprintf(s->label, sizeof(s->label), "torch-%s%s%s", s->release->ver,
+			         s->launch->label, s->reinit_rows ? "-reinit" : "");
 		}
 	}
 	if (nscens == 0 || nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 ||
@@ -566,11 +619,14 @@ int main(int argc, char **argv)
 		const struct scen *s = &scens[si];
 		for (int i = 0; i < nranks; i++) {
 			int n = ranks[i], k = nodes < n ? nodes : n;
+			if (s->torch && s->launch->one_node)
+				k = 1;
 			struct result *row = &res[(si * nranks + i) * npaths];
 			for (int p = 0; p < npaths; p++) {
 				row[p].scenario = s->label;
 				row[p].kind = s->reinit_rows ? "torch-reinit" : s->name;
 				row[p].torch = s->torch ? s->release->ver : NULL;
+				row[p].launch = s->torch ? s->launch->name : NULL;
 				row[p].path = path_names[p];
 				row[p].recovery = s->restart ? (s->inprocess ? "inprocess" : "full")
 				                             : NULL;
@@ -596,12 +652,17 @@ int main(int argc, char **argv)
 						/* timed once every rank has imported it */
 						bench_gate = 1;
 						bench_torch_env(rootless, s->release->ver);
+						int again = reinit && (rootless ||
+						                       !s->launch->no_stock_reinit);
+						if (reinit && !again)
+							r[nranks * npaths].not_run =
+							        s->launch->no_stock_reinit;
 						struct bench_torch_times tt;
-						bench_torch_once(s->release->python, s->self, n, k,
-						                 rootless, base, run_id, timeout,
-						                 reinit, &tt);
+						bench_torch_once(s->launch, s->release->python,
+						                 s->self, n, k, rootless, base,
+						                 run_id, timeout, again, &tt);
 						run_id++;
-						if (tt.init_ms < 0 || (reinit && tt.reinit_ms < 0))
+						if (tt.init_ms < 0 || (again && tt.reinit_ms < 0))
 							failed = 1;
 						if (tt.init_ms >= 0)
 							add_run(r, tt.init_ms, 0, 0, 0,
@@ -667,7 +728,7 @@ int main(int argc, char **argv)
 		int recov = r->recovery != NULL;
 		if (r->ok == 0) {
 			printf("%-*s %-9s %6d %6d %7d %10s\n", w, r->scenario, r->path, r->ranks,
-			       r->nodes, 0, "failed");
+			       r->nodes, 0, r->not_run ? "not run" : "failed");
 			continue;
 		}
 		qsort(r->ms, (size_t)r->ok, sizeof(double), cmp_double);
@@ -695,7 +756,8 @@ int main(int argc, char **argv)
 			snprintf(extra, sizeof(extra), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
 			         nv / 100 % 100, nv % 100);
 		else if (r->torch)
-			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\"", r->torch);
+			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\",\"launch\":\"%s\"",
+			         r->torch, r->launch);
 		else if (r->recovery)
 			snprintf(extra, sizeof(extra), ",\"recovery\":\"%s\",\"forced_full\":%s",
 			         r->recovery, r->forced_full ? "true" : "false");
@@ -736,6 +798,22 @@ int main(int argc, char **argv)
 			printf("nccl-root %s\n", nccl_stagger_note);
 			break;
 		}
+	for (int i = 0; i < nres; i++) { /* each reason once, after its rows */
+		int said = !res[i].not_run;
+		for (int j = 0; j < i && !said; j++)
+			said = res[j].not_run == res[i].not_run;
+		for (int k = i; k < nres && !said; k++) {
+			int dup = res[k].not_run != res[i].not_run;
+			for (int j = i; j < k && !dup; j++)
+				dup = res[j].not_run == res[i].not_run &&
+				      res[j].scenario == res[k].scenario &&
+				      strcmp(res[j].path, res[k].path) == 0;
+			if (!dup)
+				printf("%s%s %s", k > i ? ", " : "", res[k].scenario, res[k].path);
+		}
+		if (!said)
+			printf(": not run: %s\n", res[i].not_run);
+	}
 	/* what the figures above stand on, measured now that the ranks are gone */
 	if (rtt > 0)
 		printf("loopback TCP round trip between two processes: %.1f us (median of 200); "
