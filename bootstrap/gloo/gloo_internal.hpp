@@ -1,6 +1,8 @@
 // Shared by the Gloo bindings: the objects behind the C handles.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -65,6 +67,21 @@ class Context : public gloo::Context
 		return transportContext_;
 	}
 };
+
+// Threads that connect pairs at once: each connect waits for a tick of
+// Gloo's event loop (10 ms), which a pool pays about once per 8 peers, not
+// once per peer.  More threads did no better with 64 ranks on 2 cores.
+// Closing pairs waits for a tick too: the same pool closes them.
+constexpr int kConnectThreads = 8;
+
+// The port (host order) and numeric IP of a socket address.
+unsigned port_of(const sockaddr_storage &ss);
+std::string ip_of(const sockaddr_storage &ss);
+
+// Connect every pair of c over group g (pool.cc, fullmesh.cc); 0 or an
+// hpct error, logged once, naming the peer.
+int connect_rootless(hpct_gloo_context *c, hpct_group *g);
+int connect_standard(hpct_gloo_context *c, hpct_group *g, unsigned index);
 
 // Turns an exception from Gloo into an hpct error: the message names the
 // context, this rank, and the peer whose address the exception mentions.
