@@ -1,8 +1,11 @@
 // Gloo contexts behind the C API: created over a group (connected by one of
-// the ways pool.cc and fullmesh.cc implement), cloned through Gloo's
-// ContextFactory, torn down with their pairs closed from a pool of threads.
+// the ways pool.cc and fullmesh.cc implement, as HPCT_GLOO_CONNECT says),
+// cloned through Gloo's ContextFactory, torn down with their pairs closed
+// from a pool of threads.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -13,11 +16,29 @@
 #include "bootstrap/gloo/gloo_private.hpp"
 
 extern "C" {
+#include "bootstrap/base/log.h"
 #include "bootstrap/world_access.h"
 }
 
+// One way to connect a context's pairs, named by HPCT_GLOO_CONNECT.
+struct hpct_gloo::ConnectWay {
+	const char *name;
+	bool needs_store;          // runs over the standard path's store only
+	enum hpct_path default_on; // the path it serves when the variable is unset
+	int (*connect)(hpct_gloo_context *c, hpct_group *g, unsigned index);
+};
+
 namespace
 {
+
+// pool: hpct's exchange and a pool of threads, on either path; the
+// rootless default, its only way (no store to run Gloo's over).  fullmesh:
+// Gloo's own connectFullMesh over rank 0's store, what a PyTorch job gets
+// on the standard path, so its default there.
+const hpct_gloo::ConnectWay kWays[] = {
+	{ "pool", false, HPCT_PATH_ROOTLESS, hpct_gloo::connect_pool },
+	{ "fullmesh", true, HPCT_PATH_STANDARD, hpct_gloo::connect_fullmesh },
+};
 
 using hpct_gloo::kConnectThreads;
 
@@ -68,7 +89,50 @@ hpct_gloo_context *new_context(hpct_gloo_device *d, uint64_t group, int size)
 	return c;
 }
 
+// Every way ends here.  A rank returns from connecting once its own ends of
+// the pairs are up, maybe before a peer's event loop accepted the last
+// one; if it then destroyed its context at once, that pair would be reset
+// under the peer, whose create fails ("Connection reset by peer"; seen with
+// both ways, and Gloo's loop thread can even abort the process, throwing
+// from getpeername on the reset socket).  So every rank waits until all
+// are connected: one barrier over the new pairs, as PyTorch meets at its
+// store after Gloo's init.  The same for every way, so that none is timed
+// without it.
+int meet(hpct_gloo_context *c)
+{
+	try {
+		gloo::BarrierOptions b(c->ctx);
+		b.setTimeout(c->timeout);
+		gloo::barrier(b);
+	} catch (const std::exception &e) {
+		return hpct_gloo::fail(c, "barrier after connecting", e);
+	}
+	return 0;
+}
+
 } // namespace
+
+int hpct_gloo::choose_way(int world_rank, enum hpct_path path, const ConnectWay **way_out)
+{
+	const char *v = std::getenv("HPCT_GLOO_CONNECT");
+	bool named = v && *v; // else the path's default
+	for (const auto &w : kWays) {
+		if (named ? std::strcmp(v, w.name) != 0 : w.default_on != path)
+			continue;
+		if (w.needs_store && path == HPCT_PATH_ROOTLESS)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "rank %d: HPCT_GLOO_CONNECT=%s runs over the standard "
+			                  "path's store on rank 0, and this world is rootless "
+			                  "(HPCT_USE_ROOTLESS=1): use pool",
+			                  world_rank, v);
+		*way_out = &w;
+		return 0;
+	}
+	return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+	                  "rank %d: HPCT_GLOO_CONNECT=%s is not a way to connect Gloo pairs "
+	                  "(want pool or fullmesh)",
+	                  world_rank, v ? v : "");
+}
 
 extern "C" HPCT_API int hpct_gloo_context_create(hpct_gloo_device *device, hpct_group *group,
                                                  hpct_gloo_context **context_out)
@@ -85,15 +149,14 @@ extern "C" HPCT_API int hpct_gloo_context_create(hpct_gloo_device *device, hpct_
 		std::lock_guard<std::mutex> lk(device->lock);
 		index = device->made[gid]++;
 	}
-	struct hpct_world_info info;
-	hpct_world_get_info(device->world, &info);
 	int rc;
 	try {
-		rc = info.path == HPCT_PATH_ROOTLESS ? hpct_gloo::connect_rootless(c, group)
-		                                     : hpct_gloo::connect_standard(c, group, index);
+		rc = device->way->connect(c, group, index);
 	} catch (const std::exception &e) {
 		rc = hpct_gloo::fail(c, "context creation", e);
 	}
+	if (rc == 0)
+		rc = meet(c);
 	if (rc) {
 		delete c;
 		return rc;

@@ -5,7 +5,6 @@
 #include <map>
 #include <string>
 
-#include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
@@ -143,7 +142,7 @@ class RendezvousStore : public gloo::rendezvous::Store
 
 } // namespace
 
-int hpct_gloo::connect_standard(hpct_gloo_context *c, hpct_group *g, unsigned index)
+int hpct_gloo::connect_fullmesh(hpct_gloo_context *c, hpct_group *g, unsigned index)
 {
 	hpct_gloo_device *d = c->device;
 	hpct_std_client *cl = hpct__world_std_client(d->world);
@@ -161,13 +160,6 @@ int hpct_gloo::connect_standard(hpct_gloo_context *c, hpct_group *g, unsigned in
 	ctx->setTimeout(c->timeout);
 	try {
 		ctx->connectFullMesh(store, d->dev);
-		// A rank leaves connectFullMesh once its own pairs are up, maybe
-		// before a peer has accepted the last of them: destroying the
-		// context at once would close that pair under the peer.  Meet
-		// first, as PyTorch's store-based barrier after Gloo's init does.
-		gloo::BarrierOptions b(ctx);
-		b.setTimeout(c->timeout);
-		gloo::barrier(b);
 	} catch (const std::exception &e) {
 		if (store.error())
 			return store.error(); // logged by the store client, naming the key

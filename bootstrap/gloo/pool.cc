@@ -136,9 +136,11 @@ std::string endpoint_str(const Endpoint &e)
 
 // Both ends of every connected TCP socket of this process: Gloo keeps its
 // pairs' descriptors to itself, so this is how a pair's socket is found.
-std::vector<std::pair<Endpoint, Endpoint>> connected_sockets()
+using Sockets = std::vector<std::pair<Endpoint, Endpoint>>; // (near, far)
+
+Sockets connected_sockets()
 {
-	std::vector<std::pair<Endpoint, Endpoint>> out;
+	Sockets out;
 	DIR *d = opendir("/proc/self/fd");
 	if (!d)
 		return out;
@@ -166,12 +168,12 @@ std::vector<std::pair<Endpoint, Endpoint>> connected_sockets()
 // caught here, named by its address, before any data moves.  A pair that
 // did not connect (the peer found the port taken) counts as nobody's end:
 // its failure is the connector's to report, and the stranger still shows.
-int verify_pairs(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr_storage> &self,
+int verify_pairs(hpct_gloo_context *c, hpct_group *g, const Sockets &socks,
+                 const std::vector<sockaddr_storage> &self,
                  const std::vector<sockaddr_storage> &peer, const std::vector<bool> &client,
                  const std::vector<char> &failed)
 {
 	int n = hpct_group_size(g), r = hpct_group_rank(g);
-	auto socks = connected_sockets();
 	std::vector<Endpoint> mine((size_t)n), seen((size_t)n), theirs((size_t)n);
 	std::vector<bool> found((size_t)n, false);
 	for (int i = 0; i < n; i++) {
@@ -271,51 +273,153 @@ struct PairConnector {
 	}
 };
 
+// How a peer learns where the pair meant for it listens: one way per path,
+// both through hpct's alltoall.  self: our pairs' addresses, by context
+// rank; peer_out: the peers' pairs for us.  0, or an error already logged
+// naming the peer.
+struct Exchange {
+	enum hpct_path path;
+	int (*run)(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr_storage> &self,
+	           std::vector<sockaddr_storage> &peer_out);
+};
+
+// Rootless: each peer needs one number from us, the port of our pair for
+// it; the IP is its node's address, which every rank derives.
+int exchange_ports(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr_storage> &self,
+                   std::vector<sockaddr_storage> &peer_out)
+{
+	int n = hpct_group_size(g), r = hpct_group_rank(g);
+	std::vector<uint32_t> mine((size_t)n, 0), theirs((size_t)n, 0);
+	for (int i = 0; i < n; i++)
+		if (i != r)
+			mine[(size_t)i] = port_of(self[(size_t)i]);
+	int rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data());
+	if (rc)
+		return rc; // logged by the alltoall, naming the peer
+	for (int i = 0; i < n; i++) {
+		if (i == r)
+			continue;
+		int wr = hpct_group_world_rank(g, i);
+		if ((rc = peer_address(c->device->world, wr, theirs[(size_t)i],
+		                       &peer_out[(size_t)i])) < 0)
+			return hpct_gloo::fail_plain(rc,
+			                             "rank %d: no address for rank %d's Gloo pair",
+			                             c->world_rank, wr);
+	}
+	return 0;
+}
+
+sockaddr_storage sockaddr_of(const Endpoint &e)
+{
+	static const unsigned char v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	sockaddr_storage ss{};
+	if (std::memcmp(e.ip, v4, sizeof(v4)) == 0) {
+		auto &in = (sockaddr_in &)ss;
+		in.sin_family = AF_INET;
+		std::memcpy(&in.sin_addr, e.ip + 12, 4);
+		in.sin_port = htons((uint16_t)e.port);
+	} else {
+		auto &in6 = (sockaddr_in6 &)ss;
+		in6.sin6_family = AF_INET6;
+		std::memcpy(&in6.sin6_addr, e.ip, 16);
+		in6.sin6_port = htons((uint16_t)e.port);
+	}
+	return ss;
+}
+
+// Standard: a peer's node address may not be derivable (with no node list,
+// Gloo binds where the host name resolves), so each peer is told the whole
+// address of its pair, through rank 0's store as every standard collective.
+int exchange_endpoints(hpct_gloo_context *c, hpct_group *g,
+                       const std::vector<sockaddr_storage> &self,
+                       std::vector<sockaddr_storage> &peer_out)
+{
+	(void)c;
+	int n = hpct_group_size(g), r = hpct_group_rank(g);
+	std::vector<Endpoint> mine((size_t)n), theirs((size_t)n);
+	for (int i = 0; i < n; i++)
+		if (i != r)
+			mine[(size_t)i] = endpoint_of(self[(size_t)i]);
+	int rc = hpct_alltoall(g, mine.data(), sizeof(Endpoint), theirs.data());
+	if (rc)
+		return rc; // logged by the alltoall, naming the peer
+	for (int i = 0; i < n; i++)
+		if (i != r)
+			peer_out[(size_t)i] = sockaddr_of(theirs[(size_t)i]);
+	return 0;
+}
+
+const Exchange kExchanges[] = {
+	{ HPCT_PATH_ROOTLESS, exchange_ports },
+	{ HPCT_PATH_STANDARD, exchange_endpoints },
+};
+
+// Once connected, Gloo names a peer in its errors by the far end of the
+// pair's socket: for a pair the peer connected, its source port, which
+// nobody told us (or the address we passed, when our connect() came after
+// the accept: it sets the peer's address last).  The kernel knows it: the
+// far end of the socket whose near end is our pair's listening address.
+// Both names are kept.
+void note_source_ports(hpct_gloo_context *c, int r, const Sockets &socks,
+                       const std::vector<sockaddr_storage> &self, const std::vector<bool> &client)
+{
+	for (size_t i = 0; i < self.size(); i++) {
+		if ((int)i == r || client[i])
+			continue;
+		Endpoint near = endpoint_of(self[i]);
+		for (auto &s : socks)
+			if (s.first == near) {
+				c->peers[i].sport = s.second.port;
+				break;
+			}
+	}
+}
+
 } // namespace
 
-int hpct_gloo::connect_rootless(hpct_gloo_context *c, hpct_group *g)
+int hpct_gloo::connect_pool(hpct_gloo_context *c, hpct_group *g, unsigned index)
 {
+	(void)index; // the pool keys nothing by it
 	hpct_gloo_device *d = c->device;
+	const Exchange *ex = nullptr;
+	for (const auto &e : kExchanges)
+		if (e.path == d->path)
+			ex = &e;
+	if (!ex)
+		return hpct_gloo::fail_plain(HPCT_ESTATE,
+		                             "rank %d: no Gloo pair exchange for path %d",
+		                             c->world_rank, (int)d->path);
 	int n = hpct_group_size(g), r = hpct_group_rank(g);
 	auto tctx = d->dev->createContext(r, n);
 	tctx->setTimeout(c->timeout);
-	// Each peer needs one number from us: the port of our pair for it.
-	std::vector<uint32_t> mine(n, 0), theirs(n, 0);
-	std::vector<sockaddr_storage> self((size_t)n);
+	std::vector<sockaddr_storage> self((size_t)n), peer((size_t)n);
 	for (int i = 0; i < n; i++) {
 		if (i == r)
 			continue;
 		auto &pair = tctx->createPair(i);
 		self[(size_t)i] = Address(pair->address().bytes()).getSockaddr();
-		mine[i] = port_of(self[(size_t)i]);
 	}
-	int rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data());
+	int rc = ex->run(c, g, self, peer);
 	if (rc)
-		return rc; // logged by the alltoall, naming the peer
+		return rc;
 	PairConnector pc;
 	pc.tctx = tctx;
 	pc.addrs.resize(n);
 	pc.failed.assign((size_t)n, 0);
-	std::vector<sockaddr_storage> peer_ss((size_t)n);
 	std::vector<bool> client((size_t)n, false);
 	for (int i = 0; i < n; i++) {
 		if (i == r)
 			continue;
-		sockaddr_storage ss;
-		int wr = hpct_group_world_rank(g, i);
-		if ((rc = peer_address(d->world, wr, theirs[i], &ss)) < 0)
-			return hpct_gloo::fail_plain(rc,
-			                             "rank %d: no address for rank %d's Gloo pair",
-			                             c->world_rank, wr);
-		c->peers[i] = { wr, ip_of(ss), theirs[i] };
+		const auto &ss = peer[(size_t)i];
+		c->peers[i] = { hpct_group_world_rank(g, i), ip_of(ss), port_of(ss) };
 		pc.addrs[i] = Address(ss).bytes();
-		peer_ss[(size_t)i] = ss;
 		client[(size_t)i] = is_client(self[(size_t)i], ss);
 		(client[(size_t)i] ? pc.connecting : pc.accepting).push_back(i);
 	}
 	pc.run();
+	Sockets socks = connected_sockets();
 	if (hpct__world_has_secret(d->world) &&
-	    (rc = verify_pairs(c, g, self, peer_ss, client, pc.failed)) != 0)
+	    (rc = verify_pairs(c, g, socks, self, peer, client, pc.failed)) != 0)
 		return rc;
 	if (pc.bad_rank >= 0) {
 		const auto &p = c->peers[pc.bad_rank];
@@ -326,21 +430,7 @@ int hpct_gloo::connect_rootless(hpct_gloo_context *c, hpct_group *g)
 		        c->world_rank, p.world_rank, p.ip.c_str(), p.port,
 		        (unsigned long long)c->group, pc.bad_what.c_str());
 	}
-	// Once connected, Gloo names a peer by the far end of the socket: for
-	// a pair that peer connected, its source port, which we were never
-	// told; but by the address we passed if our connect() came after the
-	// accept (it sets the peer's address last).  One more exchange of
-	// ports gives the source ports; both names are kept.
-	for (int i = 0; i < n; i++)
-		if (i != r)
-			mine[i] =
-			        port_of(Address(tctx->getPair(i)->address().bytes()).getSockaddr());
-	if ((rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data())) != 0)
-		return rc;
-	for (int i = 0; i < n; i++)
-		if (i != r)
-			if (theirs[i] != c->peers[i].port)
-				c->peers[i].sport = theirs[i];
+	note_source_ports(c, r, socks, self, client);
 	auto ctx = std::make_shared<hpct_gloo::Context>(r, n);
 	ctx->setTimeout(c->timeout);
 	ctx->attach(d->dev, std::move(tctx));
