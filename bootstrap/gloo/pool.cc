@@ -1,7 +1,9 @@
-// Connecting a context from a pool of threads: every rank makes one Gloo
-// pair per peer, tells each peer where the pair meant for it listens
-// through hpct's alltoall, and connects the pairs it is the client of from
-// a bounded pool of threads.
+// Connecting a context from a pool of threads (HPCT_GLOO_CONNECT=pool), on
+// either path: every rank makes one Gloo pair per peer, tells each peer
+// where the pair meant for it listens through hpct's alltoall (rootless:
+// the port, over hpct's links; standard: the whole address, through rank
+// 0's store), and connects the pairs it is the client of from a bounded
+// pool of threads.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
