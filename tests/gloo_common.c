@@ -59,6 +59,15 @@ void gt_env_cb(int r, void *arg)
 	ht_setenv_world(r, c->n, c->nodes, c->port, c->rootless, c->timeout);
 	if (c->secret)
 		setenv("HPCT_SECRET", c->secret, 1);
+	if (c->connect)
+		setenv("HPCT_GLOO_CONNECT", c->connect, 1);
+	else
+		unsetenv("HPCT_GLOO_CONNECT");
+	if (c->no_hosts) {
+		unsetenv("HPCT_HOSTS");
+		unsetenv("HPCT_TASKS_PER_NODE");
+		unsetenv("GROUP_RANK");
+	}
 }
 
 double gt_mono(void)
@@ -430,6 +439,25 @@ int gt_matrix_main(int r, void *arg)
 	return rc;
 }
 
+void gt_spawn_cfg(struct cfg *c, int slot, double limit_s)
+{
+	c->port = hpct_test_ports(slot);
+	c->shared = gt_shared_map();
+	if (c->timeout <= 0)
+		c->timeout = 30;
+	int codes[16];
+	char how[96];
+	snprintf(how, sizeof(how), "%s%s%s%s", c->rootless ? "rootless" : "standard",
+	         c->connect ? ", HPCT_GLOO_CONNECT=" : "", c->connect ? c->connect : "",
+	         c->no_hosts ? ", no node list" : "");
+	double t0 = gt_mono();
+	int bad = ht_spawn(c->n, gt_env_cb, gt_child, c, limit_s, NULL, codes);
+	cr_expect_eq(bad, 0, "N=%d on %d node(s), %s: %s%s", c->n, c->nodes, how,
+	             ht_describe(codes, c->n), gt_notes(c->shared, codes, c->n));
+	munmap(c->shared, sizeof(*c->shared));
+	cr_log_info("N=%d %s: %.2f s", c->n, how, gt_mono() - t0);
+}
+
 /* n ranks of fn on `nodes` nodes, ports of slot, HPCT_TIMEOUT timeout_s,
  * with HPCT_SECRET = secret (NULL: none); all must exit 0. */
 void gt_spawn_with(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double limit_s,
@@ -437,20 +465,11 @@ void gt_spawn_with(int n, int nodes, int slot, int rootless, ht_rank_fn fn, doub
 {
 	struct cfg c = { .n = n,
 		         .nodes = nodes,
-		         .port = hpct_test_ports(slot),
 		         .rootless = rootless,
 		         .timeout = timeout_s,
 		         .secret = secret,
-		         .shared = gt_shared_map(),
 		         .fn = fn };
-	int codes[16];
-	double t0 = gt_mono();
-	int bad = ht_spawn(n, gt_env_cb, gt_child, &c, limit_s, NULL, codes);
-	cr_expect_eq(bad, 0, "N=%d on %d node(s), %s: %s%s", n, nodes,
-	             rootless ? "rootless" : "standard", ht_describe(codes, n),
-	             gt_notes(c.shared, codes, n));
-	munmap(c.shared, sizeof(*c.shared));
-	cr_log_info("N=%d %s: %.2f s", n, rootless ? "rootless" : "standard", gt_mono() - t0);
+	gt_spawn_cfg(&c, slot, limit_s);
 }
 
 void gt_spawn(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double limit_s)

@@ -13,7 +13,10 @@
 
 struct cfg {
 	int n, nodes, port, rootless, victim;
-	const char *secret; /* HPCT_SECRET, or NULL */
+	const char *secret;  /* HPCT_SECRET, or NULL */
+	const char *connect; /* HPCT_GLOO_CONNECT, or NULL: unset (the path's default) */
+	int no_hosts;        /* no node list: each Gloo device binds where the host
+	                        name resolves (standard path only) */
 	double timeout;
 	struct shared *shared;
 	ht_rank_fn fn; /* what each rank runs, through child() */
@@ -59,6 +62,9 @@ void gt_spawn(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double li
  * with HPCT_SECRET = secret (NULL: none); all must exit 0. */
 void gt_spawn_with(int n, int nodes, int slot, int rootless, ht_rank_fn fn, double limit_s,
                    double timeout_s, const char *secret);
+/* n ranks of c->fn as c says (n, nodes, rootless, connect, no_hosts,
+ * secret; timeout 0: 30 s), ports of slot; all must exit 0. */
+void gt_spawn_cfg(struct cfg *c, int slot, double limit_s);
 int gt_start(struct cfg *c, struct proc *p);
 void gt_stop(struct proc *p);
 

@@ -59,17 +59,32 @@ sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')
 [ "$(wc -c <"$dir/r.png")" -gt 10000 ] || fail "$dir/r.png is too small to hold the plot"
 
 # gloo: each rank connects a Gloo context over the world and finishes one
-# allreduce, checked exactly by the rank (a wrong element fails the run)
-"$bench" --scenario gloo --ranks 2,4 --repeat 1 --port 16600 --json "$dir/g.json" \
+# allreduce, checked exactly by the rank (a wrong element fails the run).
+# Three rows: rootless and standard through hpct's pair pool, std-mesh
+# through Gloo's connectFullMesh; the JSON says how each connected, and the
+# ratios set each standard row against rootless and std-mesh against
+# standard.  In a list with cold, std-mesh is gloo's row only.
+"$bench" --scenario cold,gloo --ranks 2,4 --repeat 1 --port 16600 --json "$dir/g.json" \
 	>"$dir/g.out" 2>"$dir/g.err" || fail "the gloo run failed: $(cat "$dir/g.err")"
-for p in rootless standard; do
+for pc in rootless:pool standard:pool std-mesh:fullmesh; do
+	p=${pc%:*} c=${pc#*:}
 	for n in 2 4; do
 		grep -Eq "^gloo +$p +$n +$n +1 +[0-9.]+ " "$dir/g.out" ||
 			fail "no gloo row for $p N=$n: $(cat "$dir/g.out")"
-		grep -q "\"scenario\":\"gloo\",\"path\":\"$p\",\"ranks\":$n," "$dir/g.json" ||
-			fail "no gloo JSON row for $p N=$n"
+		grep -Eq "\"scenario\":\"gloo\",\"path\":\"$p\",\"ranks\":$n,[^}]*,\"connect\":\"$c\"[,}]" \
+			"$dir/g.json" || fail "no gloo JSON row for $p N=$n connecting by $c: $(cat "$dir/g.json")"
 	done
 done
+for r in standard/rootless std-mesh/rootless std-mesh/standard; do
+	for n in 2 4; do
+		grep -Eq "^gloo N=$n: $r median ratio [0-9]+\.[0-9]+\$" "$dir/g.out" ||
+			fail "no $r ratio for gloo N=$n: $(cat "$dir/g.out")"
+	done
+done
+if grep -Eq "^cold +std-mesh|^cold N=[0-9]+: std-mesh" "$dir/g.out"; then
+	fail "cold has a std-mesh row: $(cat "$dir/g.out")"
+fi
+grep -Eq "^cold +standard +2 " "$dir/g.out" || fail "no cold row beside gloo: $(cat "$dir/g.out")"
 
 # --gate and --transport: the rows name the transport, with resident memory
 "$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \

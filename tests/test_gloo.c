@@ -1,4 +1,6 @@
-/* Gloo through hpct's C API, multi-process over loopback, on both paths:
+/* Gloo through hpct's C API, multi-process over loopback, on both paths
+ * (the standard path both with Gloo's connectFullMesh, its default, and
+ * with the pool, HPCT_GLOO_CONNECT=pool):
  * every op and dtype of allreduce with exact results, broadcast, allgather,
  * reduce to a non-zero root, barrier; contexts on subgroups while the other
  * ranks work elsewhere; clones; re-creation over the same group; a rank
@@ -47,6 +49,23 @@ Test(gloo, rootless_n16_four_nodes)
 Test(gloo, standard_n16_four_nodes)
 {
 	gt_spawn(16, 4, 7, 0, gt_matrix_main, 120);
+}
+
+/* The pool on the standard path (HPCT_GLOO_CONNECT=pool): the rootless
+ * path's connect, the pair addresses through rank 0's rendezvous instead.
+ * With no node list a peer's address cannot be derived: only the address
+ * the exchange carried can reach it. */
+Test(gloo, standard_pool_n2_no_node_list)
+{
+	struct cfg c = {
+		.n = 2, .nodes = 1, .connect = "pool", .no_hosts = 1, .fn = gt_matrix_main
+	};
+	gt_spawn_cfg(&c, 24, 60);
+}
+Test(gloo, standard_pool_n8_two_nodes)
+{
+	struct cfg c = { .n = 8, .nodes = 2, .connect = "pool", .fn = gt_matrix_main };
+	gt_spawn_cfg(&c, 25, 90);
 }
 
 /* Subgroups of 8 ranks: the evens and the odds each get a context and work
@@ -245,4 +264,11 @@ Test(gloo, rootless_recreate)
 Test(gloo, standard_recreate)
 {
 	gt_spawn(4, 2, 13, 0, recreate_main, 60);
+}
+/* The pool's contexts destroyed at once, as above: every way of connecting
+ * ends at the same meeting (without it a peer's create failed). */
+Test(gloo, standard_pool_recreate)
+{
+	struct cfg c = { .n = 4, .nodes = 2, .connect = "pool", .fn = recreate_main };
+	gt_spawn_cfg(&c, 26, 60);
 }

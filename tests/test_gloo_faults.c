@@ -1,6 +1,7 @@
 /* Gloo through hpct's C API when things go wrong, on both paths: a rank
- * killed mid-job is named by the others, bad arguments are refused with a
- * message, and with a shared secret a stolen pair's connection is refused
+ * killed mid-job is named by the others (also with the pool on the
+ * standard path), bad arguments and bad values of HPCT_GLOO_CONNECT are
+ * refused with a message, and with a shared secret a stolen pair's connection is refused
  * naming the thief.  Same rank programs and ports as test_gloo.c
  * (gloo_common.c), slots apart. */
 #include <criterion/criterion.h>
@@ -87,12 +88,13 @@ static int killed_main(int r, void *arg)
 	_exit(0);
 }
 
-static void killed_test(int slot, int rootless)
+static void killed_test(int slot, int rootless, const char *connect)
 {
 	struct cfg c = { .n = 6,
 		         .nodes = 2,
 		         .port = hpct_test_ports(slot),
 		         .rootless = rootless,
+		         .connect = connect,
 		         .victim = 2,
 		         .timeout = 20,
 		         .shared = gt_shared_map(),
@@ -110,11 +112,65 @@ static void killed_test(int slot, int rootless)
 
 Test(gloo, rootless_rank_killed_is_named, .timeout = 200)
 {
-	killed_test(14, 1);
+	killed_test(14, 1, NULL);
 }
 Test(gloo, standard_rank_killed_is_named, .timeout = 200)
 {
-	killed_test(15, 0);
+	killed_test(15, 0, NULL);
+}
+/* the pool on the standard path: its errors name the peer too */
+Test(gloo, standard_pool_rank_killed_is_named, .timeout = 200)
+{
+	killed_test(27, 0, "pool");
+}
+
+/* HPCT_GLOO_CONNECT: a value that names no way, and fullmesh in a rootless
+ * world (Gloo's connectFullMesh needs rank 0's store), fail the device
+ * with HPCT_EBADENV, the message naming the variable with its value; no
+ * device is made.  Then pool, the rootless default named, works. */
+static int connect_values_main(int r, void *arg)
+{
+	(void)arg;
+	static const struct {
+		const char *value, *why;
+	} bad[] = { { "bogus", "want pool or fullmesh" },
+		    { "Pool", "want pool or fullmesh" },
+		    { "fullmesh", "this world is rootless" } };
+	hpct_world *w;
+	int rc = hpct_world_create(&w);
+	if (rc)
+		return gt_why(2, "rank %d: world: %s", r, hpct_last_error());
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char want[64];
+		snprintf(want, sizeof(want), "HPCT_GLOO_CONNECT=%s", bad[i].value);
+		setenv("HPCT_GLOO_CONNECT", bad[i].value, 1);
+		hpct_gloo_device *none = (hpct_gloo_device *)&none;
+		rc = hpct_gloo_device_create(w, &none);
+		const char *msg = hpct_last_error();
+		if (rc != HPCT_EBADENV || none != (hpct_gloo_device *)&none || !strstr(msg, want) ||
+		    !strstr(msg, bad[i].why))
+			return gt_why(180 + (int)i,
+			              "rank %d: %s: got %s, device %s, message '%s' (want "
+			              "HPCT_EBADENV naming '%s', saying '%s')",
+			              r, want, hpct_errname(rc),
+			              none == (hpct_gloo_device *)&none ? "untouched" : "set", msg,
+			              want, bad[i].why);
+	}
+	setenv("HPCT_GLOO_CONNECT", "pool", 1);
+	struct proc p = { .w = w, .rank = r };
+	if ((rc = hpct_gloo_device_create(w, &p.dev)) != 0 ||
+	    (rc = hpct_gloo_context_create(p.dev, hpct_world_group(w), &p.ctx)) != 0)
+		return gt_why(185, "rank %d: pool: %s: %s", r, hpct_errname(rc), hpct_last_error());
+	if ((rc = gt_quick_sum(p.ctx, 186, 4)) != 0)
+		return rc;
+	gt_stop(&p);
+	return 0;
+}
+
+Test(gloo, connect_bad_values_are_named)
+{
+	struct cfg c = { .n = 2, .nodes = 2, .rootless = 1, .fn = connect_values_main };
+	gt_spawn_cfg(&c, 28, 60);
 }
 
 /* A bad call returns HPCT_EINVAL naming the argument, and leaves the

@@ -169,6 +169,7 @@ Test(info, env_lists_every_setting)
 		                             "HPCT_PORT_RANGE",
 		                             "HPCT_DEBUG_SUBSYS",
 		                             "HPCT_DEBUG_FILE",
+		                             "HPCT_GLOO_CONNECT",
 		                             "WORLD_SIZE",
 		                             "LOCAL_RANK",
 		                             "MASTER_ADDR",

@@ -16,6 +16,10 @@
  * gloo: all N ranks join the world, create a Gloo device and a Gloo context
  * connected over the world group, and finish one allreduce (1024 f32, sum,
  * the result checked exactly).  Built only with Gloo (HPCT_HAVE_GLOO).
+ * Rows rootless and standard connect the pairs the same way, from hpct's
+ * pool of threads (HPCT_GLOO_CONNECT=pool); the standard path brings a
+ * third row, std-mesh, with Gloo's own connectFullMesh as stock PyTorch
+ * runs it (fullmesh); JSON "connect" says which (gloo_rows).
  * restart, kill-root: see bench_restart_once (--kill K ranks, --seed S);
  * one row per path and --recovery mode: full (every rank starts again) and
  * inprocess (survivors stay: rootless through hpct_world_recover, standard
@@ -87,6 +91,7 @@ struct result {
 	const char *launch;   /* torch: how its ranks were started (direct, torchrun) */
 	const char *not_run;  /* why this row cannot be run, or NULL */
 	const char *path;
+	const char *connect; /* gloo: HPCT_GLOO_CONNECT of the row's ranks; else NULL */
 	int ranks, nodes, repeat, ok;
 	double ms[64];
 	int max_conns;
@@ -160,7 +165,9 @@ static void usage(FILE *f)
 	        "                  server the store; and/or torchrun's workers, its agent's "
 	        "store;\n"
 	        "                  default both)\n"
-	        "scenarios: cold, gloo, nccl-root, restart, kill-root, torch (paths stock and\n"
+	        "scenarios: cold, gloo (the standard path adds a row std-mesh: Gloo's own\n"
+	        "connectFullMesh, where standard connects through hpct's pool as rootless\n"
+	        "does), nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
 	        "and sim on its own\n"
 	        "(hpct-bench --scenario sim --help)\n");
@@ -179,6 +186,39 @@ static void add_run(struct result *r, double ms, int conns, int repl, long msgs,
 		r->max_conns = conns;
 	if (repl > r->repl_conns)
 		r->repl_conns = repl;
+}
+
+/* The gloo scenario's rows, each a path and how its ranks connect Gloo's
+ * pairs (HPCT_GLOO_CONNECT): hpct's pair pool on both paths, so that
+ * standard against rootless is the path alone; and on the standard path
+ * Gloo's own connectFullMesh, what a stock PyTorch job runs, as a row of
+ * its own (std-mesh), so that std-mesh against standard is the pool alone.
+ * --path standard brings both standard rows. */
+#define GLOO_MESH "std-mesh"
+static const struct gloo_row {
+	const char *path, *connect;
+} gloo_rows[] = { { "rootless", "pool" }, { "standard", "pool" }, { GLOO_MESH, "fullmesh" } };
+
+static const char *gloo_connect(const char *path)
+{
+	for (size_t i = 0; i < sizeof(gloo_rows) / sizeof(gloo_rows[0]); i++)
+		if (strcmp(gloo_rows[i].path, path) == 0)
+			return gloo_rows[i].connect;
+	return NULL; /* --transport's rows: the rootless default */
+}
+
+/* std-mesh is a row of the gloo scenario only: in a list of scenarios the
+ * others skip it. */
+static int skipped(const struct result *r)
+{
+	return strcmp(r->path, GLOO_MESH) == 0 && !r->connect;
+}
+
+/* A row of the standard path: its own name, PyTorch's, or gloo's std-mesh. */
+static int on_standard(const char *path)
+{
+	return strcmp(path, "standard") == 0 || strcmp(path, "stock") == 0 ||
+	       strcmp(path, GLOO_MESH) == 0;
 }
 
 /* The JSON's scenario of a restart or kill-root row: its label up to '/'. */
@@ -574,7 +614,7 @@ int main(int argc, char **argv)
 		return bench_nccl_releases(argc, argv, nccl_libs, json);
 	}
 	/* a path, or with --transport the rootless path over each transport */
-	const char *path_names[2], *path_transport[2] = { NULL, NULL };
+	const char *path_names[3], *path_transport[3] = { NULL, NULL, NULL };
 	int npaths = 0;
 	if (transports) {
 		char *tl = strdup(transports), *tsave = NULL;
@@ -594,9 +634,14 @@ int main(int argc, char **argv)
 	} else {
 		if (strstr(paths, "rootless"))
 			path_names[npaths++] = "rootless";
-		if (strstr(paths, "standard"))
+		int gloo = 0;
+		for (int si = 0; si < nscens; si++)
+			gloo |= strcmp(scens[si].name, "gloo") == 0;
+		if (strstr(paths, "standard")) {
 			path_names[npaths++] = "standard";
-		else if (strstr(paths, "stock")) /* the standard path, as PyTorch users say */
+			if (gloo) /* its rows only (gloo_rows) */
+				path_names[npaths++] = GLOO_MESH;
+		} else if (strstr(paths, "stock")) /* the standard path, as PyTorch users say */
 			path_names[npaths++] = "stock";
 	}
 	if (npaths == 0) {
@@ -628,6 +673,8 @@ int main(int argc, char **argv)
 				row[p].torch = s->torch ? s->release->ver : NULL;
 				row[p].launch = s->torch ? s->launch->name : NULL;
 				row[p].path = path_names[p];
+				if (strcmp(s->name, "gloo") == 0)
+					row[p].connect = gloo_connect(path_names[p]);
 				row[p].recovery = s->restart ? (s->inprocess ? "inprocess" : "full")
 				                             : NULL;
 				/* the standard path's recovery lives in rank 0 */
@@ -640,14 +687,19 @@ int main(int argc, char **argv)
 			for (int rep = 0; rep < repeat && !s->reinit_rows; rep++) {
 				for (int p = 0; p < npaths; p++) {
 					struct result *r = &row[p];
+					if (skipped(r))
+						continue;
 					int conns, repl = 0;
 					long msgs = 0, rss = 0;
 					bench_transport = path_transport[p];
 					/* each run its own ports: nothing lingers from the last */
 					int base =
 					        port + (run_id % 4) * (4 * ((n + k - 1) / k) + 2);
-					int rootless = strcmp(r->path, "standard") != 0 &&
-					               strcmp(r->path, "stock") != 0;
+					int rootless = !on_standard(r->path);
+					if (r->connect)
+						setenv("HPCT_GLOO_CONNECT", r->connect, 1);
+					else
+						unsetenv("HPCT_GLOO_CONNECT");
 					if (s->torch) {
 						/* timed once every rank has imported it */
 						bench_gate = 1;
@@ -726,6 +778,8 @@ int main(int argc, char **argv)
 		struct result *r = &res[i];
 		int nccl_root = strcmp(r->scenario, "nccl-root") == 0;
 		int recov = r->recovery != NULL;
+		if (skipped(r))
+			continue;
 		if (r->ok == 0) {
 			printf("%-*s %-9s %6d %6d %7d %10s\n", w, r->scenario, r->path, r->ranks,
 			       r->nodes, 0, r->not_run ? "not run" : "failed");
@@ -736,7 +790,7 @@ int main(int argc, char **argv)
 		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
 		char bound[16] = "-", floor[16] = "-";
 		double floor_ms = ceil_log2(r->ranks) * rtt;
-		if (strcmp(r->path, "standard") != 0 && strcmp(r->path, "stock") != 0) {
+		if (!on_standard(r->path)) {
 			snprintf(bound, sizeof(bound), "%d",
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
 			/* the physical floor of a rootless join: ceil(log2 N)
@@ -758,6 +812,8 @@ int main(int argc, char **argv)
 		else if (r->torch)
 			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\",\"launch\":\"%s\"",
 			         r->torch, r->launch);
+		else if (r->connect)
+			snprintf(extra, sizeof(extra), ",\"connect\":\"%s\"", r->connect);
 		else if (r->recovery)
 			snprintf(extra, sizeof(extra), ",\"recovery\":\"%s\",\"forced_full\":%s",
 			         r->recovery, r->forced_full ? "true" : "false");
@@ -786,12 +842,16 @@ int main(int argc, char **argv)
 		fprintf(jf, "]}\n");
 		fclose(jf);
 	}
-	if (npaths == 2)
-		for (int i = 0; i < nres; i += 2)
-			if (res[i].ok && res[i + 1].ok)
-				printf("%s N=%d: %s/%s median ratio %.2f\n", res[i].scenario,
-				       res[i].ranks, res[i + 1].path, res[i].path,
-				       res[i + 1].ms[0] / res[i].ms[0]);
+	/* every later row of a scenario and N against each earlier one: with
+	 * gloo's three, standard/rootless (the path), std-mesh/rootless (both)
+	 * and std-mesh/standard (the pool) */
+	for (int i = 0; i < nres; i += npaths)
+		for (int a = i; a < i + npaths; a++)
+			for (int b = a + 1; b < i + npaths; b++)
+				if (res[a].ok && res[b].ok)
+					printf("%s N=%d: %s/%s median ratio %.2f\n",
+					       res[a].scenario, res[a].ranks, res[b].path,
+					       res[a].path, res[b].ms[0] / res[a].ms[0]);
 	recovery_summary(res, nres);
 	for (int si = 0; si < nscens; si++)
 		if (scens[si].nccl_root) {

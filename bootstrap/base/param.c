@@ -75,6 +75,10 @@ static const struct hpct_param params[] = {
 	  "rootless allgather and barrier: tree (gather + broadcast, fan-out 4, N-1 connections) "
 	  "or "
 	  "bruck (Bruck allgather, dissemination barrier: fewer rounds, N log N connections)" },
+	{ "HPCT_GLOO_CONNECT", HPCT_PT_STR, NULL,
+	  "Gloo contexts (libhpct_gloo): pool (pair addresses through hpct's alltoall, pairs "
+	  "connected by 8 threads; either path) or fullmesh (Gloo's connectFullMesh over rank 0's "
+	  "store; standard path only); default pool when rootless, fullmesh on the standard path" },
 	{ "HPCT_STD_STORE_MB", HPCT_PT_INT, NULL,
 	  "standard path: MiB the rendezvous on rank 0 may hold (keys, values, values being "
 	  "received; one rank's keys at most half); default 128 + 2 x world size" },

@@ -103,6 +103,9 @@ extern "C" HPCT_API int hpct_gloo_device_create(hpct_world *world, hpct_gloo_dev
 	int rc = hpct__world_node_host(world, info.rank, host, sizeof(host));
 	if (rc < 0 && rc != HPCT_ESTATE)
 		return rc; // logged where it failed to resolve
+	const hpct_gloo::ConnectWay *way;
+	if ((rc = hpct_gloo::choose_way(info.rank, info.path, &way)) != 0)
+		return rc; // logged naming the variable
 	gloo::transport::tcp::attr attr;
 	// Bound where peers derive it: this node's address from the node list.
 	// Without a node list (standard path only), Gloo's own choice.
@@ -123,6 +126,8 @@ extern "C" HPCT_API int hpct_gloo_device_create(hpct_world *world, hpct_gloo_dev
 	d->host = host;
 	d->world_rank = info.rank;
 	d->timeout_s = hpct__world_timeout(world);
+	d->path = info.path;
+	d->way = way;
 	*device_out = d;
 	return 0;
 }

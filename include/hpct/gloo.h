@@ -6,14 +6,22 @@
  * every failure is an hpct error code, logged once with rank, peer and
  * address, and kept for hpct_last_error().
  *
- * Connecting a context (rootless path): every rank creates one Gloo pair per
- * peer; each peer is told only the port of the pair meant for it, through
- * hpct's rootless alltoall (its IP it derives from the node list, as for
- * every hpct address); pairs are then connected by a bounded pool of threads
- * so that Gloo's 10 ms event-loop tick is paid about once, not once per
- * peer.  On the standard path (HPCT_USE_ROOTLESS unset or 0) the same call
- * runs Gloo's own connectFullMesh over a gloo::rendezvous::Store served by
- * hpct's rendezvous on rank 0, so the two can be compared one for one.
+ * Connecting a context: HPCT_GLOO_CONNECT, read once by
+ * hpct_gloo_device_create, says how.
+ *   pool      every rank creates one Gloo pair per peer and tells each peer
+ *             where the pair meant for it listens, through hpct_alltoall:
+ *             rootless, only its port (the IP is the node address every
+ *             rank derives); on the standard path the whole address, through
+ *             rank 0's rendezvous.  The pairs are then connected by a bounded
+ *             pool of threads, so that Gloo's 10 ms event-loop tick is paid
+ *             about once, not once per peer.  The rootless path's default
+ *             and only way.
+ *   fullmesh  Gloo's own connectFullMesh over a gloo::rendezvous::Store
+ *             served by hpct's rendezvous on rank 0, as a PyTorch job does.
+ *             Standard path (HPCT_USE_ROOTLESS unset or 0) only; its default.
+ * Either way every member returns only once all members' pairs are up (a
+ * Gloo barrier over the new pairs ends the call), so the ways can be
+ * compared one for one.
  *
  * Threading: a context is used by one thread at a time; contexts are
  * independent of each other and of the hpct world after creation. */
@@ -48,7 +56,11 @@ enum hpct_gloo_op {
 /* A Gloo TCP device for this process, bound to this node's address as hpct
  * derives it (so peers can derive it too); HPCT_SOCKET_IFNAME was already
  * checked against that address when the world was created.  The device runs
- * Gloo's event-loop thread; it may serve any number of contexts. */
+ * Gloo's event-loop thread; it may serve any number of contexts, all
+ * connected the way HPCT_GLOO_CONNECT said when it was created.  Errors:
+ * HPCT_EBADENV (HPCT_GLOO_CONNECT is neither pool nor fullmesh, or fullmesh
+ * on the rootless path: the message names the variable and its value),
+ * HPCT_ERESOLVE (this node's address). */
 HPCT_API int hpct_gloo_device_create(hpct_world *world, hpct_gloo_device **device_out);
 /* Accepts NULL.  Destroy every context of the device first. */
 HPCT_API void hpct_gloo_device_destroy(hpct_gloo_device *device);
