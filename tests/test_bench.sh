@@ -51,7 +51,7 @@ grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms" "$dir/out" || fail 
 if "$bench" --scenario restart --recovery full,partial --ranks 2 >/dev/null 2>"$dir/err7"; then
 	fail "--recovery partial was accepted"
 fi
-grep -q "recovery full,partial: want full and/or inprocess" "$dir/err7" || fail "not named: $(cat "$dir/err7")"
+grep -q "recovery full,partial: partial: want full and/or inprocess, each once" "$dir/err7" || fail "not named: $(cat "$dir/err7")"
 grep -Eq '^\{"rtt_ms":0\.[0-9]+,' "$dir/r.json" || fail "no round trip in the JSON: $(head -c 80 "$dir/r.json")"
 grep -q "^plot written to $dir/r.png\$" "$dir/out" || fail "the plot was not announced"
 sig=$(head -c 8 "$dir/r.png" | od -An -tx1 | tr -d ' \n')

@@ -210,18 +210,26 @@ static void wait_for(volatile int *v, int at_least)
 
 /* A rank that starts at `epoch` (0, or a replacement) and lives on as a
  * survivor until it is a victim or all is done. */
-static int rank_main(int r, int epoch)
+/* Rank r of n at `epoch` (0, or a replacement's) joins and does the
+ * exercise there: 0 with *w, or the exit status of the step that failed. */
+static int start_at(int r, int n, int nodes, int port, int rootless, int epoch, hpct_world **w)
 {
-	ht_setenv_world(r, N, 2, port_base, 1, 20);
+	ht_setenv_world(r, n, nodes, port, rootless, 20);
 	char e[16];
 	snprintf(e, sizeof(e), "%d", epoch);
 	setenv("HPCT_EPOCH", e, 1);
-	hpct_world *w;
-	if (hpct_world_create(&w) != 0)
+	if (hpct_world_create(w) != 0)
 		return 30;
-	int rc = exercise(w, (uint64_t)epoch, epoch);
+	int rc = exercise(*w, (uint64_t)epoch, epoch);
+	return rc ? 40 + rc : 0;
+}
+
+static int rank_main(int r, int epoch)
+{
+	hpct_world *w;
+	int rc = start_at(r, N, 2, port_base, 1, epoch, &w);
 	if (rc)
-		return 40 + rc;
+		return rc;
 	__atomic_add_fetch(&sh->done[epoch], 1, __ATOMIC_SEQ_CST);
 	for (int round = epoch + 1; round <= ROUNDS; round++) {
 		wait_for(&sh->phase, round);
@@ -338,16 +346,10 @@ static const int std_victims[4][3] = { { 0 }, { 1, 3 }, { 2, 1, 4 }, { 1, 0 } };
 
 static int std_rank(int r, int epoch)
 {
-	ht_setenv_world(r, SN, 1, std_port, 0, 20);
-	char e[16];
-	snprintf(e, sizeof(e), "%d", epoch);
-	setenv("HPCT_EPOCH", e, 1);
 	hpct_world *w;
-	if (hpct_world_create(&w) != 0)
-		return 30;
-	int rc = exercise(w, (uint64_t)epoch, epoch);
+	int rc = start_at(r, SN, 1, std_port, 0, epoch, &w);
 	if (rc)
-		return 40 + rc;
+		return rc;
 	__atomic_add_fetch(&ss->done[epoch], 1, __ATOMIC_SEQ_CST);
 	for (int round = epoch + 1; round <= 3; round++) {
 		wait_for(&ss->phase, round);

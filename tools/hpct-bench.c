@@ -221,6 +221,36 @@ static int on_standard(const char *path)
 	       strcmp(path, GLOO_MESH) == 0;
 }
 
+/* `arg`, a comma list of names each at most once, as indices into
+ * names[0..n); their count, or -1 with what is wrong said, naming `opt`. */
+static int parse_names(const char *opt, const char *arg, const char *const *names, int n,
+                       int *out)
+{
+	char *copy = strdup(arg), *save = NULL;
+	int k = 0;
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int found = -1;
+		for (int i = 0; i < n; i++)
+			if (strcmp(t, names[i]) == 0)
+				found = i;
+		for (int i = 0; i < k && found >= 0; i++)
+			if (out[i] == found)
+				found = -1;
+		if (found < 0 || k == n) {
+			fprintf(stderr, "hpct-bench: %s %s: %s: want %s%s%s, each once\n", opt, arg, t,
+			        names[0], n > 1 ? " and/or " : "", n > 1 ? names[1] : "");
+			free(copy);
+			return -1;
+		}
+		out[k++] = found;
+	}
+	free(copy);
+	if (k == 0)
+		fprintf(stderr, "hpct-bench: %s '%s': want %s%s%s\n", opt, arg, names[0],
+		        n > 1 ? " and/or " : "", n > 1 ? names[1] : "");
+	return k > 0 ? k : -1;
+}
+
 /* The JSON's scenario of a restart or kill-root row: its label up to '/'. */
 static const char *s_name(const struct result *r)
 {
@@ -472,34 +502,14 @@ int main(int argc, char **argv)
 		}
 	}
 	/* --recovery: full and/or inprocess, each its own rows */
+	static const char *const recovery_names[] = { "full", "inprocess" };
+	int recov_idx[2];
+	int nrecov = parse_names("--recovery", recovery_arg, recovery_names, 2, recov_idx);
+	if (nrecov < 0)
+		return 2;
 	const char *recoveries[2];
-	int nrecov = 0;
-	{
-		char *rl = strdup(recovery_arg), *rsave = NULL;
-		for (char *t = strtok_r(rl, ",", &rsave); t; t = strtok_r(NULL, ",", &rsave)) {
-			const char *m = strcmp(t, "full") == 0        ? "full"
-			                : strcmp(t, "inprocess") == 0 ? "inprocess"
-			                                              : NULL;
-			for (int i = 0; m && i < nrecov; i++)
-				if (recoveries[i] == m)
-					m = NULL;
-			if (!m || nrecov == 2) {
-				fprintf(stderr,
-				        "hpct-bench: --recovery %s: want full and/or inprocess, "
-				        "each once\n",
-				        recovery_arg);
-				free(rl);
-				return 2;
-			}
-			recoveries[nrecov++] = m;
-		}
-		free(rl);
-		if (nrecov == 0) {
-			fprintf(stderr, "hpct-bench: --recovery '%s': want full and/or inprocess\n",
-			        recovery_arg);
-			return 2;
-		}
-	}
+	for (int i = 0; i < nrecov; i++)
+		recoveries[i] = recovery_names[recov_idx[i]];
 	if (kills > 64) {
 		fprintf(stderr, "hpct-bench: --kill %d: at most 64\n", kills);
 		return 2;
@@ -524,28 +534,14 @@ int main(int argc, char **argv)
 	const struct bench_launch *launches[MAX_LAUNCH];
 	int nlaunch = 0;
 	if (want_torch) {
-		char *ll = strdup(launch_arg ? launch_arg : "direct,torchrun"), *lsave = NULL;
-		for (char *t = strtok_r(ll, ",", &lsave); t; t = strtok_r(NULL, ",", &lsave)) {
-			const struct bench_launch *l = bench_launch_find(t);
-			for (int i = 0; i < nlaunch && l; i++)
-				if (launches[i] == l)
-					l = NULL;
-			if (!l || nlaunch == MAX_LAUNCH) {
-				fprintf(stderr,
-				        "hpct-bench: --launch %s: %s: want direct and/or "
-				        "torchrun, each once\n",
-				        launch_arg, t);
-				free(ll);
-				return 2;
-			}
-			launches[nlaunch++] = l;
-		}
-		free(ll);
-		if (nlaunch == 0) {
-			fprintf(stderr, "hpct-bench: --launch %s: want direct and/or torchrun\n",
-			        launch_arg);
+		static const char *const launch_names[] = { "direct", "torchrun" };
+		int launch_idx[MAX_LAUNCH];
+		nlaunch = parse_names("--launch", launch_arg ? launch_arg : "direct,torchrun",
+		                      launch_names, 2, launch_idx);
+		if (nlaunch < 0)
 			return 2;
-		}
+		for (int i = 0; i < nlaunch; i++)
+			launches[i] = bench_launch_find(launch_names[launch_idx[i]]);
 		/* --torch: each release with its interpreter */
 		char *tl = strdup(torch_arg ? torch_arg : "1.13"), *tsave = NULL;
 		for (char *t = strtok_r(tl, ",", &tsave); t; t = strtok_r(NULL, ",", &tsave)) {
