@@ -11,8 +11,8 @@ set -eu
 bench=$1
 . "$(dirname "$0")/sh_common.sh"
 sizes=2,3,5,8,13,16,31,32,64
-# ports: the real runs 17000-17263, the simulator's calibration 17280-17295
-port=17280
+# ports: the real runs 17000-17263, the simulator's calibration 17264-17360
+port=17264
 
 "$bench" --scenario cold --ranks $sizes --path rootless --repeat 1 --port 17000 \
 	--json "$dir/real.json" >"$dir/real.out" 2>&1 || fail "real runs failed: $(cat "$dir/real.out")"

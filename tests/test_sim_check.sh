@@ -12,8 +12,8 @@
 set -eu
 bench=$1
 . "$(dirname "$0")/sh_common.sh"
-# ports 17300-17835: the calibration's, then the real runs'
-"$bench" --scenario sim --ranks 64 --port 17300 --json "$dir/s.json" >"$dir/s.out" 2>&1 ||
+# ports 17400-17791: the calibration's (17400-17496), then the real runs'
+"$bench" --scenario sim --ranks 64 --port 17400 --json "$dir/s.json" >"$dir/s.out" 2>&1 ||
 	fail "the simulation or its real runs failed: $(cat "$dir/s.out")"
 cat "$dir/s.out"
 cores=$(nproc)

@@ -80,9 +80,9 @@ static int real_cold(const char *bench, int port, double real[][2])
 	if (pid == 0) {
 		int dn = open("/dev/null", O_WRONLY);
 		dup2(dn, 1);
-		/* 8 loopback nodes: the ports of 256 ranks stay within 600 */
+		/* 16 loopback nodes: the ports of 256 ranks stay within 264 */
 		execl(bench, bench, "--scenario", "cold", "--ranks", list, "--path",
-		      "rootless,standard", "--repeat", repeat, "--nodes", "8", "--port", portarg,
+		      "rootless,standard", "--repeat", repeat, "--nodes", "16", "--port", portarg,
 		      "--timeout", "30", "--json", json, (char *)NULL);
 		_exit(127);
 	}
@@ -105,16 +105,6 @@ static int real_cold(const char *bench, int port, double real[][2])
 			real[i][p] = m ? atof(m + 12) : 0;
 		}
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-/* The cores this process may run on. */
-static int machine_cores(void)
-{
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return CPU_COUNT(&set);
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (int)n : 1;
 }
 
 /* The check: the model of a real cold run against real runs.  Prints the
@@ -357,7 +347,8 @@ int main(int argc, char **argv)
 	double t_all = measure_now();
 	if (from && model_from(from) < 0)
 		return 2;
-	/* the calibration's ports, then the check's real runs' */
+	/* the calibration's ports, port..port+96; the check's real runs', from
+	 * port+128 to port+391 */
 	if (!from && calibrate(bench, port) < 0)
 		return 1;
 	/* what a reader needs to place the figures: this machine's kind */
@@ -367,7 +358,7 @@ int main(int argc, char **argv)
 	printf("this machine: %d cores, fork+exec of /bin/true to its exit %.2f ms (median of "
 	       "200), "
 	       "loopback TCP round trip %.1f us (median of 200)\n",
-	       machine_cores(), fe * 1e3, rtt * 1e6);
+	       sim_machine_cores(), fe * 1e3, rtt * 1e6);
 	printf("model, %s%s:\n", from ? "from " : "calibrated on this machine", from ? from : "");
 	model_print(stdout);
 	struct model machine = sim_M;
@@ -459,8 +450,8 @@ int main(int argc, char **argv)
 	sim_M = machine;
 	if (check) {
 		double t_check = measure_now();
-		if (model_check(bench, port + 16, cores > 0 ? cores : machine_cores(), seed, jf) <
-		    0)
+		if (model_check(bench, port + 128, cores > 0 ? cores : sim_machine_cores(), seed,
+		                jf) < 0)
 			bad = 1;
 		printf("(the check took %.1f s)\n", measure_now() - t_check);
 	}

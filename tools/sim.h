@@ -23,12 +23,13 @@
  * the parameter table in sim_model.c (printed, written to the JSON, read
  * back by --model-from). */
 struct model {
-	double lat;    /* one-way latency on the wire */
-	double bw;     /* bytes per second of one stream, and of a node's NIC */
-	double c_send; /* CPU per message sent */
-	double c_recv; /* CPU per message received */
-	double c_wake; /* CPU to wake a blocked process and switch to it */
-	double c_conn; /* CPU per connection end: connect or accept, and the handshake */
+	double lat;      /* one-way latency on the wire */
+	double bw;       /* bytes per second of one stream, and of a node's NIC */
+	double c_send;   /* CPU per message sent */
+	double c_recv;   /* CPU per message received */
+	double c_wake;   /* CPU to wake a blocked process and switch to it */
+	double c_conn;   /* CPU per connection end: connect or accept, and the handshake */
+	double c_engine; /* the rootless engine's own CPU per event, ranks on busy cores */
 	/* the launch (the model check only; projections start ranks within --spread) */
 	double c_fork;  /* the launcher's CPU per rank it forks (set up, fork) */
 	double c_start; /* a real rank's CPU from its fork to its report: world of 1, rootless */
@@ -39,7 +40,7 @@ struct model {
 	double s_key;    /* per key of an MGET answered when it comes */
 	double s_rescan; /* per key looked up again when a parked MGET completes */
 	double s_resume; /* per wake of a parked MGET by the key it waits for */
-	double s_client; /* a client's CPU per request beyond the transport's */
+	double s_client; /* a client's CPU per request beyond the transport's, busy cores */
 };
 
 extern struct model sim_M; /* sim_model.c */
@@ -137,6 +138,9 @@ int sim_peer_addr(void *arg, int rank, struct sockaddr_storage *ss, socklen_t *l
 void sim_net_reset(int nodes);
 /* The most bytes one NIC carried one way so far in this run. */
 double sim_net_busiest(void);
+/* The rootless engine's events so far in this run (what c_engine is
+ * charged for); reset by sim_net_reset. */
+extern long sim_engine_events;
 
 /* The same transport as blocking-free calls for the modelled actors, which
  * handle their own events: the CPU of each is charged as the engine's are. */
@@ -211,13 +215,15 @@ static inline void sim_cpu(double s)
 
 struct sim_result {
 	int n;
-	double ms;        /* from the first start (or fork) until the last rank reported */
-	long busy_msgs;   /* messages sent + received by the busiest process */
-	long busy_conns;  /* connections opened + accepted by the busiest process */
-	long total_msgs;  /* messages sent by all ranks (and roots) */
-	long total_conns; /* connections opened by all ranks (and roots) */
-	int failed;       /* ranks that did not finish, or failed */
-	double nic_bytes; /* the most bytes one node's NIC carried one way */
+	double ms;          /* from the first start (or fork) until the last rank reported */
+	long busy_msgs;     /* messages sent + received by the busiest process */
+	long busy_conns;    /* connections opened + accepted by the busiest process */
+	long total_msgs;    /* messages sent by all ranks (and roots) */
+	long total_conns;   /* connections opened by all ranks (and roots) */
+	int failed;         /* ranks that did not finish, or failed */
+	double nic_bytes;   /* the most bytes one node's NIC carried one way */
+	long engine_events; /* sends, connects and events the rootless engine handled */
+	long root_requests; /* messages the root received (the store: requests) */
 	/* where the CPU went, s: the launcher, the ranks (start and the rest),
 	 * the root */
 	double cpu_launcher, cpu_start, cpu_ranks, cpu_root;
@@ -230,10 +236,16 @@ struct sim_result simulate(const struct sim_run *run);
  * the first of the few ports the calibration listens on.  0, or -1 with
  * the reason printed. */
 int calibrate(const char *bench, int port);
-/* The same on real code (sim_calib.c): a real rank's start at ports
- * port..port+7, and the real store server at port.  0 or -1, printed. */
+/* The same on real code (sim_calib.c), each 0 or -1 with the reason
+ * printed: a real rank's start (worlds of 1 at ports port..port+7), the
+ * real store server (at port), and, after those, what each path's work
+ * costs per event beyond the transport's on busy cores (real worlds of 32
+ * at port..port+64 and port+80). */
 int calib_launch(const char *bench, int port);
 int calib_store(int port);
+int calib_work(const char *bench, int port);
+/* The cores this process may run on. */
+int sim_machine_cores(void);
 /* Reads the "model" object of an earlier run's JSON; 0, or -1 naming what
  * is missing. */
 int model_from(const char *file);

@@ -4,7 +4,7 @@
  * are written here as what they do, request by request, and run as actors
  * on the same transport, cores and NICs as the rootless ranks.  Their CPU
  * per event is the transport's, plus, for the store, what its real server
- * was measured to cost per request and per key (sim_model.c). */
+ * was measured to cost per request and per key (sim_calib.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -290,8 +290,10 @@ static void count(struct sim_result *res, const struct srank *root)
 		res->total_conns += opened;
 		res->cpu_ranks += r->cpu;
 	}
-	if (root)
+	if (root) {
 		res->cpu_root = root->cpu;
+		res->root_requests = root->rx;
+	}
 }
 
 struct sim_result simulate(const struct sim_run *run)
@@ -388,6 +390,7 @@ struct sim_result simulate(const struct sim_run *run)
 	}
 	res.ms = (last - (first < 0 ? 0 : first)) * 1000;
 	res.nic_bytes = sim_net_busiest();
+	res.engine_events = sim_engine_events;
 	count(&res, path->root ? &sim_ranks[n] : NULL);
 	res.cpu_start = cpu_start;
 	res.cpu_ranks -= cpu_start;

@@ -22,6 +22,14 @@
 /* when each node's NIC is free again, out and in, and the bytes it carried */
 static double *egress_free, *ingress_free, *nic_bytes;
 static int net_nodes;
+long sim_engine_events;
+
+/* The engine's own work for one event, beyond the transport's. */
+static void engine_event(void)
+{
+	sim_cpu(sim_M.c_engine);
+	sim_engine_events++;
+}
 
 void sim_net_reset(int nodes)
 {
@@ -30,6 +38,7 @@ void sim_net_reset(int nodes)
 	free(nic_bytes);
 	egress_free = ingress_free = nic_bytes = NULL;
 	net_nodes = nodes;
+	sim_engine_events = 0;
 	if (nodes <= 0)
 		return;
 	egress_free = calloc((size_t)nodes, sizeof(double));
@@ -178,6 +187,7 @@ static int s_connect(void *ctx, const struct sockaddr *addr, socklen_t len, void
 	int to = rank_of_addr(addr);
 	if (to < 0 || to >= nactors_sim)
 		return -EHOSTUNREACH;
+	engine_event();
 	struct sconn *c = dial(x->rank, to);
 	c->base.user = user;
 	*conn_out = &c->base;
@@ -207,6 +217,7 @@ static int s_send(struct hpct_tconn *conn, const void *buf, size_t len)
 {
 	if (len > HPCT_TRANSPORT_MAX_MSG)
 		return -EMSGSIZE;
+	engine_event();
 	put((struct sconn *)conn, buf, len, len);
 	return 0;
 }
@@ -307,6 +318,7 @@ static int s_progress(void *ctx, int timeout_ms, hpct_tevent_cb cb, void *arg)
 	int n = 0;
 	struct tev *v;
 	while ((v = take(r))) {
+		engine_event();
 		struct hpct_tevent ev = { .type = v->type, .conn = &v->conn->base, .err = v->err };
 		if (ev.type == HPCT_TEV_MESSAGE) {
 			ev.data = v->data;
