@@ -113,13 +113,15 @@ static int real_cold(const char *bench, int port, double real[][2])
 static int model_check(const char *bench, int port, int cores, unsigned seed, FILE *jf)
 {
 	double real[NCHECK][2];
-	int rc = real_cold(bench, port, real);
+	/* what else this machine was doing (before the real runs, whose own
+	 * hundreds of processes would count) */
 	double load[1] = { -1 };
 	getloadavg(load, 1);
+	int rc = real_cold(bench, port, real);
 	printf("\nmodel check: cold start (world allgather of 64 bytes + barrier), every rank "
 	       "forked in turn by a launcher\non %d shared cores (%s), each start costing what "
 	       "a real rank's cost here; against real runs\n(hpct-bench --scenario cold, "
-	       "medians of %d; load average %.1f as they ended)\n",
+	       "medians of %d; load average %.1f before them)\n",
 	       cores, "this machine's, or --cores", CHECK_REPEAT, load[0]);
 	if (jf)
 		fprintf(jf, ",\"check\":{\"cores\":%d,\"tolerance_pct\":%.0f,\"rows\":[", cores,
@@ -352,12 +354,10 @@ int main(int argc, char **argv)
 	if (!from && calibrate(bench, port) < 0)
 		return 1;
 	/* what a reader needs to place the figures: this machine's kind */
-	int fd[2];
-	double fe = fork_exec_cost("/bin/true", 200);
-	double rtt = loopback_pair(fd) == 0 ? echo_round_trip(fd[0], fd[0], fd[1], fd[1], 200) : -1;
+	double fe = fork_exec_cost("/bin/true", 200), rtt = sim_rtt();
 	printf("this machine: %d cores, fork+exec of /bin/true to its exit %.2f ms (median of "
 	       "200), "
-	       "loopback TCP round trip %.1f us (median of 200)\n",
+	       "loopback TCP round trip between two cores %.1f us (median of 400)\n",
 	       sim_machine_cores(), fe * 1e3, rtt * 1e6);
 	printf("model, %s%s:\n", from ? "from " : "calibrated on this machine", from ? from : "");
 	model_print(stdout);

@@ -246,6 +246,9 @@ int calib_store(int port);
 int calib_work(const char *bench, int port);
 /* The cores this process may run on. */
 int sim_machine_cores(void);
+/* The loopback TCP round trip between two processes on two cores (one
+ * when there is one), s; -1 if it could not be measured. */
+double sim_rtt(void);
 /* Reads the "model" object of an earlier run's JSON; 0, or -1 naming what
  * is missing. */
 int model_from(const char *file);

@@ -178,6 +178,20 @@ static double wake_cpu(void)
 	return ok ? (per > pw + pr ? per - pw - pr : 0) : -1;
 }
 
+double sim_rtt(void)
+{
+	int fd[2];
+	if (loopback_pair(fd) < 0)
+		return -1;
+	int two = sim_machine_cores() > 1;
+	cpu_set_t set;
+	int self = sched_getaffinity(0, sizeof(set), &set) == 0 ? sched_getcpu() : -1, peer = -1;
+	for (int c = 0; self >= 0 && c < CPU_SETSIZE && peer < 0; c++)
+		if (CPU_ISSET(c, &set) && (c != self || !two))
+			peer = c;
+	return echo_round_trip_on(fd[0], fd[0], fd[1], fd[1], 400, self, peer);
+}
+
 static int net(void)
 {
 	int fd[2];
@@ -188,11 +202,10 @@ static int net(void)
 	syscall_cpu(fd, &sim_M.c_send, &sim_M.c_recv);
 	close(fd[0]);
 	close(fd[1]);
+	/* latency: what a TCP round trip between two cores takes beyond
+	 * those (a rank has a core of its own in the projections) */
+	double rtt = sim_rtt();
 	sim_M.c_wake = wake_cpu();
-	/* latency: what a TCP round trip takes beyond those */
-	if (loopback_pair(fd) < 0)
-		return -1;
-	double rtt = echo_round_trip(fd[0], fd[0], fd[1], fd[1], 400);
 	if (sim_M.c_wake < 0 || rtt < 0) {
 		fprintf(stderr, "hpct-bench-sim: calibration: a round trip failed\n");
 		return -1;
