@@ -267,9 +267,10 @@ int calib_work(const char *bench, int port)
 	 * starts (a world of 1's CPU each, and rank 0's server), less what the
 	 * same run costs simulated, per event of that run: per engine event
 	 * (a send, a connect, an event handled) for the rootless path, per
-	 * request for the standard path's clients.  Medians of 3 runs each. */
-	double real[2][3];
-	for (int i = 0; i < 3; i++)
+	 * request for the standard path's clients.  Medians of 5 runs each:
+	 * a difference of two sums of CPU moves more than either. */
+	double real[2][5];
+	for (int i = 0; i < 5; i++)
 		for (int p = 0; p < 2; p++) {
 			double cpu, wall;
 			if (run_world(bench, p == 0, port + 80 * p, WORK_WORLD, 100 + 2 * i + p,
@@ -283,9 +284,9 @@ int calib_work(const char *bench, int port)
 		fprintf(stderr, "hpct-bench-sim: calibration: simulated ranks did not finish\n");
 		return -1;
 	}
-	double extra = median_of(real[0], 3) - r.cpu_ranks;
+	double extra = median_of(real[0], 5) - r.cpu_ranks;
 	sim_M.c_engine = extra > 0 ? extra / (double)r.engine_events : 0;
-	extra = median_of(real[1], 3) - s.cpu_ranks - s.cpu_root;
+	extra = median_of(real[1], 5) - s.cpu_ranks - s.cpu_root;
 	sim_M.s_client = extra > 0 ? extra / (double)s.root_requests : 0;
 	return 0;
 }
