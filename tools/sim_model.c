@@ -52,11 +52,12 @@ static const struct param {
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 
+/* Nine digits: a run on a saved model gives that run's figures again. */
 void model_json(FILE *f)
 {
 	fprintf(f, "\"model\":{");
 	for (size_t i = 0; i < NPARAMS; i++)
-		fprintf(f, "%s\"%s\":%.6g", i ? "," : "", params[i].key,
+		fprintf(f, "%s\"%s\":%.9g", i ? "," : "", params[i].key,
 		        *params[i].v / params[i].unit);
 	fprintf(f, "}");
 }
