@@ -35,7 +35,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
