@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -80,19 +81,35 @@ static inline int loopback_pair(int fd[2])
 /* Median round trip, seconds, of `reps` 1-byte messages (after 20 to warm
  * up) written to `out` and read back from `in`, echoed by a child process
  * that reads `peer_in` and writes `peer_out` (a socket: the same fd both
- * ways).  Every fd given is closed on return; -1 if it could not be
- * measured. */
-static inline double echo_round_trip(int out, int in, int peer_in, int peer_out, int reps)
+ * ways).  With cpu_self and cpu_peer >= 0, this process and the echo run
+ * on those cores (this process's own set is restored after): on a VM a
+ * round trip between two cores can take 3 times one within a core, and
+ * where the scheduler puts them varies from run to run.  Every fd given is
+ * closed on return; -1 if it could not be measured. */
+static inline double echo_round_trip_on(int out, int in, int peer_in, int peer_out, int reps,
+                                        int cpu_self, int cpu_peer)
 {
+	cpu_set_t was, set;
+	int pinned = cpu_self >= 0 && cpu_peer >= 0 && sched_getaffinity(0, sizeof(was), &was) == 0;
 	pid_t pid = fork();
 	char c = 'x';
 	if (pid == 0) {
+		if (pinned) {
+			CPU_ZERO(&set);
+			CPU_SET(cpu_peer, &set);
+			sched_setaffinity(0, sizeof(set), &set);
+		}
 		close(out); /* else the echo's read never sees the end */
 		if (in != out)
 			close(in);
 		while (read(peer_in, &c, 1) == 1 && write(peer_out, &c, 1) == 1)
 			;
 		_exit(0);
+	}
+	if (pinned) {
+		CPU_ZERO(&set);
+		CPU_SET(cpu_self, &set);
+		sched_setaffinity(0, sizeof(set), &set);
 	}
 	close(peer_in);
 	if (peer_out != peer_in)
@@ -110,10 +127,18 @@ static inline double echo_round_trip(int out, int in, int peer_in, int peer_out,
 		close(in);
 	if (pid > 0)
 		waitpid(pid, NULL, 0);
+	if (pinned)
+		sched_setaffinity(0, sizeof(was), &was);
 	if (ok)
 		m = median_of(t, reps);
 	free(t);
 	return m;
+}
+
+/* The same wherever the scheduler puts the two. */
+static inline double echo_round_trip(int out, int in, int peer_in, int peer_out, int reps)
+{
+	return echo_round_trip_on(out, in, peer_in, peer_out, reps, -1, -1);
 }
 
 /* Median time, seconds, of `reps` fork + exec of `prog` (run with no

@@ -1,8 +1,10 @@
-/* hpct-bench-sim's model of a machine: its parameters, calibrated here at
- * start (or read from an earlier run's JSON), and the standard path's store
- * and NCCL's root, which are modelled rather than simulated. */
+/* hpct-bench-sim's model of a machine: its parameters, one table for
+ * printing them, writing them to the JSON and reading them back
+ * (--model-from); and the measurements of the network and the CPU per
+ * event, from loopback TCP between processes.  The launch and the store
+ * are measured on real code (sim_calib.c). */
 #include <errno.h>
-#include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,81 +18,87 @@
 
 struct model sim_M;
 
-/* ------------------------------------------------- the modelled roots */
+/* Every parameter: its name in the JSON, in the JSON's unit, and what it
+ * is.  The launch's are for the model check only. */
+static const struct param {
+	const char *key;
+	double *v;
+	double unit; /* seconds (or bytes per second) per JSON unit */
+	const char *what;
+} params[] = {
+	{ "lat_us", &sim_M.lat, 1e-6, "one-way latency on the wire, beyond the CPU" },
+	{ "bw_MBps", &sim_M.bw, 1e6, "bandwidth of one stream, and of a node's NIC" },
+	{ "send_us", &sim_M.c_send, 1e-6, "CPU per message sent" },
+	{ "recv_us", &sim_M.c_recv, 1e-6, "CPU per message received" },
+	{ "wake_us", &sim_M.c_wake, 1e-6, "CPU per wakeup of a blocked process" },
+	{ "conn_us", &sim_M.c_conn, 1e-6, "CPU per connection end (connect or accept)" },
+	{ "engine_us", &sim_M.c_engine, 1e-6,
+	  "rootless engine: its own CPU per event beyond those, on busy cores" },
+	{ "fork_us", &sim_M.c_fork, 1e-6, "launch: the launcher's CPU per rank it forks" },
+	{ "start_ms", &sim_M.c_start, 1e-3,
+	  "launch: a real rank's CPU from fork to report (world of 1, rootless)" },
+	{ "srv_ms", &sim_M.c_srv, 1e-3, "launch: more for a standard rank 0 (its store server)" },
+	{ "start_wall_ms", &sim_M.w_start, 1e-3,
+	  "launch: that rootless rank's wall time to its report, machine idle" },
+	{ "store_req_us", &sim_M.s_req, 1e-6,
+	  "store server: CPU per request beyond receiving and answering it" },
+	{ "store_key_us", &sim_M.s_key, 1e-6, "store server: per key of an MGET answered at once" },
+	{ "store_rescan_us", &sim_M.s_rescan, 1e-6,
+	  "store server: per key looked up on a parked MGET's way" },
+	{ "store_resume_us", &sim_M.s_resume, 1e-6,
+	  "store server: per wake of a parked MGET by its key" },
+	{ "client_req_us", &sim_M.s_client, 1e-6,
+	  "store client: CPU per request beyond sending it and receiving the answer, busy cores" },
+};
+#define NPARAMS (sizeof(params) / sizeof(params[0]))
 
-/* The standard path: rank 0's store serves everyone in turn.  Each rank
- * connects and says hello, sets its address (64 bytes), fetches the N-1
- * others' ((N-1) x 64 bytes back: what a rank that derives nothing must
- * learn, N^2 bytes through the store in all), adds to the barrier count and
- * waits for the release.  This is also the cold scenario's allgather +
- * barrier.  The store answers the fetches and releases once the last rank
- * has arrived.  With P shared cores the ranks' own work competes with it (a
- * bound: all CPU spread over P). */
-struct sim_result std_model(int n, double spread, int cores, unsigned seed)
+/* Nine digits: a run on a saved model gives that run's figures again. */
+void model_json(FILE *f)
 {
-	struct sim_result res = { .n = n };
-	double t = 0, item = 64;
-	double req = sim_M.c_recv + sim_M.c_send;
-	uint64_t rng = seed * 0x9e3779b97f4a7c15ULL + 1;
-	double first = -1;
-	for (int i = 0; i < n; i++) {
-		double a;
-		if (sim_M.c_fork > 0) {
-			a = i * sim_M.c_fork + sim_M.c_start;
-		} else {
-			rng ^= rng << 13;
-			rng ^= rng >> 7;
-			rng ^= rng << 17;
-			a = spread * (double)(rng >> 11) / (double)(1ULL << 53);
+	fprintf(f, "\"model\":{");
+	for (size_t i = 0; i < NPARAMS; i++)
+		fprintf(f, "%s\"%s\":%.9g", i ? "," : "", params[i].key,
+		        *params[i].v / params[i].unit);
+	fprintf(f, "}");
+}
+
+void model_print(FILE *f)
+{
+	for (size_t i = 0; i < NPARAMS; i++) {
+		const char *unit = strrchr(params[i].key, '_') + 1;
+		fprintf(f, "  %-72s %9.3f %s\n", params[i].what, *params[i].v / params[i].unit,
+		        unit);
+	}
+}
+
+int model_from(const char *file)
+{
+	FILE *f = fopen(file, "r");
+	if (!f) {
+		fprintf(stderr, "hpct-bench: --model-from %s: %s\n", file, strerror(errno));
+		return -1;
+	}
+	char text[8192];
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[got] = 0;
+	for (size_t i = 0; i < NPARAMS; i++) {
+		char pat[40];
+		snprintf(pat, sizeof(pat), "\"%s\":", params[i].key);
+		const char *at = strstr(text, pat);
+		if (!at) {
+			fprintf(stderr,
+			        "hpct-bench: --model-from %s: no \"%s\" (want the JSON of "
+			        "an earlier --scenario sim run)\n",
+			        file, params[i].key);
+			return -1;
 		}
-		if (first < 0 || a < first)
-			first = a;
-		a += sim_M.c_conn + sim_M.lat; /* its connect reaches the store */
-		/* accept; hello, set and the barrier's add answered at once */
-		t = (t > a ? t : a) + sim_M.c_conn + 3 * req;
+		*params[i].v = atof(at + strlen(pat)) * params[i].unit;
 	}
-	/* what waited for the last rank: the fetches and the releases */
-	t += n * (req + (n - 1) * item / sim_M.bw) + n * req;
-	t += sim_M.lat + sim_M.c_wake + sim_M.c_recv;
-	if (cores > 0) {
-		/* the ranks' own work shares the cores with the store */
-		double cpu = n * (sim_M.c_start + 2 * sim_M.c_conn + 5 * (2 * req + sim_M.c_wake)) +
-		             n * (n - 1) * item / sim_M.bw;
-		if (cpu / cores > t)
-			t = cpu / cores;
-	}
-	res.ms = (t - (first < 0 ? 0 : first)) * 1000;
-	res.busy_msgs = 10L * n; /* 5 requests and 5 answers per rank */
-	res.busy_conns = n;
-	return res;
+	return 0;
 }
 
-/* NCCL's bootstrap root: accepts every rank's connection and report
- * (address and ring information), then connects to each rank in turn to
- * send it its ring neighbour's. */
-struct sim_result nccl_model(int n, double spread, unsigned seed)
-{
-	struct sim_result res = { .n = n };
-	double t = 0, first = -1;
-	uint64_t rng = seed * 0x9e3779b97f4a7c15ULL + 1;
-	for (int i = 0; i < n; i++) {
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		double a = spread * (double)(rng >> 11) / (double)(1ULL << 53);
-		if (first < 0 || a < first)
-			first = a;
-		a += sim_M.c_conn + sim_M.lat + sim_M.c_send + sim_M.lat;
-		t = (t > a ? t : a) + sim_M.c_conn + sim_M.c_recv;
-	}
-	t += n * (sim_M.c_conn + sim_M.c_send) + sim_M.lat + sim_M.c_wake + sim_M.c_recv;
-	res.ms = (t - first) * 1000;
-	res.busy_msgs = 2L * n;
-	res.busy_conns = 2L * n;
-	return res;
-}
-
-/* ------------------------------------------------------- calibration */
+/* ---------------------------------------------------- the network */
 
 static double cpu_time(void)
 {
@@ -99,20 +107,11 @@ static double cpu_time(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void tcp_pair(int fd[2])
+/* CPU per write and per read of 64 bytes, over fd[0] -> fd[1], in
+ * batches that never block. */
+static void syscall_cpu(int fd[2], double *w, double *r)
 {
-	if (loopback_pair(fd) < 0) {
-		perror("hpct-bench-sim: calibration over loopback TCP");
-		exit(1);
-	}
-}
-
-void calibrate(const char *rank_prog)
-{
-	int fd[2];
 	unsigned char msg[64] = { 0 };
-	/* send and receive CPU: batches through one loopback pair */
-	tcp_pair(fd);
 	double ts = 0, tr = 0;
 	int per = 256, batches = 80;
 	for (int b = 0; b < batches; b++) {
@@ -127,23 +126,91 @@ void calibrate(const char *rank_prog)
 		ts += t1 - t0;
 		tr += cpu_time() - t1;
 	}
-	close(fd[0]);
-	close(fd[1]);
-	sim_M.c_send = ts / (per * batches);
-	sim_M.c_recv = tr / (per * batches);
-	/* wakeup: a pipe ping-pong has no network stack in it */
+	*w = ts / (per * batches);
+	*r = tr / (per * batches);
+}
+
+/* The CPU of one wakeup: a ping-pong of 1-byte messages over pipes with a
+ * child, both blocking and both held to one core, so that every message
+ * switches from one process to the other there and the core is never
+ * idle: the time per message is all CPU.  Less a pipe's write and read,
+ * what is left is the switch, as a busy machine pays it (an idle core's
+ * wake-up latency is in the latency, below). */
+static double wake_cpu(void)
+{
 	int p1[2], p2[2];
 	if (pipe(p1) || pipe(p2))
-		exit(1);
-	double wake_rtt = echo_round_trip(p1[1], p2[0], p1[0], p2[1], 400);
-	/* latency: what a TCP round trip has beyond those */
-	tcp_pair(fd);
-	double rtt = echo_round_trip(fd[0], fd[0], fd[1], fd[1], 400);
-	if (wake_rtt < 0 || rtt < 0) {
-		fprintf(stderr, "hpct-bench-sim: calibration: a round trip failed\n");
-		exit(1);
+		return -1;
+	double pw, pr;
+	int both[2] = { p1[1], p1[0] };
+	syscall_cpu(both, &pw, &pr);
+	cpu_set_t was, one;
+	int cpu = sched_getcpu();
+	if (sched_getaffinity(0, sizeof(was), &was) != 0 || cpu < 0)
+		return -1;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one) != 0)
+		return -1;
+	int rounds = 4000;
+	char c = 'x';
+	pid_t pid = fork(); /* held to the same core, as its parent */
+	if (pid == 0) {
+		close(p1[1]);
+		close(p2[0]);
+		while (read(p1[0], &c, 1) == 1 && write(p2[1], &c, 1) == 1)
+			;
+		_exit(0);
 	}
-	sim_M.c_wake = wake_rtt / 2;
+	close(p1[0]);
+	close(p2[1]);
+	int ok = pid > 0;
+	for (int i = 0; i < 100 && ok; i++) /* both running before the clock starts */
+		ok = write(p1[1], &c, 1) == 1 && read(p2[0], &c, 1) == 1;
+	double t0 = measure_now();
+	for (int i = 0; i < rounds && ok; i++)
+		ok = write(p1[1], &c, 1) == 1 && read(p2[0], &c, 1) == 1;
+	double per = (measure_now() - t0) / (2.0 * rounds);
+	close(p1[1]);
+	close(p2[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	sched_setaffinity(0, sizeof(was), &was);
+	return ok ? (per > pw + pr ? per - pw - pr : 0) : -1;
+}
+
+double sim_rtt(void)
+{
+	int fd[2];
+	if (loopback_pair(fd) < 0)
+		return -1;
+	int two = sim_machine_cores() > 1;
+	cpu_set_t set;
+	int self = sched_getaffinity(0, sizeof(set), &set) == 0 ? sched_getcpu() : -1, peer = -1;
+	for (int c = 0; self >= 0 && c < CPU_SETSIZE && peer < 0; c++)
+		if (CPU_ISSET(c, &set) && (c != self || !two))
+			peer = c;
+	return echo_round_trip_on(fd[0], fd[0], fd[1], fd[1], 400, self, peer);
+}
+
+static int net(void)
+{
+	int fd[2];
+	if (loopback_pair(fd) < 0) {
+		perror("hpct-bench-sim: calibration over loopback TCP");
+		return -1;
+	}
+	syscall_cpu(fd, &sim_M.c_send, &sim_M.c_recv);
+	close(fd[0]);
+	close(fd[1]);
+	/* latency: what a TCP round trip between two cores takes beyond
+	 * those (a rank has a core of its own in the projections) */
+	double rtt = sim_rtt();
+	sim_M.c_wake = wake_cpu();
+	if (sim_M.c_wake < 0 || rtt < 0) {
+		fprintf(stderr, "hpct-bench-sim: calibration: a round trip failed\n");
+		return -1;
+	}
 	sim_M.lat = rtt / 2 - sim_M.c_send - sim_M.c_recv - sim_M.c_wake;
 	if (sim_M.lat < 1e-6)
 		sim_M.lat = 1e-6;
@@ -152,14 +219,14 @@ void calibrate(const char *rank_prog)
 	int l = loopback_listener(&a);
 	if (l < 0) {
 		perror("hpct-bench-sim: calibration listener");
-		exit(1);
+		return -1;
 	}
 	double t0 = cpu_time();
 	int conns = 300;
 	for (int i = 0; i < conns; i++) {
 		int s = socket(AF_INET, SOCK_STREAM, 0);
-		if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0)
-			exit(1);
+		if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0)
+			return -1;
 		int x = accept(l, NULL, NULL);
 		close(x);
 		close(s);
@@ -167,13 +234,14 @@ void calibrate(const char *rank_prog)
 	sim_M.c_conn = (cpu_time() - t0) / (2.0 * conns);
 	close(l);
 	/* bandwidth: 32 MB in 64 KB writes from another process */
-	tcp_pair(fd);
+	if (loopback_pair(fd) < 0)
+		return -1;
 	size_t total = 32u << 20, chunk = 64u << 10;
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(fd[1]);
 		char *buf = calloc(1, chunk);
-		for (size_t sent = 0; sent < total;) {
+		for (size_t sent = 0; buf && sent < total;) {
 			ssize_t k = write(fd[0], buf, chunk);
 			if (k <= 0)
 				_exit(1);
@@ -184,67 +252,31 @@ void calibrate(const char *rank_prog)
 	close(fd[0]);
 	char *buf = malloc(chunk);
 	t0 = measure_now();
-	for (size_t got = 0; got < total;) {
+	size_t got = 0;
+	while (buf && got < total) {
 		ssize_t k = read(fd[1], buf, chunk);
 		if (k <= 0)
 			break;
 		got += (size_t)k;
 	}
-	sim_M.bw = (double)total / (measure_now() - t0);
+	sim_M.bw = (double)got / (measure_now() - t0);
 	free(buf);
 	close(fd[1]);
 	waitpid(pid, NULL, 0);
-	/* process start: a rank program that exits at once, and the fork */
-	double st[20], fk[20];
-	for (int i = 0; i < 20; i++) {
-		t0 = measure_now();
-		pid = fork();
-		if (pid == 0) {
-			int dn = open("/dev/null", O_WRONLY);
-			dup2(dn, 2);
-			execl(rank_prog, rank_prog, "--as-rank", "none", (char *)NULL);
-			_exit(127);
-		}
-		fk[i] = measure_now() - t0;
-		waitpid(pid, NULL, 0);
-		st[i] = measure_now() - t0;
-	}
-	sim_M.c_fork = median_of(fk, 20);
-	sim_M.c_start = median_of(st, 20) - sim_M.c_fork;
+	return got == total ? 0 : -1;
 }
 
-/* The "model" object of an earlier run's JSON, so that runs can be
- * compared on the same parameters; 0, or -1 naming what is missing. */
-int model_from(const char *file)
+int calibrate(const char *bench, int port)
 {
-	FILE *f = fopen(file, "r");
-	if (!f) {
-		fprintf(stderr, "hpct-bench: --model-from %s: %s\n", file, strerror(errno));
+	/* The launch first, while this process is as small as the launcher
+	 * (hpct-bench: 30 mappings, under 2 MB resident): a fork copies the
+	 * parent's page tables and the child's exec tears them down, both on
+	 * the CPU measured; the store's calibration touches more memory. */
+	if (calib_launch(bench, port) < 0)
 		return -1;
-	}
-	char text[4096];
-	size_t got = fread(text, 1, sizeof(text) - 1, f);
-	fclose(f);
-	text[got] = 0;
-	static const struct {
-		const char *key;
-		double *to, scale;
-	} keys[] = { { "lat_us", &sim_M.lat, 1e-6 },     { "bw_MBps", &sim_M.bw, 1e6 },
-		     { "send_us", &sim_M.c_send, 1e-6 }, { "recv_us", &sim_M.c_recv, 1e-6 },
-		     { "wake_us", &sim_M.c_wake, 1e-6 }, { "conn_us", &sim_M.c_conn, 1e-6 },
-		     { "fork_us", &sim_M.c_fork, 1e-6 }, { "start_ms", &sim_M.c_start, 1e-3 } };
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		char pat[32];
-		snprintf(pat, sizeof(pat), "\"%s\":", keys[i].key);
-		const char *at = strstr(text, pat);
-		if (!at) {
-			fprintf(stderr,
-			        "hpct-bench: --model-from %s: no \"%s\" (want the JSON of "
-			        "an earlier --scenario sim run)\n",
-			        file, keys[i].key);
-			return -1;
-		}
-		*keys[i].to = atof(at + strlen(pat)) * keys[i].scale;
-	}
-	return 0;
+	if (net() < 0)
+		return -1;
+	if (calib_store(port + 8) < 0)
+		return -1;
+	return calib_work(bench, port + 16);
 }

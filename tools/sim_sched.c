@@ -1,6 +1,13 @@
 /* hpct-bench-sim's scheduler: an event queue on a simulated clock, and
- * every rank a coroutine with its own world, engine and transport context,
- * run on one core each or on P shared cores (FIFO). */
+ * every actor (a rank, the root beside rank 0, the launcher) a coroutine,
+ * run on a core of its own each or on P shared cores.  Shared cores go to
+ * whoever is ready, in turn (FIFO); an actor keeps its core until it waits,
+ * except the launcher, which queues again after every fork, as a process
+ * that never waits still gets only its share of the cores.
+ *
+ * The rootless path's ranks are libhpct's own: each joins the world through
+ * hpct__world_start, as hpct_world_create does, over the simulated
+ * transport, and runs the public collectives. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,20 +20,27 @@
 #define STACK_SIZE (128 * 1024)
 
 struct srank *sim_ranks;
-int nranks_sim;
+int nranks_sim, nactors_sim, sim_per_node;
 struct srank *sim_cur;
 double sim_now;
 struct sconn *sim_conns;
+const struct sim_run *sim_run_now;
+void *sim_state;
 static ucontext_t sim_main_uc;
-static int free_cores, all_cores; /* all_cores: one core per rank */
+static int free_cores, all_cores; /* all_cores: a core for every actor */
 static struct srank *runq_head, *runq_tail;
-static int work_cold; /* allgather + barrier, else a barrier */
 static uint64_t sim_job;
 static long ndone;
+static double cpu_start; /* of the ranks' process starts (launch) */
 
 double sim_clock(void)
 {
 	return sim_now;
+}
+
+int sim_node_of(int actor)
+{
+	return actor < nranks_sim ? actor / sim_per_node : 0; /* roots: rank 0's node */
 }
 
 /* ------------------------------------------------------- event queue */
@@ -35,7 +49,7 @@ struct event {
 	double t;
 	uint64_t seq;
 	int kind;
-	int rank;
+	int actor;
 	uint64_t token;
 	struct tev *tev;
 };
@@ -49,7 +63,7 @@ static int ev_before(const struct event *a, const struct event *b)
 	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
 }
 
-void sim_push(double t, int kind, int rank, uint64_t token, struct tev *tev)
+void sim_push(double t, int kind, int actor, uint64_t token, struct tev *tev)
 {
 	if (nheap == capheap) {
 		capheap = capheap ? capheap * 2 : 1024;
@@ -59,7 +73,7 @@ void sim_push(double t, int kind, int rank, uint64_t token, struct tev *tev)
 			exit(1);
 		}
 	}
-	struct event e = { t, next_seq++, kind, rank, token, tev };
+	struct event e = { t, next_seq++, kind, actor, token, tev };
 	size_t i = nheap++;
 	while (i > 0 && ev_before(&e, &heap[(i - 1) / 2])) {
 		heap[i] = heap[(i - 1) / 2];
@@ -88,26 +102,65 @@ static struct event pop(void)
 	return top;
 }
 
-/* ------------------------------------------------------------ ranks */
+/* ------------------------------------------------------------ actors */
 
-void sim_block(struct srank *r, int timeout_ms)
+/* Waits s seconds (< 0: for ever) unless an event comes first. */
+static void block_for(struct srank *r, double s)
 {
 	r->token++;
-	if (timeout_ms >= 0)
-		sim_push(sim_now + timeout_ms / 1000.0, EV_TIMER, r->id, r->token, NULL);
+	if (s >= 0)
+		sim_push(sim_now + s, EV_TIMER, r->id, r->token, NULL);
 	r->state = R_BLOCKED;
 	r->busy_until = sim_now;
 	swapcontext(&r->uc, &sim_main_uc);
-	sim_now += sim_M.c_wake;
+	sim_cpu(sim_M.c_wake);
 }
 
-/* A rank's life: joins the world through hpct's own start (the rootless
- * path over the simulated transport), runs the work, and is done. */
-static void rank_body(void)
+void sim_block(struct srank *r, int timeout_ms)
 {
-	struct srank *r = sim_cur;
-	if (sim_M.c_start > 0)
-		sim_now += sim_M.c_start; /* the process starting: exec, loading */
+	block_for(r, timeout_ms < 0 ? -1 : timeout_ms / 1000.0);
+}
+
+void sim_sleep(struct srank *r, double s)
+{
+	double until = sim_now + s;
+	while (sim_now < until)
+		block_for(r, until - sim_now);
+}
+
+static void enqueue(struct srank *r)
+{
+	r->state = R_QUEUED;
+	r->runq_next = NULL;
+	if (runq_tail)
+		runq_tail->runq_next = r;
+	else
+		runq_head = r;
+	runq_tail = r;
+}
+
+void sim_yield(struct srank *r)
+{
+	if (all_cores)
+		return; /* a core of its own: nobody to give it to */
+	enqueue(r);
+	r->busy_until = sim_now;
+	swapcontext(&r->uc, &sim_main_uc);
+}
+
+void sim_process_start(double cpu)
+{
+	if (!sim_run_now->launch)
+		return;
+	sim_cpu(cpu);
+	cpu_start += cpu;
+}
+
+/* The rootless path: hpct's own start over the simulated transport, then
+ * the work through the public collectives. */
+static void rootless_rank(struct srank *r)
+{
+	sim_process_start(sim_M.c_start);
 	struct hpct_topo topo = { .rank = r->id,
 		                  .size = nranks_sim,
 		                  .job = sim_job,
@@ -116,7 +169,7 @@ static void rank_body(void)
 	struct hpct_world_opts opts = { .transport = &sim_ops, .peer_addr = sim_peer_addr };
 	int rc = hpct__world_start(&topo, &opts, &r->w);
 	hpct_group *world = rc == 0 ? hpct_world_group(r->w) : NULL;
-	if (rc == 0 && work_cold) {
+	if (rc == 0 && sim_run_now->cold) {
 		unsigned char item[64], *all = malloc((size_t)nranks_sim * sizeof(item));
 		memset(item, r->id & 0xff, sizeof(item));
 		rc = all ? hpct_allgather(world, item, sizeof(item), all) : HPCT_ENOMEM;
@@ -131,99 +184,170 @@ static void rank_body(void)
 	if (rc == 0)
 		rc = hpct_barrier(world);
 	r->rc = rc;
-	r->done_at = sim_now;
 	if (r->w)
 		hpct_world_get_stats(r->w, &r->st);
+}
+
+/* The model check's launcher: forks the ranks in turn, each fork its CPU
+ * on the shared cores, then reads their reports. */
+static void launcher(struct srank *self)
+{
+	for (int i = 0; i < nranks_sim; i++) {
+		sim_cpu(sim_M.c_fork);
+		sim_push(sim_now, EV_START, i, 0, NULL);
+		sim_yield(self);
+	}
+	for (int got = 0; got < nranks_sim; got++)
+		free(sim_next(self, -1));
+}
+
+const struct sim_path sim_paths[SIM_NPATHS] = {
+	[SIM_ROOTLESS] = { "rootless", "simulated", rootless_rank, NULL, 0, NULL, NULL },
+	[SIM_STANDARD] = { "standard", "model", std_rank, std_server, 0, std_setup, std_teardown },
+	[SIM_NCCL] = { "nccl-root", "model", nccl_rank, nccl_root, 1, nccl_setup, nccl_teardown },
+};
+
+/* Every actor's coroutine: its body, then, for a rank, its report. */
+static void actor_main(void)
+{
+	struct srank *r = sim_cur;
+	r->body(r);
 	r->state = R_DONE;
-	ndone++;
+	if (r->id < nranks_sim) {
+		r->done_at = sim_now;
+		ndone++;
+		if (sim_run_now->launch)
+			sim_report(&sim_ranks[nranks_sim + 1]);
+	}
+	r->busy_until = sim_now;
 	swapcontext(&r->uc, &sim_main_uc); /* never resumed */
 }
 
-static void run(struct srank *r, double t)
+static void run_on_core(struct srank *r, double t)
 {
 	if (!all_cores)
 		free_cores--;
 	sim_now = t > r->busy_until ? t : r->busy_until; /* its own work comes first */
+	double from = sim_now;
 	sim_cur = r;
 	r->state = R_RUNNING;
 	swapcontext(&sim_main_uc, &r->uc);
 	sim_cur = NULL;
+	r->cpu += sim_now - from;
 	if (!all_cores)
 		sim_push(sim_now, EV_CORE_FREE, -1, 0, NULL);
 }
 
-/* A rank with something to do gets a core now, or waits its turn. */
+/* An actor with something to do gets a core now, or waits its turn. */
 static void wake(struct srank *r, double t)
 {
-	if (all_cores || free_cores > 0) {
-		run(r, t);
-		return;
-	}
-	r->state = R_QUEUED;
-	r->runq_next = NULL;
-	if (runq_tail)
-		runq_tail->runq_next = r;
+	if (all_cores || free_cores > 0)
+		run_on_core(r, t);
 	else
-		runq_head = r;
-	runq_tail = r;
+		enqueue(r);
 }
 
-static void start_rank(struct srank *r, double t)
+static void start_actor(struct srank *r, double t)
 {
 	r->stack = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE,
 	                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (r->stack == MAP_FAILED) {
-		fprintf(stderr, "hpct-bench-sim: no memory for rank %d's stack\n", r->id);
+		fprintf(stderr, "hpct-bench-sim: no memory for actor %d's stack\n", r->id);
 		exit(1);
 	}
 	getcontext(&r->uc);
 	r->uc.uc_stack.ss_sp = r->stack;
 	r->uc.uc_stack.ss_size = STACK_SIZE;
 	r->uc.uc_link = &sim_main_uc;
-	makecontext(&r->uc, rank_body, 0);
+	makecontext(&r->uc, actor_main, 0);
 	r->start_at = t;
+	r->busy_until = t;
 	wake(r, t);
 }
 
-struct sim_result simulate(int n, unsigned seed, int cores, int cold, double spread)
+/* The busiest process and the totals: a root counts with rank 0, whose
+ * process it lives in. */
+static void count(struct sim_result *res, const struct srank *root)
 {
+	for (int i = 0; i < nranks_sim; i++) {
+		const struct srank *r = &sim_ranks[i];
+		long sent = r->w ? (long)r->st.msgs_sent : r->tx;
+		long msgs = r->w ? (long)(r->st.msgs_sent + r->st.msgs_recv) : r->tx + r->rx;
+		long opened = r->w ? (long)r->st.conns_opened : r->opened;
+		long conns = r->w ? (long)(r->st.conns_opened + r->st.conns_accepted)
+		                  : r->opened + r->accepted;
+		if (i == 0 && root) {
+			sent += root->tx;
+			msgs += root->tx + root->rx;
+			opened += root->opened;
+			conns += root->opened + root->accepted;
+		}
+		if (msgs > res->busy_msgs)
+			res->busy_msgs = msgs;
+		if (conns > res->busy_conns)
+			res->busy_conns = conns;
+		res->total_msgs += sent;
+		res->total_conns += opened;
+		res->cpu_ranks += r->cpu;
+	}
+	if (root) {
+		res->cpu_root = root->cpu;
+		res->root_requests = root->rx;
+	}
+}
+
+struct sim_result simulate(const struct sim_run *run)
+{
+	const struct sim_path *path = run->path;
+	int n = run->n;
 	struct sim_result res = { .n = n };
+	sim_run_now = run;
 	nranks_sim = n;
-	work_cold = cold;
-	all_cores = cores <= 0;
-	free_cores = cores;
+	nactors_sim = n + 2; /* the root's place, then the launcher's */
+	sim_per_node = run->per_node > 0 ? run->per_node : n;
+	sim_net_reset((n + sim_per_node - 1) / sim_per_node);
+	all_cores = run->cores <= 0;
+	free_cores = run->cores;
 	ndone = 0;
+	cpu_start = 0;
 	char job[64];
-	snprintf(job, sizeof(job), "sim-%u", seed);
+	snprintf(job, sizeof(job), "sim-%u", run->seed);
 	sim_job = hpct__hash(job, strlen(job), 0);
-	sim_ranks = calloc((size_t)n, sizeof(*sim_ranks));
+	sim_ranks = calloc((size_t)nactors_sim, sizeof(*sim_ranks));
 	if (!sim_ranks) {
 		fprintf(stderr, "hpct-bench-sim: no memory for %d ranks\n", n);
 		exit(1);
 	}
-	uint64_t rng = seed * 0x9e3779b97f4a7c15ULL + 1;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < nactors_sim; i++) {
 		sim_ranks[i].id = i;
-		double t;
-		if (sim_M.c_fork > 0) {
-			t = i * sim_M.c_fork;
-		} else {
+		sim_ranks[i].body = i < n ? path->rank : i == n ? path->root : launcher;
+	}
+	sim_state = path->setup ? path->setup(run) : NULL;
+	if (run->launch) {
+		sim_push(0, EV_START, n + 1, 0, NULL);
+	} else {
+		uint64_t rng = run->seed * 0x9e3779b97f4a7c15ULL + 1;
+		for (int i = 0; i < n; i++) {
 			rng ^= rng << 13;
 			rng ^= rng >> 7;
 			rng ^= rng << 17;
-			t = spread * (double)(rng >> 11) / (double)(1ULL << 53);
+			double t = run->spread * (double)(rng >> 11) / (double)(1ULL << 53);
+			sim_push(t, EV_START, i, 0, NULL);
 		}
-		sim_push(t, EV_START, i, 0, NULL);
 	}
+	if (path->root && path->root_at_start)
+		sim_push(0, EV_START, n, 0, NULL);
 	double first = -1;
 	while (nheap && ndone < n) {
 		struct event e = pop();
-		struct srank *r = e.rank >= 0 ? &sim_ranks[e.rank] : NULL;
+		struct srank *r = e.actor >= 0 ? &sim_ranks[e.actor] : NULL;
 		switch (e.kind) {
 		case EV_START:
-			if (first < 0)
+			if (r->state != R_NEW)
+				break;
+			if (e.actor != n && (first < 0 || e.t < first))
 				first = e.t;
-			start_rank(r, e.t);
+			start_actor(r, e.t);
 			break;
 		case EV_DELIVER:
 			if (r->state == R_DONE || r->state == R_NEW) {
@@ -249,7 +373,7 @@ struct sim_result simulate(int n, unsigned seed, int cores, int cold, double spr
 				runq_head = q->runq_next;
 				if (!runq_head)
 					runq_tail = NULL;
-				run(q, e.t);
+				run_on_core(q, e.t);
 			}
 			break;
 		}
@@ -263,21 +387,23 @@ struct sim_result simulate(int n, unsigned seed, int cores, int cold, double spr
 		}
 		if (r->done_at > last)
 			last = r->done_at;
-		long msgs = (long)(r->st.msgs_sent + r->st.msgs_recv);
-		long conns = (long)(r->st.conns_opened + r->st.conns_accepted);
-		if (msgs > res.busy_msgs)
-			res.busy_msgs = msgs;
-		if (conns > res.busy_conns)
-			res.busy_conns = conns;
-		res.total_msgs += (long)r->st.msgs_sent;
-		res.total_conns += (long)r->st.conns_opened;
 	}
 	res.ms = (last - (first < 0 ? 0 : first)) * 1000;
+	res.nic_bytes = sim_net_busiest();
+	res.engine_events = sim_engine_events;
+	count(&res, path->root ? &sim_ranks[n] : NULL);
+	res.cpu_start = cpu_start;
+	res.cpu_ranks -= cpu_start;
+	if (run->launch)
+		res.cpu_launcher = sim_ranks[n + 1].cpu;
 	/* tear down: engines first (their conns are the sim's), then the rest */
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < nactors_sim; i++) {
 		struct srank *r = &sim_ranks[i];
 		sim_cur = r;
-		hpct__world_end(r->w, 0, 0); /* no linger: the clock stands still now */
+		if (r->w)
+			hpct__world_end(r->w, 0, 0); /* no linger: the clock stands still now */
+		else
+			free(r->tctx); /* a modelled actor's */
 		r->w = NULL;
 		sim_cur = NULL;
 		while (r->inbox) {
@@ -297,8 +423,12 @@ struct sim_result simulate(int n, unsigned seed, int cores, int cold, double spr
 		sim_conns = c->all_next;
 		free(c);
 	}
+	if (path->teardown)
+		path->teardown(sim_state);
+	sim_state = NULL;
 	free(sim_ranks);
 	sim_ranks = NULL;
 	runq_head = runq_tail = NULL;
+	sim_net_reset(0);
 	return res;
 }

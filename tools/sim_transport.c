@@ -1,7 +1,15 @@
 /* hpct-bench-sim's transport: the table of functions hpct's engine drives
- * (transport/transport.h), over simulated connections.  Every send costs
- * the sender the model's CPU and reaches the peer after its latency and
- * bandwidth, in order; a connect to a rank not listening yet is refused. */
+ * (transport/transport.h), over simulated connections, and the same
+ * connections as plain calls for the modelled actors (sim_roots.c).  Every
+ * send costs the sender the model's CPU and reaches the peer after the
+ * latency and its bytes' time, in order; a connect to an actor not
+ * listening yet is refused.
+ *
+ * Bandwidth is a node's, not a connection's: the bytes every actor of a
+ * node sends to other nodes go out through one NIC, one message after the
+ * other, and the bytes a node receives come in through it the same way.
+ * Between actors of one node (loopback) a message takes only its own
+ * stream's time. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -11,8 +19,67 @@
 
 #include "tools/sim.h"
 
+/* when each node's NIC is free again, out and in, and the bytes it carried */
+static double *egress_free, *ingress_free, *nic_bytes;
+static int net_nodes;
+long sim_engine_events;
+
+/* The engine's own work for one event, beyond the transport's. */
+static void engine_event(void)
+{
+	sim_cpu(sim_M.c_engine);
+	sim_engine_events++;
+}
+
+void sim_net_reset(int nodes)
+{
+	free(egress_free);
+	free(ingress_free);
+	free(nic_bytes);
+	egress_free = ingress_free = nic_bytes = NULL;
+	net_nodes = nodes;
+	sim_engine_events = 0;
+	if (nodes <= 0)
+		return;
+	egress_free = calloc((size_t)nodes, sizeof(double));
+	ingress_free = calloc((size_t)nodes, sizeof(double));
+	nic_bytes = calloc(2 * (size_t)nodes, sizeof(double));
+	if (!egress_free || !ingress_free || !nic_bytes) {
+		fprintf(stderr, "hpct-bench-sim: no memory for %d nodes\n", nodes);
+		exit(1);
+	}
+}
+
+/* When a message of len bytes sent now by actor `from` is all at `to`. */
+static double arrival(int from, int to, size_t len)
+{
+	double bytes = (double)len / sim_M.bw;
+	int a = sim_node_of(from), b = sim_node_of(to);
+	if (a == b || a >= net_nodes || b >= net_nodes)
+		return sim_now + sim_M.lat + bytes;
+	/* out through a's NIC after what it is sending already, then in
+	 * through b's after what it is receiving already */
+	double out_done = (egress_free[a] > sim_now ? egress_free[a] : sim_now) + bytes;
+	egress_free[a] = out_done;
+	nic_bytes[2 * a] += (double)len;
+	nic_bytes[2 * b + 1] += (double)len;
+	double in_from = out_done - bytes + sim_M.lat;
+	double in_done = (ingress_free[b] > in_from ? ingress_free[b] : in_from) + bytes;
+	ingress_free[b] = in_done;
+	return in_done;
+}
+
+double sim_net_busiest(void)
+{
+	double most = 0;
+	for (int i = 0; i < 2 * net_nodes; i++)
+		if (nic_bytes[i] > most)
+			most = nic_bytes[i];
+	return most;
+}
+
 static void deliver(struct srank *to, double t, enum hpct_tevent_type type, struct sconn *c,
-                    int err, const void *data, size_t len)
+                    int err, const void *data, size_t len, size_t wire_len)
 {
 	struct tev *v = malloc(sizeof(*v) + len);
 	if (!v) {
@@ -24,6 +91,7 @@ static void deliver(struct srank *to, double t, enum hpct_tevent_type type, stru
 	v->conn = c;
 	v->err = err;
 	v->len = len;
+	v->wire_len = wire_len;
 	if (len)
 		memcpy(v->data, data, len);
 	sim_push(t, EV_DELIVER, to->id, 0, v);
@@ -55,6 +123,19 @@ static int s_listen(void *ctx, const struct sockaddr *addr, socklen_t len)
 	return 0;
 }
 
+void sim_listen(struct srank *r)
+{
+	if (!r->tctx) {
+		r->tctx = calloc(1, sizeof(*r->tctx));
+		if (!r->tctx) {
+			fprintf(stderr, "hpct-bench-sim: out of memory for actor %d\n", r->id);
+			exit(1);
+		}
+		r->tctx->rank = r;
+	}
+	r->tctx->listening = 1;
+}
+
 static int rank_of_addr(const struct sockaddr *addr)
 {
 	return (int)ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr);
@@ -69,9 +150,32 @@ static struct sconn *new_conn(struct srank *owner)
 	}
 	c->owner = owner;
 	c->open = 1;
+	c->who = -1;
 	c->max_msg = HPCT_TRANSPORT_MAX_MSG;
 	c->all_next = sim_conns;
 	sim_conns = c;
+	return c;
+}
+
+/* A connection from r to actor `to`: accepted there, or refused. */
+static struct sconn *dial(struct srank *r, int to)
+{
+	sim_cpu(sim_M.c_conn);
+	struct sconn *c = new_conn(r);
+	struct srank *t = &sim_ranks[to];
+	if (t->state == R_DONE || !t->tctx || !t->tctx->listening) {
+		deliver(r, sim_now + 2 * sim_M.lat, HPCT_TEV_CONNECT_FAILED, c, -ECONNREFUSED, NULL,
+		        0, 0);
+	} else {
+		struct sconn *s = new_conn(t);
+		c->peer = s;
+		s->peer = c;
+		s->who = r->id;
+		c->who = to;
+		deliver(t, sim_now + sim_M.lat, HPCT_TEV_ACCEPTED, s, 0, NULL, 0, 0);
+		deliver(r, sim_now + 2 * sim_M.lat, HPCT_TEV_CONNECTED, c, 0, NULL, 0, 0);
+		c->last_at = sim_now + sim_M.lat;
+	}
 	return c;
 }
 
@@ -81,41 +185,46 @@ static int s_connect(void *ctx, const struct sockaddr *addr, socklen_t len, void
 	(void)len;
 	struct sctx *x = ctx;
 	int to = rank_of_addr(addr);
-	if (to < 0 || to >= nranks_sim)
+	if (to < 0 || to >= nactors_sim)
 		return -EHOSTUNREACH;
-	sim_now += sim_M.c_conn;
-	struct sconn *c = new_conn(x->rank);
+	engine_event();
+	struct sconn *c = dial(x->rank, to);
 	c->base.user = user;
-	struct srank *t = &sim_ranks[to];
-	if (t->state == R_NEW || t->state == R_DONE || !t->tctx || !t->tctx->listening) {
-		deliver(x->rank, sim_now + 2 * sim_M.lat, HPCT_TEV_CONNECT_FAILED, c, -ECONNREFUSED,
-		        NULL, 0);
-	} else {
-		struct sconn *s = new_conn(t);
-		c->peer = s;
-		s->peer = c;
-		deliver(t, sim_now + sim_M.lat, HPCT_TEV_ACCEPTED, s, 0, NULL, 0);
-		deliver(x->rank, sim_now + 2 * sim_M.lat, HPCT_TEV_CONNECTED, c, 0, NULL, 0);
-		c->last_at = sim_now + sim_M.lat;
-	}
 	*conn_out = &c->base;
 	return 0;
 }
 
-static int s_send(struct hpct_tconn *conn, const void *buf, size_t len)
+struct sconn *sim_dial(struct srank *r, int to)
 {
-	struct sconn *c = (struct sconn *)conn;
-	if (len > HPCT_TRANSPORT_MAX_MSG)
-		return -EMSGSIZE;
-	sim_now += sim_M.c_send;
+	return dial(r, to);
+}
+
+/* A message on c of wire_len bytes, the first len of them data. */
+static void put(struct sconn *c, const void *data, size_t len, size_t wire_len)
+{
+	sim_cpu(sim_M.c_send);
+	c->owner->tx++;
 	if (!c->peer || !c->peer->open)
-		return 0; /* on its way to nobody, as over TCP */
-	double t = sim_now + sim_M.lat + (double)len / sim_M.bw;
+		return; /* on its way to nobody, as over TCP */
+	double t = arrival(c->owner->id, c->peer->owner->id, wire_len);
 	if (t <= c->last_at)
 		t = c->last_at;
 	c->last_at = t;
-	deliver(c->peer->owner, t, HPCT_TEV_MESSAGE, c->peer, 0, buf, len);
+	deliver(c->peer->owner, t, HPCT_TEV_MESSAGE, c->peer, 0, data, len, wire_len);
+}
+
+static int s_send(struct hpct_tconn *conn, const void *buf, size_t len)
+{
+	if (len > HPCT_TRANSPORT_MAX_MSG)
+		return -EMSGSIZE;
+	engine_event();
+	put((struct sconn *)conn, buf, len, len);
 	return 0;
+}
+
+void sim_put(struct sconn *c, const void *hdr, size_t hdrlen, size_t wire_len)
+{
+	put(c, hdr, hdrlen, wire_len > hdrlen ? wire_len : hdrlen);
 }
 
 static void s_set_max_msg(struct hpct_tconn *conn, size_t max)
@@ -141,8 +250,15 @@ static void s_close(struct hpct_tconn *conn)
 	if (!c->open)
 		return;
 	c->open = 0;
+	/* after what it sent, as TCP's FIN comes after the data */
+	double t = sim_now + sim_M.lat > c->last_at ? sim_now + sim_M.lat : c->last_at;
 	if (c->peer && c->peer->open)
-		deliver(c->peer->owner, sim_now + sim_M.lat, HPCT_TEV_CLOSED, c->peer, 0, NULL, 0);
+		deliver(c->peer->owner, t, HPCT_TEV_CLOSED, c->peer, 0, NULL, 0, 0);
+}
+
+void sim_hangup(struct sconn *c)
+{
+	s_close(&c->base);
 }
 
 static void s_peer_name(struct hpct_tconn *conn, char *buf, size_t len)
@@ -151,46 +267,89 @@ static void s_peer_name(struct hpct_tconn *conn, char *buf, size_t len)
 	snprintf(buf, len, "sim rank %d", c->peer ? c->peer->owner->id : -1);
 }
 
-static int s_progress(void *ctx, int timeout_ms, hpct_tevent_cb cb, void *arg)
+/* The actor's next event off its inbox, with what taking it costs (a
+ * message's receive, an accept), or NULL when there is none.  Nothing
+ * reaches a connection closed on this side. */
+static struct tev *take(struct srank *r)
 {
-	struct srank *r = ((struct sctx *)ctx)->rank;
-	if (!r->inbox && timeout_ms != 0)
-		sim_block(r, timeout_ms);
-	int n = 0;
 	while (r->inbox) {
 		struct tev *v = r->inbox;
 		r->inbox = v->next;
 		if (!r->inbox)
 			r->inbox_tail = NULL;
 		struct sconn *c = v->conn;
-		/* nothing reaches a conn closed on this side; the ends the engine
-		 * frees after the callback are never touched again */
-		if (c->open) {
-			struct hpct_tevent ev = { .type = v->type,
-				                  .conn = &c->base,
-				                  .err = v->err };
-			if (v->type == HPCT_TEV_MESSAGE && v->len > c->max_msg) {
-				ev.type = HPCT_TEV_CLOSED;
-				ev.err = HPCT_EPROTO;
-			}
-			if (ev.type == HPCT_TEV_MESSAGE) {
-				ev.data = v->data;
-				ev.len = v->len;
-				sim_now += sim_M.c_recv;
-			} else if (ev.type == HPCT_TEV_ACCEPTED) {
-				sim_now += sim_M.c_conn;
-			}
-			if (ev.type == HPCT_TEV_CLOSED || ev.type == HPCT_TEV_CONNECT_FAILED) {
-				if (ev.type == HPCT_TEV_CLOSED && c->peer && c->peer->open)
-					s_close(&c->base);
-				c->open = 0;
-			}
-			cb(arg, &ev);
-			n++;
+		if (!c) { /* the launcher's pipe */
+			sim_cpu(sim_M.c_recv);
+			r->rx++;
+			return v;
 		}
-		free(v);
+		if (!c->open) {
+			free(v);
+			continue;
+		}
+		if (v->type == HPCT_TEV_MESSAGE && v->len > c->max_msg) {
+			v->type = HPCT_TEV_CLOSED;
+			v->err = HPCT_EPROTO;
+		}
+		if (v->type == HPCT_TEV_MESSAGE) {
+			sim_cpu(sim_M.c_recv);
+			r->rx++;
+		} else if (v->type == HPCT_TEV_ACCEPTED) {
+			sim_cpu(sim_M.c_conn);
+			r->accepted++;
+		} else if (v->type == HPCT_TEV_CONNECTED) {
+			r->opened++;
+		}
+		if (v->type == HPCT_TEV_CLOSED || v->type == HPCT_TEV_CONNECT_FAILED) {
+			if (v->type == HPCT_TEV_CLOSED && c->peer && c->peer->open)
+				s_close(&c->base);
+			c->open = 0;
+		}
+		return v;
+	}
+	return NULL;
+}
+
+static int s_progress(void *ctx, int timeout_ms, hpct_tevent_cb cb, void *arg)
+{
+	struct srank *r = ((struct sctx *)ctx)->rank;
+	if (!r->inbox && timeout_ms != 0)
+		sim_block(r, timeout_ms);
+	int n = 0;
+	struct tev *v;
+	while ((v = take(r))) {
+		engine_event();
+		struct hpct_tevent ev = { .type = v->type, .conn = &v->conn->base, .err = v->err };
+		if (ev.type == HPCT_TEV_MESSAGE) {
+			ev.data = v->data;
+			ev.len = v->len;
+		}
+		cb(arg, &ev);
+		n++;
+		free(v); /* the ends the engine frees in the callback are not touched again */
 	}
 	return n;
+}
+
+struct tev *sim_next(struct srank *r, int timeout_ms)
+{
+	double until = timeout_ms < 0 ? -1 : sim_now + timeout_ms / 1000.0;
+	for (;;) {
+		struct tev *v = take(r);
+		if (v)
+			return v;
+		if (until >= 0 && sim_now >= until)
+			return NULL;
+		int left = until < 0 ? -1 : (int)((until - sim_now) * 1000 + 0.999);
+		sim_block(r, left);
+		if (!r->inbox && until >= 0)
+			return NULL; /* its timer */
+	}
+}
+
+void sim_report(struct srank *to)
+{
+	deliver(to, sim_now, HPCT_TEV_MESSAGE, NULL, 0, NULL, 0, 0);
 }
 
 const struct hpct_transport_ops sim_ops = {
