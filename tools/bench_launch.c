@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bootstrap/topo/loopback.h"
 #include "hpct/hpct.h"
 #include "tools/bench.h"
+#include "tools/bench_env.h"
 #include "tools/bench_rank.h"
 
 /* set by main for the runs that follow (see bench.h) */
@@ -26,13 +26,6 @@ static const char *interpreter;
 
 /* A rank that hangs is killed this long after its own HPCT_TIMEOUT. */
 #define GRACE_S 30
-
-static void setenv_int(const char *name, long v)
-{
-	char buf[32];
-	snprintf(buf, sizeof(buf), "%ld", v);
-	setenv(name, buf, 1);
-}
 
 /* N ranks of one epoch, launched by this process (forked, or through
  * torchrun): their report and release pipes, how they were started, and
@@ -82,31 +75,15 @@ static int open_pipes(struct pipes *p)
 static void job_env(const struct pipes *p, int n, int nodes, int rootless, int port, int run_id,
                     int epoch, double timeout)
 {
-	int per = layout_max_local(n, nodes);
-	char buf[4096];
-	layout_tasks(buf, sizeof(buf), n, nodes);
-	setenv("HPCT_TASKS_PER_NODE", buf, 1);
-	layout_hosts(buf, sizeof(buf), nodes);
-	setenv("HPCT_HOSTS", buf, 1);
-	setenv_int("WORLD_SIZE", n);
-	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	setenv_int("MASTER_PORT", port);
-	setenv_int("HPCT_PORT_BASE", port + 1);
-	setenv_int("HPCT_PORT_RANGE", 2 * per);
-	/* the store's ports above the world's, clear of MASTER_PORT (a stock
-	 * or served TCPStore server binds it on every address) */
-	setenv_int("HPCT_STORE_PORT_OFFSET", 2 * per);
-	snprintf(buf, sizeof(buf), "bench-%d-%d", (int)getpid(), run_id);
-	setenv("HPCT_JOB_ID", buf, 1);
-	setenv_int("HPCT_EPOCH", epoch);
-	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
+	char job[64];
+	snprintf(job, sizeof(job), "bench-%d-%d", (int)getpid(), run_id);
+	bench_world_env(n, nodes, rootless, port, job, epoch, timeout);
 	if (bench_transport) {
 		setenv("HPCT_TRANSPORT", bench_transport, 1);
 		setenv("IPATH_NO_BACKTRACE", "1", 0); /* libfabric's libinfinipath */
 	} else {
 		unsetenv("HPCT_TRANSPORT");
 	}
-	setenv_int("HPCT_TIMEOUT", (long)timeout);
 	setenv_int("HPCT_BENCH_FD", p->rep[1]);
 	setenv_int("HPCT_BENCH_RELEASE_FD", p->rel[0]);
 	if (bench_gate) {
@@ -116,7 +93,6 @@ static void job_env(const struct pipes *p, int n, int nodes, int rootless, int p
 		unsetenv("HPCT_BENCH_READY_FD");
 		unsetenv("HPCT_BENCH_GATE_FD");
 	}
-	unsetenv("LOCAL_WORLD_SIZE");
 }
 
 /* The ranks hold their ends now: this process keeps its own, in b. */

@@ -20,6 +20,7 @@
 #include "bootstrap/base/bytes.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/stdpath/stdpath.h"
+#include "tools/bench_env.h"
 #include "tools/bench_measure.h"
 #include "tools/bench_rank.h"
 #include "tools/sim.h"
@@ -29,13 +30,6 @@ static double clock_s(clockid_t id)
 	struct timespec ts;
 	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void setenv_int(const char *name, long v)
-{
-	char buf[32];
-	snprintf(buf, sizeof(buf), "%ld", v);
-	setenv(name, buf, 1);
 }
 
 /* --------------------------------------------------------- the launch */
@@ -77,23 +71,11 @@ static double proc_cpu_of(pid_t pid)
 static void world_env(int rootless, int port, int n, int tag)
 {
 	char job[64];
-	setenv_int("HPCT_TASKS_PER_NODE", n);
-	setenv("HPCT_HOSTS", "127.0.0.1", 1);
-	setenv_int("WORLD_SIZE", n);
-	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	setenv_int("MASTER_PORT", port);
-	setenv_int("HPCT_PORT_BASE", port + 1);
-	setenv_int("HPCT_PORT_RANGE", 2 * n);
-	setenv_int("HPCT_STORE_PORT_OFFSET", 2 * n);
 	snprintf(job, sizeof(job), "sim-calibration-%d-%d", (int)getpid(), tag);
-	setenv("HPCT_JOB_ID", job, 1);
-	setenv("HPCT_EPOCH", "0", 1);
-	setenv("HPCT_USE_ROOTLESS", rootless ? "1" : "0", 1);
-	setenv("HPCT_TIMEOUT", "20", 1);
+	bench_world_env(n, 1, rootless, port, job, 0, 20);
 	unsetenv("HPCT_TRANSPORT");
 	unsetenv("HPCT_BENCH_READY_FD");
 	unsetenv("HPCT_BENCH_GATE_FD");
-	unsetenv("LOCAL_WORLD_SIZE");
 }
 
 #define MAX_WORLD 32
