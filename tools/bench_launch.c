@@ -224,9 +224,6 @@ static void release(struct batch *b)
  * reported success and, unless killed, exited 0. */
 static int finish(struct batch *b, int kill_all)
 {
-	if (b->rep >= 0)
-		close(b->rep);
-	b->rep = -1;
 	if (kill_all)
 		b->how->kill(b);
 	release(b);

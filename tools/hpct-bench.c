@@ -84,7 +84,8 @@
 
 struct result {
 	const char *scenario; /* the table's: torch-1.13, restart/inprocess */
-	const char *kind;     /* the JSON's: torch or torch-reinit; else as scenario */
+	const char *kind;     /* the JSON's: torch or torch-reinit; restart, kill-root; else as
+	                         scenario */
 	const char *recovery; /* restart, kill-root: full or inprocess; else NULL */
 	int forced_full;      /* kill-root inprocess, standard: the root died, all restart */
 	const char *torch;    /* the torch release, or NULL */
@@ -251,18 +252,12 @@ static int parse_names(const char *opt, const char *arg, const char *const *name
 	return k > 0 ? k : -1;
 }
 
-/* The JSON's scenario of a restart or kill-root row: its label up to '/'. */
-static const char *s_name(const struct result *r)
-{
-	return strncmp(r->scenario, "kill-root", 9) == 0 ? "kill-root" : "restart";
-}
-
 /* The row of (scenario, recovery, path, N), or NULL if it did not run. */
 static const struct result *find_row(const struct result *res, int nres, const char *scenario,
                                      const char *recovery, const char *path, int n)
 {
 	for (int i = 0; i < nres; i++)
-		if (res[i].ok && res[i].recovery && strcmp(s_name(&res[i]), scenario) == 0 &&
+		if (res[i].ok && res[i].recovery && strcmp(res[i].kind, scenario) == 0 &&
 		    strcmp(res[i].recovery, recovery) == 0 && strcmp(res[i].path, path) == 0 &&
 		    res[i].ranks == n)
 			return &res[i];
@@ -298,7 +293,7 @@ static void recovery_summary(const struct result *res, int nres)
 	for (int s = 0; s < 2; s++)
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
-			if (!r->ok || !r->recovery || strcmp(s_name(r), scen[s]) != 0 ||
+			if (!r->ok || !r->recovery || strcmp(r->kind, scen[s]) != 0 ||
 			    strcmp(r->path, "rootless") != 0 || strcmp(r->recovery, "full") != 0)
 				continue;
 			const struct result *v[2][2]; /* [full, inprocess][rootless, standard] */
@@ -823,7 +818,7 @@ int main(int argc, char **argv)
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
 			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld%s}",
-			        nrows ? "," : "", r->recovery ? s_name(r) : r->kind, r->path,
+			        nrows ? "," : "", r->kind, r->path,
 			        r->ranks, r->nodes, med,
 			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs,
 			        r->max_rss, extra);
