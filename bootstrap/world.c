@@ -78,6 +78,12 @@ int hpct__world_start(struct hpct_topo *topo, const struct hpct_world_opts *opts
 		hpct_world_destroy(w);
 		return HPCT_ENOMEM;
 	}
+	if (!(w->born = malloc((size_t)t->size * sizeof(*w->born)))) {
+		hpct_world_destroy(w);
+		return HPCT_ENOMEM;
+	}
+	for (int i = 0; i < t->size; i++)
+		w->born[i] = t->epoch;
 	w->group.world = w;
 	w->group.id = hpct__derive_world_group(t->job, t->epoch, t->size);
 	w->group.rank = t->rank;
@@ -143,6 +149,8 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 	int rc = w->ops->recover(w, epoch, replaced, nreplaced);
 	if (rc < 0)
 		return rc;
+	for (int i = 0; i < nreplaced; i++)
+		w->born[replaced[i]] = epoch;
 	/* the old epoch's groups are done with; the world group starts anew */
 	for (int i = 0; i < w->nchildren; i++) {
 		struct hpct_group *g = w->children[i];
@@ -177,6 +185,7 @@ void hpct__world_end(struct hpct_world *w, double deadline, int graceful)
 	free(w->children);
 	w->ops->stop(w, deadline, graceful);
 	free(w->nodes);
+	free(w->born);
 	hpct__topo_free(&w->topo);
 	free(w);
 }
@@ -270,6 +279,11 @@ int hpct__world_node_host(struct hpct_world *w, int rank, char *buf, size_t len)
 	                (socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
 		return HPCT_ERESOLVE;
 	return 0;
+}
+
+uint64_t hpct__world_rank_born(const struct hpct_world *w, int rank)
+{
+	return rank >= 0 && rank < w->topo.size ? w->born[rank] : UINT64_MAX;
 }
 
 void hpct__world_tell_failure(struct hpct_world *w, uint64_t group, const char *text)

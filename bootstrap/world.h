@@ -106,6 +106,11 @@ struct hpct_world {
 	 * over eng (TCP), then it becomes eng; every rank's endpoint name */
 	struct hpct_engine *fabric_eng;
 	unsigned char *names;
+	/* by world rank: the epoch its current process began in, as far as
+	 * this rank knows (its own start epoch, raised by hpct_world_recover
+	 * for the ranks replaced): what a kept resource may still hold of a
+	 * peer (hpct__world_rank_born) */
+	uint64_t *born;
 };
 
 /* The one start of a world, for hpct_world_create and the simulator: takes

@@ -27,6 +27,13 @@ HPCT_PRIVATE struct hpct_std_client *hpct__world_std_client(hpct_world *world);
  * HPCT_ERESOLVE when it does not resolve. */
 HPCT_PRIVATE int hpct__world_node_host(hpct_world *world, int rank, char *buf, size_t len);
 
+/* The epoch in which world rank `rank`'s current process began, as this
+ * rank knows it: its own start epoch for every rank, raised to the new
+ * epoch for each rank hpct_world_recover named replaced.  A resource kept
+ * from epoch e still holds what it had of `rank` when this is <= e.
+ * UINT64_MAX for a rank out of range. */
+HPCT_PRIVATE uint64_t hpct__world_rank_born(const hpct_world *world, int rank);
+
 /* Would hpct_world_create take the rootless path here?  Reads the
  * environment only (no socket, no store); when not, why in `why`. */
 HPCT_PRIVATE int hpct__rootless_possible(char *why, size_t len);

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,7 +19,9 @@
 namespace hpct_gloo
 {
 struct ConnectWay; // context.cc
-}
+struct Domain;     // domain.cc
+class Context;
+} // namespace hpct_gloo
 
 struct hpct_gloo_device {
 	hpct_world *world;
@@ -30,6 +33,8 @@ struct hpct_gloo_device {
 	const hpct_gloo::ConnectWay *way; // HPCT_GLOO_CONNECT, read at creation
 	// contexts made per group, so every member names its next one alike
 	std::map<uint64_t, unsigned> made;
+	// persistent domains (domain.cc), by member world ranks and generation
+	std::map<std::pair<std::vector<int>, uint64_t>, std::unique_ptr<hpct_gloo::Domain>> domains;
 	std::mutex lock;
 };
 
@@ -50,11 +55,26 @@ struct hpct_gloo_context {
 	std::chrono::milliseconds timeout;
 	std::vector<hpct_gloo_peer> peers; // by context rank; own entry empty
 	int failed = 0;
-	bool pairs_given = false; // hpct__gloo_context_parts handed them on
+	bool pairs_given = false;            // hpct__gloo_context_parts handed them on
+	hpct_gloo::Domain *domain = nullptr; // persistent: the domain lent to it
+	int pairs_new = 0, pairs_kept = 0;   // what its creation connected and kept
+	uint64_t bytes_exchanged = 0;        // pair addresses sent and received for it
 };
 
 namespace hpct_gloo
 {
+
+// A persistent domain (domain.cc): a context's pairs kept past its handle,
+// lent to the next persistent context over the same members and
+// generation.  Owned by its device.
+struct Domain {
+	std::shared_ptr<Context> ctx;      // its gloo::Context, pairs and slot counter
+	uint64_t epoch = 0;                // the world's when its pairs were last made or checked
+	std::vector<hpct_gloo_peer> peers; // by context rank, as the handle had them
+	hpct_gloo_context *user = nullptr; // the live handle it is lent to, if any
+	bool failed = false;               // a collective failed on it since
+	std::string what;                  // "members 0-7, generation 3", for messages
+};
 
 // A gloo::Context whose pairs we connect ourselves.
 class Context : public gloo::Context
@@ -73,6 +93,13 @@ class Context : public gloo::Context
 	{
 		return transportContext_;
 	}
+	// Slots from `base` on: after a recovery both ends of every kept pair
+	// start afresh at the same number, far from what failed collectives
+	// may have left behind on them.
+	void restart_slots(int base)
+	{
+		slot_ = base;
+	}
 };
 
 // Threads that connect pairs at once: each connect waits for a tick of
@@ -81,9 +108,48 @@ class Context : public gloo::Context
 // Closing pairs waits for a tick too: the same pool closes them.
 constexpr int kConnectThreads = 8;
 
-// The port (host order) and numeric IP of a socket address.
+// The port (host order) and numeric IP of a socket address (endpoint.cc).
 unsigned port_of(const sockaddr_storage &ss);
 std::string ip_of(const sockaddr_storage &ss);
+
+// One end of a TCP connection, comparable across families (IPv4 as
+// ::ffff:a.b.c.d), as it travels between ranks.
+struct Endpoint {
+	unsigned char ip[16];
+	uint32_t port;
+	bool operator==(const Endpoint &o) const
+	{
+		return std::memcmp(ip, o.ip, sizeof(ip)) == 0 && port == o.port;
+	}
+};
+Endpoint endpoint_of(const sockaddr_storage &ss);
+sockaddr_storage sockaddr_of(const Endpoint &e);
+std::string endpoint_str(const Endpoint &e); // "nowhere: ..." for an empty one
+
+// Both ends of every connected TCP socket of this process: Gloo keeps its
+// pairs' descriptors to itself, so this is how a pair's socket is found.
+using Sockets = std::vector<std::pair<Endpoint, Endpoint>>; // (near, far)
+Sockets connected_sockets();
+
+// How the two ends of new pairs tell each other where they are, for
+// connect_pairs: mine[i] is ours for every context rank i with fresh[i]
+// (round 0: where our pair for i listens; round 1, with a secret: our end
+// of its socket); fills theirs[i] for the same ranks.  0, or an hpct error
+// logged naming the peer.
+struct Swap {
+	virtual ~Swap() = default;
+	virtual int swap(hpct_gloo_context *c, hpct_group *g, int round,
+	                 const std::vector<char> &fresh, const std::vector<Endpoint> &mine,
+	                 std::vector<Endpoint> &theirs) = 0;
+};
+
+// Makes a new pair in tctx for every context rank i with fresh[i] (a pair
+// already there is closed and replaced), swaps addresses through `swap`,
+// connects them from the pool of threads and, with a secret, checks both
+// ends of each; fills c->peers for those ranks (the others are left as
+// they are) and counts them in c->pairs_new.  pool.cc.
+int connect_pairs(hpct_gloo_context *c, hpct_group *g, gloo::transport::Context &tctx,
+                  const std::vector<char> &fresh, Swap &swap);
 
 // Connect every pair of c over group g, each rank returning once its own
 // ends are up (pool.cc: hpct's exchange and a pool of threads, on either

@@ -25,35 +25,20 @@ extern "C" {
 #include "bootstrap/world_access.h"
 }
 
-namespace hpct_gloo
-{
-
-unsigned port_of(const sockaddr_storage &ss)
-{
-	if (ss.ss_family == AF_INET6)
-		return ntohs(((const sockaddr_in6 &)ss).sin6_port);
-	return ntohs(((const sockaddr_in &)ss).sin_port);
-}
-
-std::string ip_of(const sockaddr_storage &ss)
-{
-	char buf[INET6_ADDRSTRLEN] = "?";
-	if (ss.ss_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const sockaddr_in6 &)ss).sin6_addr, buf, sizeof(buf));
-	else
-		inet_ntop(AF_INET, &((const sockaddr_in &)ss).sin_addr, buf, sizeof(buf));
-	return buf;
-}
-
-} // namespace hpct_gloo
 
 namespace
 {
 
 using gloo::transport::tcp::Address;
+using hpct_gloo::connected_sockets;
+using hpct_gloo::Endpoint;
+using hpct_gloo::endpoint_of;
+using hpct_gloo::endpoint_str;
 using hpct_gloo::ip_of;
 using hpct_gloo::kConnectThreads;
 using hpct_gloo::port_of;
+using hpct_gloo::Sockets;
+using hpct_gloo::sockaddr_of;
 
 // A peer's pair address: its node's address (derived, as every hpct
 // address) and the port it told us.
@@ -99,69 +84,6 @@ bool is_client(const sockaddr_storage &self, const sockaddr_storage &peer)
 	return rv > 0;
 }
 
-// One end of a TCP connection, comparable across families (IPv4 as
-// ::ffff:a.b.c.d), as it travels in hpct's alltoall.
-struct Endpoint {
-	unsigned char ip[16];
-	uint32_t port;
-	bool operator==(const Endpoint &o) const
-	{
-		return std::memcmp(ip, o.ip, sizeof(ip)) == 0 && port == o.port;
-	}
-};
-
-Endpoint endpoint_of(const sockaddr_storage &ss)
-{
-	Endpoint e{};
-	if (ss.ss_family == AF_INET6) {
-		std::memcpy(e.ip, &((const sockaddr_in6 &)ss).sin6_addr, 16);
-	} else {
-		e.ip[10] = e.ip[11] = 0xff;
-		std::memcpy(e.ip + 12, &((const sockaddr_in &)ss).sin_addr, 4);
-	}
-	e.port = port_of(ss);
-	return e;
-}
-
-std::string endpoint_str(const Endpoint &e)
-{
-	if (e == Endpoint{})
-		return "nowhere: it could not connect";
-	char buf[INET6_ADDRSTRLEN] = "?";
-	static const unsigned char v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	if (std::memcmp(e.ip, v4, 12) == 0)
-		inet_ntop(AF_INET, e.ip + 12, buf, sizeof(buf));
-	else
-		inet_ntop(AF_INET6, e.ip, buf, sizeof(buf));
-	return std::string(buf) + ":" + std::to_string(e.port);
-}
-
-// Both ends of every connected TCP socket of this process: Gloo keeps its
-// pairs' descriptors to itself, so this is how a pair's socket is found.
-using Sockets = std::vector<std::pair<Endpoint, Endpoint>>; // (near, far)
-
-Sockets connected_sockets()
-{
-	Sockets out;
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return out;
-	while (dirent *e = readdir(d)) {
-		int fd = std::atoi(e->d_name);
-		if (e->d_name[0] == '.' || fd == dirfd(d))
-			continue;
-		sockaddr_storage l{}, r{};
-		socklen_t ll = sizeof(l), rl = sizeof(r);
-		if (getsockname(fd, (sockaddr *)&l, &ll) != 0 ||
-		    getpeername(fd, (sockaddr *)&r, &rl) != 0 ||
-		    (l.ss_family != AF_INET && l.ss_family != AF_INET6))
-			continue;
-		out.emplace_back(endpoint_of(l), endpoint_of(r));
-	}
-	closedir(d);
-	return out;
-}
-
 // With a shared secret: Gloo admits the first connection to a pair's
 // listener, whoever makes it, and its protocol has no room for a proof.
 // So each side finds its pair's socket, tells the peer over hpct's
@@ -173,13 +95,14 @@ Sockets connected_sockets()
 int verify_pairs(hpct_gloo_context *c, hpct_group *g, const Sockets &socks,
                  const std::vector<sockaddr_storage> &self,
                  const std::vector<sockaddr_storage> &peer, const std::vector<bool> &client,
-                 const std::vector<char> &failed)
+                 const std::vector<char> &failed, const std::vector<char> &fresh,
+                 hpct_gloo::Swap &swap)
 {
-	int n = hpct_group_size(g), r = hpct_group_rank(g);
+	int n = hpct_group_size(g);
 	std::vector<Endpoint> mine((size_t)n), seen((size_t)n), theirs((size_t)n);
 	std::vector<bool> found((size_t)n, false);
 	for (int i = 0; i < n; i++) {
-		if (i == r)
+		if (!fresh[(size_t)i])
 			continue;
 		// ours connects to the peer's listener; the peer's was accepted
 		// on our listener's port
@@ -192,11 +115,11 @@ int verify_pairs(hpct_gloo_context *c, hpct_group *g, const Sockets &socks,
 				break;
 			}
 	}
-	int rc = hpct_alltoall(g, mine.data(), sizeof(Endpoint), theirs.data());
+	int rc = swap.swap(c, g, 1, fresh, mine, theirs);
 	if (rc)
 		return rc;
 	for (int i = 0; i < n; i++) {
-		if (i == r || failed[(size_t)i])
+		if (!fresh[(size_t)i] || failed[(size_t)i])
 			continue;
 		if (!found[(size_t)i]) /* connected, says Gloo, yet no socket: fail closed */
 			return hpct_gloo::fail_plain(
@@ -232,7 +155,7 @@ int verify_pairs(hpct_gloo_context *c, hpct_group *g, const Sockets &socks,
 // each would cost a wakeup per pair and win nothing.  The first failure,
 // with the context rank it concerned, is kept.
 struct PairConnector {
-	std::shared_ptr<gloo::transport::Context> tctx;
+	gloo::transport::Context *tctx;
 	std::vector<std::vector<char>> addrs;   // by context rank; empty for self
 	std::vector<int> connecting, accepting; // context ranks, by role
 	std::atomic<size_t> next{ 0 };
@@ -275,85 +198,50 @@ struct PairConnector {
 	}
 };
 
-// How a peer learns where the pair meant for it listens: one way per path,
-// both through hpct's alltoall.  self: our pairs' addresses, by context
-// rank; peer_out: the peers' pairs for us.  0, or an error already logged
-// naming the peer.
-struct Exchange {
-	enum hpct_path path;
-	int (*run)(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr_storage> &self,
-	           std::vector<sockaddr_storage> &peer_out);
-};
-
-// Rootless: each peer needs one number from us, the port of our pair for
-// it; the IP is its node's address, which every rank derives.
-int exchange_ports(hpct_gloo_context *c, hpct_group *g, const std::vector<sockaddr_storage> &self,
-                   std::vector<sockaddr_storage> &peer_out)
-{
-	int n = hpct_group_size(g), r = hpct_group_rank(g);
-	std::vector<uint32_t> mine((size_t)n, 0), theirs((size_t)n, 0);
-	for (int i = 0; i < n; i++)
-		if (i != r)
-			mine[(size_t)i] = port_of(self[(size_t)i]);
-	int rc = hpct_alltoall(g, mine.data(), sizeof(uint32_t), theirs.data());
-	if (rc)
+// A temporary context's swap: every rank needs every peer's address, so
+// one hpct_alltoall over the group carries them all, one way per path.
+// Round 0 rootless: each peer needs one number from us, the port of our
+// pair for it; the IP is its node's address, which every rank derives.
+// Standard, and round 1 on either path: the whole endpoint (without a node
+// list a peer's address may not be derivable: Gloo binds where the host
+// name resolves), through rank 0's store as every standard collective.
+struct AllSwap : hpct_gloo::Swap {
+	int swap(hpct_gloo_context *c, hpct_group *g, int round, const std::vector<char> &fresh,
+	         const std::vector<Endpoint> &mine, std::vector<Endpoint> &theirs) override
+	{
+		(void)fresh; // all of them
+		if (round == 0 && c->device->path == HPCT_PATH_ROOTLESS)
+			return ports(c, g, mine, theirs);
+		int rc = hpct_alltoall(g, mine.data(), sizeof(Endpoint), theirs.data());
+		if (rc == 0)
+			c->bytes_exchanged += 2 * (uint64_t)mine.size() * sizeof(Endpoint);
 		return rc; // logged by the alltoall, naming the peer
-	for (int i = 0; i < n; i++) {
-		if (i == r)
-			continue;
-		int wr = hpct_group_world_rank(g, i);
-		if ((rc = peer_address(c->device->world, wr, theirs[(size_t)i],
-		                       &peer_out[(size_t)i])) < 0)
-			return hpct_gloo::fail_plain(rc,
-			                             "rank %d: no address for rank %d's Gloo pair",
-			                             c->world_rank, wr);
 	}
-	return 0;
-}
 
-sockaddr_storage sockaddr_of(const Endpoint &e)
-{
-	static const unsigned char v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	sockaddr_storage ss{};
-	if (std::memcmp(e.ip, v4, sizeof(v4)) == 0) {
-		auto &in = (sockaddr_in &)ss;
-		in.sin_family = AF_INET;
-		std::memcpy(&in.sin_addr, e.ip + 12, 4);
-		in.sin_port = htons((uint16_t)e.port);
-	} else {
-		auto &in6 = (sockaddr_in6 &)ss;
-		in6.sin6_family = AF_INET6;
-		std::memcpy(&in6.sin6_addr, e.ip, 16);
-		in6.sin6_port = htons((uint16_t)e.port);
+	static int ports(hpct_gloo_context *c, hpct_group *g, const std::vector<Endpoint> &mine,
+	                 std::vector<Endpoint> &theirs)
+	{
+		int n = hpct_group_size(g), r = hpct_group_rank(g);
+		std::vector<uint32_t> out((size_t)n, 0), in((size_t)n, 0);
+		for (int i = 0; i < n; i++)
+			out[(size_t)i] = mine[(size_t)i].port;
+		int rc = hpct_alltoall(g, out.data(), sizeof(uint32_t), in.data());
+		if (rc)
+			return rc; // logged by the alltoall, naming the peer
+		c->bytes_exchanged += 2 * (uint64_t)n * sizeof(uint32_t);
+		for (int i = 0; i < n; i++) {
+			if (i == r)
+				continue;
+			int wr = hpct_group_world_rank(g, i);
+			sockaddr_storage ss;
+			if ((rc = peer_address(c->device->world, wr, in[(size_t)i], &ss)) < 0)
+				return hpct_gloo::fail_plain(
+				        rc, "rank %d: no address for rank %d's Gloo pair",
+				        c->world_rank, wr);
+			theirs[(size_t)i] = endpoint_of(ss);
+		}
+		return 0;
 	}
-	return ss;
-}
-
-// Standard: a peer's node address may not be derivable (with no node list,
-// Gloo binds where the host name resolves), so each peer is told the whole
-// address of its pair, through rank 0's store as every standard collective.
-int exchange_endpoints(hpct_gloo_context *c, hpct_group *g,
-                       const std::vector<sockaddr_storage> &self,
-                       std::vector<sockaddr_storage> &peer_out)
-{
-	(void)c;
-	int n = hpct_group_size(g), r = hpct_group_rank(g);
-	std::vector<Endpoint> mine((size_t)n), theirs((size_t)n);
-	for (int i = 0; i < n; i++)
-		if (i != r)
-			mine[(size_t)i] = endpoint_of(self[(size_t)i]);
-	int rc = hpct_alltoall(g, mine.data(), sizeof(Endpoint), theirs.data());
-	if (rc)
-		return rc; // logged by the alltoall, naming the peer
-	for (int i = 0; i < n; i++)
-		if (i != r)
-			peer_out[(size_t)i] = sockaddr_of(theirs[(size_t)i]);
-	return 0;
-}
-
-const Exchange kExchanges[] = {
-	{ HPCT_PATH_ROOTLESS, exchange_ports },
-	{ HPCT_PATH_STANDARD, exchange_endpoints },
 };
 
 // Once connected, Gloo names a peer in its errors by the far end of the
@@ -379,49 +267,42 @@ void note_source_ports(hpct_gloo_context *c, int r, const Sockets &socks,
 
 } // namespace
 
-int hpct_gloo::connect_pool(hpct_gloo_context *c, hpct_group *g, unsigned index)
+int hpct_gloo::connect_pairs(hpct_gloo_context *c, hpct_group *g, gloo::transport::Context &tctx,
+                             const std::vector<char> &fresh, Swap &swap)
 {
-	(void)index; // the pool keys nothing by it
 	hpct_gloo_device *d = c->device;
-	const Exchange *ex = nullptr;
-	for (const auto &e : kExchanges)
-		if (e.path == d->path)
-			ex = &e;
-	if (!ex)
-		return hpct_gloo::fail_plain(HPCT_ESTATE,
-		                             "rank %d: no Gloo pair exchange for path %d",
-		                             c->world_rank, (int)d->path);
 	int n = hpct_group_size(g), r = hpct_group_rank(g);
-	auto tctx = d->dev->createContext(r, n);
-	tctx->setTimeout(c->timeout);
 	std::vector<sockaddr_storage> self((size_t)n), peer((size_t)n);
+	std::vector<Endpoint> mine((size_t)n), theirs((size_t)n);
 	for (int i = 0; i < n; i++) {
-		if (i == r)
+		if (!fresh[(size_t)i])
 			continue;
-		auto &pair = tctx->createPair(i);
+		auto &pair = tctx.createPair(i);
 		self[(size_t)i] = Address(pair->address().bytes()).getSockaddr();
+		mine[(size_t)i] = endpoint_of(self[(size_t)i]);
 	}
-	int rc = ex->run(c, g, self, peer);
+	int rc = swap.swap(c, g, 0, fresh, mine, theirs);
 	if (rc)
 		return rc;
 	PairConnector pc;
-	pc.tctx = tctx;
+	pc.tctx = &tctx;
 	pc.addrs.resize(n);
 	pc.failed.assign((size_t)n, 0);
 	std::vector<bool> client((size_t)n, false);
 	for (int i = 0; i < n; i++) {
-		if (i == r)
+		if (!fresh[(size_t)i])
 			continue;
-		const auto &ss = peer[(size_t)i];
+		const auto &ss = peer[(size_t)i] = sockaddr_of(theirs[(size_t)i]);
 		c->peers[i] = { hpct_group_world_rank(g, i), ip_of(ss), port_of(ss) };
 		pc.addrs[i] = Address(ss).bytes();
 		client[(size_t)i] = is_client(self[(size_t)i], ss);
 		(client[(size_t)i] ? pc.connecting : pc.accepting).push_back(i);
+		c->pairs_new++;
 	}
 	pc.run();
 	Sockets socks = connected_sockets();
 	if (hpct__world_has_secret(d->world) &&
-	    (rc = verify_pairs(c, g, socks, self, peer, client, pc.failed)) != 0)
+	    (rc = verify_pairs(c, g, socks, self, peer, client, pc.failed, fresh, swap)) != 0)
 		return rc;
 	if (pc.bad_rank >= 0) {
 		const auto &p = c->peers[pc.bad_rank];
@@ -433,9 +314,24 @@ int hpct_gloo::connect_pool(hpct_gloo_context *c, hpct_group *g, unsigned index)
 		        (unsigned long long)c->group, pc.bad_what.c_str());
 	}
 	note_source_ports(c, r, socks, self, client);
+	return 0;
+}
+
+int hpct_gloo::connect_pool(hpct_gloo_context *c, hpct_group *g, unsigned index)
+{
+	(void)index; // the pool keys nothing by it
+	int n = hpct_group_size(g), r = hpct_group_rank(g);
+	auto tctx = c->device->dev->createContext(r, n);
+	tctx->setTimeout(c->timeout);
+	std::vector<char> fresh((size_t)n, 1);
+	fresh[(size_t)r] = 0;
+	AllSwap swap;
+	int rc = connect_pairs(c, g, *tctx, fresh, swap);
+	if (rc)
+		return rc;
 	auto ctx = std::make_shared<hpct_gloo::Context>(r, n);
 	ctx->setTimeout(c->timeout);
-	ctx->attach(d->dev, std::move(tctx));
+	ctx->attach(c->device->dev, std::move(tctx));
 	c->ctx = std::move(ctx);
 	return 0;
 }
