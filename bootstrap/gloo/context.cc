@@ -42,38 +42,13 @@ const hpct_gloo::ConnectWay kWays[] = {
 
 using hpct_gloo::kConnectThreads;
 
-// Closing a pair waits for a tick of Gloo's event loop (10 ms; so that its
-// handler cannot run after), which the destructor pays pair after pair:
-// 63 ticks for a context of 64.  Pairs closed from a pool of threads wait
-// for about one tick together.  T: gloo::Context or its transport's
-// context (both have rank, size and getPair).
-template <class T> void close_pairs(T &ctx)
-{
-	std::vector<int> peers;
-	for (int i = 0; i < ctx.size; i++)
-		if (i != ctx.rank)
-			peers.push_back(i);
-	std::atomic<size_t> next{ 0 };
-	auto work = [&] {
-		for (size_t k; (k = next++) < peers.size();) {
-			try {
-				auto &pair = ctx.getPair(peers[k]);
-				if (pair)
-					pair->close();
-			} catch (const std::exception &) {
-				// a pair that failed is closed all the same
-			}
-		}
-	};
-	std::vector<std::thread> pool;
-	for (size_t t = 1; t < std::min<size_t>(kConnectThreads, peers.size()); t++)
-		pool.emplace_back(work);
-	work();
-	for (auto &t : pool)
-		t.join();
-}
+} // namespace
 
-hpct_gloo_context *new_context(hpct_gloo_device *d, uint64_t group, int size)
+using hpct_gloo::close_pairs;
+using hpct_gloo::meet;
+using hpct_gloo::new_context;
+
+hpct_gloo_context *hpct_gloo::new_context(hpct_gloo_device *d, uint64_t group, int size)
 {
 	auto *c = new (std::nothrow) hpct_gloo_context;
 	if (!c)
@@ -98,7 +73,7 @@ hpct_gloo_context *new_context(hpct_gloo_device *d, uint64_t group, int size)
 // are connected: one barrier over the new pairs, as PyTorch meets at its
 // store after Gloo's init.  The same for every way, so that none is timed
 // without it.
-int meet(hpct_gloo_context *c)
+int hpct_gloo::meet(hpct_gloo_context *c)
 {
 	try {
 		gloo::BarrierOptions b(c->ctx);
@@ -110,7 +85,6 @@ int meet(hpct_gloo_context *c)
 	return 0;
 }
 
-} // namespace
 
 int hpct_gloo::choose_way(int world_rank, enum hpct_path path, const ConnectWay **way_out)
 {
@@ -207,6 +181,17 @@ hpct__gloo_context_parts(hpct_gloo_context *c, std::shared_ptr<gloo::transport::
 	// made by hpct_gloo_context_create: an hpct_gloo::Context
 	auto own = std::static_pointer_cast<hpct_gloo::Context>(c->ctx);
 	*dev = c->device->dev;
+	if (c->domain) {
+		// a persistent context's pairs outlive PyTorch's context: its
+		// last reference gives the handle, and so the domain, back
+		std::shared_ptr<gloo::transport::Context> keep = own->transport();
+		*tctx = std::shared_ptr<gloo::transport::Context>(
+		        keep.get(), [keep, c](gloo::transport::Context *) mutable {
+			        hpct_gloo_context_destroy(c);
+			        keep.reset();
+		        });
+		return;
+	}
 	// PyTorch's context gets the pairs, and its destructor would close them
 	// one tick of Gloo's loop after another: the last reference closes them
 	// from the pool first, then lets the transport context go
@@ -221,6 +206,11 @@ hpct__gloo_context_parts(hpct_gloo_context *c, std::shared_ptr<gloo::transport::
 
 extern "C" HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context)
 {
+	if (context && context->domain) {
+		hpct_gloo::park(context); // its pairs stay, for the next one
+		delete context;
+		return;
+	}
 	if (context && context->ctx && context->ctx.use_count() == 1 && !context->pairs_given)
 		close_pairs(*context->ctx); // nobody else holds them
 	delete context;                     // the pairs go with the last reference to them

@@ -80,10 +80,13 @@ int fail(hpct_gloo_context *c, const char *op, const std::exception &e)
 	if (!learned && c->device && c->device->world)
 		hpct__world_tell_failure(c->device->world, c->group, mine);
 	// Closing our pairs fails the ranks that wait on us at once, instead
-	// of at their deadline; the context is unusable anyway.
+	// of at their deadline; the context is unusable anyway.  A persistent
+	// one's pairs are what a recovery keeps: only the culprit's closes.
 	try {
-		if (c->ctx)
+		if (c->ctx && !c->domain)
 			c->ctx->closeConnections();
+		else if (c->ctx && matches == 1)
+			c->ctx->getPair((int)(culprit - c->peers.data()))->close();
 	} catch (const std::exception &) {
 	}
 	if (learned)
@@ -134,5 +137,8 @@ extern "C" HPCT_API int hpct_gloo_device_create(hpct_world *world, hpct_gloo_dev
 
 extern "C" HPCT_API void hpct_gloo_device_destroy(hpct_gloo_device *device)
 {
+	if (device)
+		for (auto &d : device->domains)
+			hpct_gloo::release_domain(*d.second);
 	delete device; // the last shared_ptr to Gloo's device stops its loop
 }

@@ -165,6 +165,7 @@ int hpct_gloo::connect_fullmesh(hpct_gloo_context *c, hpct_group *g, unsigned in
 			return store.error(); // logged by the store client, naming the key
 		return hpct_gloo::fail(c, "connectFullMesh", e);
 	}
+	c->pairs_new = hpct_group_size(g) - 1;
 	c->ctx = std::move(ctx);
 	return 0;
 }

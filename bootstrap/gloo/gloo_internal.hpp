@@ -3,12 +3,15 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gloo/context.h>
@@ -35,6 +38,9 @@ struct hpct_gloo_device {
 	std::map<uint64_t, unsigned> made;
 	// persistent domains (domain.cc), by member world ranks and generation
 	std::map<std::pair<std::vector<int>, uint64_t>, std::unique_ptr<hpct_gloo::Domain>> domains;
+	// per domain key: the epoch and how many connects it saw in it (names
+	// each connect's exchange alike on every member)
+	std::map<std::pair<std::vector<int>, uint64_t>, std::pair<uint64_t, unsigned>> swaps;
 	std::mutex lock;
 };
 
@@ -107,6 +113,49 @@ class Context : public gloo::Context
 // once per peer.  More threads did no better with 64 ranks on 2 cores.
 // Closing pairs waits for a tick too: the same pool closes them.
 constexpr int kConnectThreads = 8;
+
+// Closing a pair waits for a tick of Gloo's event loop (10 ms; so that its
+// handler cannot run after), which the destructor pays pair after pair:
+// 63 ticks for a context of 64.  Pairs closed from a pool of threads wait
+// for about one tick together.  T: gloo::Context or its transport's
+// context (both have rank, size and getPair).
+template <class T> void close_pairs(T &ctx)
+{
+	std::vector<int> peers;
+	for (int i = 0; i < ctx.size; i++)
+		if (i != ctx.rank)
+			peers.push_back(i);
+	std::atomic<size_t> next{ 0 };
+	auto work = [&] {
+		for (size_t k; (k = next++) < peers.size();) {
+			try {
+				auto &pair = ctx.getPair(peers[k]);
+				if (pair)
+					pair->close();
+			} catch (const std::exception &) {
+				// a pair that failed is closed all the same
+			}
+		}
+	};
+	std::vector<std::thread> pool;
+	for (size_t t = 1; t < std::min<size_t>(kConnectThreads, peers.size()); t++)
+		pool.emplace_back(work);
+	work();
+	for (auto &t : pool)
+		t.join();
+}
+
+// domain.cc: closes a domain's pairs unless a live context still shares
+// them, and drops its context; and gives a persistent context's domain
+// back to its device when the handle is destroyed (pairs kept open).
+void release_domain(Domain &dom);
+void park(hpct_gloo_context *c);
+
+// A context for `size` ranks of `group` on d, with d's timeout and the
+// world's epoch, nothing connected yet; nullptr when out of memory.
+hpct_gloo_context *new_context(hpct_gloo_device *d, uint64_t group, int size);
+// The barrier every way of connecting ends with (context.cc says why).
+int meet(hpct_gloo_context *c);
 
 // The port (host order) and numeric IP of a socket address (endpoint.cc).
 unsigned port_of(const sockaddr_storage &ss);

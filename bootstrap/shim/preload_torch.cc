@@ -2,7 +2,11 @@
 // the Gloo Debian's PyTorch 1.13 uses (libgloo.so.0, commit 5b14351),
 // connected through hpct instead: no address blob per rank through the
 // store, pairs connected in parallel.  A subgroup's members learn each
-// other's world ranks through the store (4 bytes each).
+// other's world ranks through the store (4 bytes each).  Each context is a
+// persistent domain (hpct_gloo_context_create_persistent): when PyTorch
+// lets it go (destroy_process_group), its pairs stay open, and the next
+// context over the same members (a second init_process_group, as an
+// in-process restart does) takes them, connecting nothing.
 //
 // Nothing here replaces a symbol by load order.  libtorch_cpu.so.1.13
 // imports connectFullMesh from libgloo.so.0 through one GOT slot;
@@ -16,6 +20,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,6 +53,10 @@ namespace
 
 hpct_gloo_device *gloo_device;                  // one per process
 std::map<std::vector<int>, uint64_t> gloo_made; // contexts per member set
+// generations of the persistent domains live PyTorch contexts hold, per
+// member set (their last reference may go in any thread)
+std::map<std::vector<int>, std::set<uint64_t>> gloo_held;
+std::mutex gloo_held_lock;
 
 [[noreturn]] void gloo_fail(const std::string &what, int rc)
 {
@@ -110,17 +119,37 @@ void gloo::rendezvous::Context::connectFullMesh(gloo::rendezvous::Store &store,
 	int rc = hpct__group_create_keyed(hpct_world_group(w), key, members.data(), size, &grp);
 	if (rc || !grp)
 		gloo_fail("group of " + std::to_string(size) + " ranks", rc ? rc : HPCT_ENOTMEMBER);
+	// The lowest generation no live context over these members holds: a
+	// second incarnation (destroy_process_group, then init_process_group)
+	// asks for the generations the first gave back, in the same order on
+	// every rank, and gets their pairs.
+	uint64_t gen = 0;
+	{
+		std::lock_guard<std::mutex> lk(gloo_held_lock);
+		auto &held = gloo_held[members];
+		while (held.count(gen))
+			gen++;
+		held.insert(gen);
+	}
 	hpct_gloo_context *c = nullptr;
-	rc = hpct_gloo_context_create(gloo_device, grp, &c);
+	rc = hpct_gloo_context_create_persistent(gloo_device, grp, gen, &c);
 	hpct_group_destroy(grp);
-	if (rc)
+	if (rc) {
+		std::lock_guard<std::mutex> lk(gloo_held_lock);
+		gloo_held[members].erase(gen);
 		gloo_fail("context of " + std::to_string(size) + " ranks", rc);
+	}
 	std::shared_ptr<gloo::transport::Device> d;
 	std::shared_ptr<gloo::transport::Context> t;
-	hpct__gloo_context_parts(c, &d, &t);
-	hpct_gloo_context_destroy(c);
+	hpct__gloo_context_parts(c, &d, &t); // c is t's now
 	device_ = std::move(d);
-	transportContext_ = std::move(t);
+	// PyTorch's last reference gives the domain back, then the generation
+	transportContext_ = std::shared_ptr<gloo::transport::Context>(
+	        t.get(), [t, members, gen](gloo::transport::Context *) mutable {
+		        t.reset();
+		        std::lock_guard<std::mutex> lk(gloo_held_lock);
+		        gloo_held[members].erase(gen);
+	        });
 }
 
 // The address of the definition above.  A pointer to a member function is

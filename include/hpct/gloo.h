@@ -29,6 +29,7 @@
 #define HPCT_GLOO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hpct/hpct.h"
 
@@ -74,8 +75,57 @@ HPCT_API int hpct_gloo_context_create(hpct_gloo_device *device, hpct_group *grou
  * pairs of `parent` (no exchange through hpct at all).  Collective over the
  * parent's ranks.  Independent of the parent afterwards. */
 HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent, hpct_gloo_context **context_out);
-/* Closes the context's pairs and frees it.  Accepts NULL. */
+/* Closes the context's pairs and frees it; a persistent context's pairs
+ * stay open, in its domain.  Accepts NULL. */
 HPCT_API void hpct_gloo_context_destroy(hpct_gloo_context *context);
+
+/* Persistent contexts (domains).  A persistent context is connected like
+ * any other the first time; destroying it keeps its pairs open in the
+ * device, as the domain of its member set (the world ranks, in order) and
+ * `generation` (any number the members agree on: one per use of the same
+ * members that must not share pairs).  The next persistent context over
+ * the same members and generation takes the domain back:
+ *   - at the same epoch: no pair made and no address exchanged, only one
+ *     Gloo barrier over the kept pairs (which also finds a member that did
+ *     not keep its side: HPCT_EPEERDEAD or HPCT_ETIMEDOUT naming it);
+ *     the collectives' slots go on from the last use.
+ *   - at a later epoch (after hpct_world_recover): the pairs of the ranks
+ *     replaced since the domain's epoch are made anew, their addresses
+ *     fetched point to point from those ranks through an hpct exchange
+ *     (hpct_xchg_*: no collective, so a replacement, which has no domain
+ *     and connects every pair, meets survivors that connect only to it);
+ *     every kept pair is checked alive by a message each way carrying the
+ *     epoch (HPCT_EPEERDEAD naming the peer when one does not cross).  A
+ *     handle of the old epoch still open is failed (HPCT_ESTATE).
+ * The decision to reuse rests only on what every member shares: the member
+ * set, the generation, the epoch and the replaced ranks hpct_world_recover
+ * was given.  So every member must create, destroy and release a domain
+ * alike, as it creates a context.  HPCT_ESTATE: the domain is held by a
+ * live context, or a collective failed on it at this epoch (recover the
+ * world, or release the domain everywhere and create it anew).  A failing
+ * collective on a persistent context closes only the pair of the peer the
+ * error names, not all of them (a temporary context closes all, so that
+ * peers fail at once): peers waiting on this rank then fail at their
+ * deadline.  Collective over the group, like hpct_gloo_context_create. */
+HPCT_API int hpct_gloo_context_create_persistent(hpct_gloo_device *device, hpct_group *group,
+                                                 uint64_t generation,
+                                                 hpct_gloo_context **context_out);
+/* Closes the pairs of the domain of `group`'s members and `generation`,
+ * now (local; every member releases it, as every member destroys a
+ * context).  0 when there is none.  HPCT_ESTATE while a live context holds
+ * it.  hpct_gloo_device_destroy releases every domain of the device. */
+HPCT_API int hpct_gloo_domain_release(hpct_gloo_device *device, hpct_group *group,
+                                      uint64_t generation);
+
+/* What creating a context did, for tools and tests. */
+struct hpct_gloo_context_stats {
+	int pairs_new;            /* pairs connected for it */
+	int pairs_kept;           /* pairs a persistent context took from its domain */
+	int persistent;           /* 1 for a context of a domain */
+	uint64_t bytes_exchanged; /* pair addresses sent and received through hpct */
+};
+HPCT_API int hpct_gloo_context_get_stats(const hpct_gloo_context *context,
+                                         struct hpct_gloo_context_stats *stats_out);
 
 HPCT_API int hpct_gloo_context_rank(const hpct_gloo_context *context);
 HPCT_API int hpct_gloo_context_size(const hpct_gloo_context *context);
