@@ -170,6 +170,8 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 	w->group.failed = 0;
 	w->group.failure[0] = 0;
 	w->any_failed = 0;
+	if (w->svc_ops)
+		w->svc_ops->recovered(w, w->svc, old);
 	HPCT_INFO(HPCT_SUB_INIT,
 	          "rank %d: recovered to epoch %llu (%d ranks replaced), listening at %s", t->rank,
 	          (unsigned long long)epoch, nreplaced, w->listen_text);
@@ -183,6 +185,8 @@ void hpct__world_end(struct hpct_world *w, double deadline, int graceful)
 	while (w->nchildren > 0)
 		hpct__group_free(w->children[--w->nchildren]);
 	free(w->children);
+	if (w->svc_ops)
+		w->svc_ops->end(w, w->svc);
 	w->ops->stop(w, deadline, graceful);
 	free(w->nodes);
 	free(w->born);

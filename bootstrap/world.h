@@ -85,6 +85,20 @@ struct hpct_path_ops {
 	int (*peer_addr)(struct hpct_world *w, int rank, char *out);
 };
 
+/* A service a higher layer runs beside a world (xchg/: the handle
+ * exchange's datagram service), which world.c tells of a recovery and stops
+ * at the end without knowing what it is.  One slot per world. */
+struct hpct_world_service_ops {
+	const char *name;
+	/* The world moved to a new epoch (topo.epoch is the new one); the
+	 * service follows it (a new port) or says why not.  Never fails the
+	 * recovery: the world has moved already. */
+	void (*recovered)(struct hpct_world *w, void *ctx, uint64_t old_epoch);
+	/* The world ends: stop, free ctx and whatever the service handed out
+	 * that is still open.  Called before the path stops. */
+	void (*end)(struct hpct_world *w, void *ctx);
+};
+
 extern const struct hpct_path_ops hpct__path_rootless; /* rootless/path.c */
 extern const struct hpct_path_ops hpct__path_standard; /* stdpath/path.c */
 
@@ -111,6 +125,9 @@ struct hpct_world {
 	 * for the ranks replaced): what a kept resource may still hold of a
 	 * peer (hpct__world_rank_born) */
 	uint64_t *born;
+	/* the service beside the world, or NULL (set by its layer) */
+	const struct hpct_world_service_ops *svc_ops;
+	void *svc;
 };
 
 /* The one start of a world, for hpct_world_create and the simulator: takes

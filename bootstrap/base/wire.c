@@ -154,6 +154,17 @@ int hpct__auth_equal(const unsigned char *a, const unsigned char *b)
 	return hpct__auth_available() && crypto.memcmp(a, b, HPCT_AUTH_MAC) == 0;
 }
 
+int hpct__auth_hmac(const void *secret, size_t slen, const void *data, size_t len,
+                    unsigned char mac[HPCT_AUTH_MAC])
+{
+	unsigned int n = 0;
+	if (!hpct__auth_available() ||
+	    !crypto.hmac(crypto.sha256(), secret, (int)slen, data, len, mac, &n) ||
+	    n != HPCT_AUTH_MAC)
+		return HPCT_EINVAL;
+	return 0;
+}
+
 int hpct__auth_mac(const void *secret, size_t slen, char who, const unsigned char *own_nonce,
                    const unsigned char *peer_nonce, const struct hpct_hello *h, uint32_t connector,
                    uint32_t acceptor, unsigned char mac[HPCT_AUTH_MAC])

@@ -67,6 +67,11 @@ int hpct__auth_equal(const unsigned char *a, const unsigned char *b);
 int hpct__auth_mac(const void *secret, size_t slen, char who, const unsigned char *own_nonce,
                    const unsigned char *peer_nonce, const struct hpct_hello *h, uint32_t connector,
                    uint32_t acceptor, unsigned char mac[HPCT_AUTH_MAC]);
+/* HMAC-SHA256 under the secret of len bytes of data, for messages that
+ * carry their own tag (the exchange's datagrams).  0, or HPCT_EINVAL when
+ * libcrypto is missing or fails. */
+int hpct__auth_hmac(const void *secret, size_t slen, const void *data, size_t len,
+                    unsigned char mac[HPCT_AUTH_MAC]);
 const char *hpct__refuse_reason_str(uint32_t reason);
 
 /* Engine messages. */

@@ -193,6 +193,99 @@ HPCT_API int hpct_barrier(hpct_group *group);
 HPCT_API int hpct_broadcast(hpct_group *group, void *buf, size_t len, int root);
 HPCT_API int hpct_alltoall(hpct_group *group, const void *items, size_t item_size, void *out);
 
+/* Exchanging per-peer handles, with no barrier and a cache.
+ *
+ * Each member of a group publishes, under a version, one item per peer (an
+ * NCCL or fabric handle meant for that peer); a member that needs a peer's
+ * item asks that peer directly, one datagram each way, or finds it in its
+ * cache.  No root, no store, no barrier: ranks may run ahead of each other.
+ *
+ * Versions: an item is identified by (peer, version) and never changes, so
+ * a cached item is never stale.  A request for a version the peer has not
+ * published yet is held by the peer (parked) and answered the moment it
+ * publishes it; so a rank that runs ahead reads its peers' current
+ * versions, never older ones.  A peer keeps its HPCT_XCHG_HISTORY newest
+ * versions, so a rank that is behind by a few still gets the version it
+ * asks for; an older one fails HPCT_ESTATE, never a newer item.
+ *
+ * Each world runs one service thread for its exchanges (from the first
+ * hpct_xchg_create until hpct_world_destroy): it answers peers while this
+ * rank is in no hpct call.  Rootless path: the service listens for UDP at
+ * this rank's derived address, on the port number of its TCP listener, so
+ * every rank knows every peer's service address without communication; it
+ * moves with the listener at hpct_world_recover.  Standard path: the
+ * service listens at the address this rank reaches the rendezvous from, on
+ * a port of the kernel's choice, and hpct_xchg_create allgathers the
+ * members' addresses through the group once.  With HPCT_SECRET every
+ * datagram carries an HMAC-SHA256 tag; others are dropped (logged once). */
+#define HPCT_XCHG_HISTORY  4     /* versions a rank keeps of its own items */
+#define HPCT_XCHG_MAX_ITEM 60000 /* bytes in one item: one datagram */
+#define HPCT_XCHG_NAMELEN  64    /* bytes in an exchange's name, its NUL included */
+
+typedef struct hpct_xchg hpct_xchg;
+
+/* Counters of one exchange on this rank. */
+struct hpct_xchg_stats {
+	uint64_t hits;            /* items hpct_xchg_fetch found in the cache */
+	uint64_t misses;          /* items it had to ask a peer for */
+	uint64_t requests_sent;   /* request datagrams sent, retransmissions included */
+	uint64_t requests_served; /* requests of peers answered with an item */
+	uint64_t requests_parked; /* requests of peers held until a version was published */
+	uint64_t bytes_sent;      /* datagram bytes sent: requests and answers */
+	uint64_t bytes_recv;      /* datagram bytes received: requests and answers */
+	uint64_t dropped;         /* datagrams naming this exchange that were dropped:
+	                             no valid tag, another job or epoch */
+};
+
+/* Creates the exchange `name` of `group` for items of item_size bytes
+ * (1..HPCT_XCHG_MAX_ITEM).  Collective by contract: every member calls it
+ * with the same name and item_size (a mismatch shows as HPCT_EINVAL at the
+ * first fetch between the two).  Rootless path: sends nothing.  Standard
+ * path: one allgather of the members' service addresses through the group
+ * (rank 0's rendezvous).  The first exchange of a world starts its service.
+ * The exchange keeps no reference to `group`.  Errors: HPCT_EINVAL (NULL
+ * argument, name empty or too long, item_size out of range, the name is
+ * already in use in this group here), HPCT_ESTATE (a group of an earlier
+ * epoch), HPCT_EADDRINUSE (the service's port, named), the allgather's. */
+HPCT_API int hpct_xchg_create(hpct_group *group, const char *name, size_t item_size,
+                              hpct_xchg **xchg_out);
+
+/* Publishes version `version` of this rank's items: `items` holds group
+ * size x item_size bytes, the item at j * item_size meant for group rank j
+ * (this rank's own entry is kept for a fetch of itself).  Versions start at
+ * 1 and must grow (HPCT_EINVAL naming the last and the new one).  The
+ * items are copied before this returns, atomically for every reader: no
+ * peer ever sees half of one.  Requests parked for this version are
+ * answered at once.  Does not block on peers; may run in another thread
+ * than hpct_xchg_fetch on the same exchange.  HPCT_ESTATE after a recovery
+ * of the world to a later epoch. */
+HPCT_API int hpct_xchg_publish(hpct_xchg *xchg, uint64_t version, const void *items);
+
+/* For each k < npeers: the item group rank peers[k] published for this
+ * rank at exactly `version`, into out + k * item_size.  Items in the cache
+ * cost nothing: when all are there nothing is sent.  The others are asked
+ * for at once, one datagram per peer (the ones in flight bounded by what
+ * this rank's socket can receive), and asked again with backoff while
+ * unanswered (a lost datagram, a peer not started yet, a peer that has not
+ * published yet and holds the request).  Blocks until all came or
+ * HPCT_TIMEOUT passed.  Errors: HPCT_EINVAL (a peer out of range, version
+ * 0, an item size that differs from the peer's), HPCT_ETIMEDOUT (naming the
+ * first peer not heard from: its rank, host:port, the exchange, version and
+ * epoch), HPCT_ESTATE (the peer no longer holds that version: the message
+ * names the versions it holds; or this rank asked itself for a version it
+ * has not published; or the world recovered since).  On failure out is
+ * partly written; what came is cached. */
+HPCT_API int hpct_xchg_fetch(hpct_xchg *xchg, uint64_t version, const int *peers, int npeers,
+                             void *out);
+
+/* Fills *stats_out.  HPCT_EINVAL for NULL. */
+HPCT_API int hpct_xchg_get_stats(const hpct_xchg *xchg, struct hpct_xchg_stats *stats_out);
+
+/* Frees the exchange; local only (peers asking for it afterwards get no
+ * answer).  Accepts NULL.  hpct_world_destroy frees the exchanges still
+ * open: destroy them before their world, or not at all. */
+HPCT_API void hpct_xchg_destroy(hpct_xchg *xchg);
+
 #ifdef __cplusplus
 }
 #endif
