@@ -303,6 +303,11 @@ extern "C" HPCT_API int hpct_gloo_context_create_persistent(hpct_gloo_device *de
 			delete c;
 			return rc;
 		}
+		HPCT_INFO(HPCT_SUB_COLL,
+		          "rank %d: persistent Gloo domain of %s at epoch %llu: reused, %d pairs "
+		          "kept",
+		          device->world_rank, dom->what.c_str(), (unsigned long long)c->epoch,
+		          c->pairs_kept);
 	} else {
 		if (!dom) {
 			auto owned = std::make_unique<Domain>();
