@@ -151,6 +151,8 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 		return rc;
 	for (int i = 0; i < nreplaced; i++)
 		w->born[replaced[i]] = epoch;
+	if (w->nccl_domains_release)
+		w->nccl_domains_release(w, 0);
 	/* the old epoch's groups are done with; the world group starts anew */
 	for (int i = 0; i < w->nchildren; i++) {
 		struct hpct_group *g = w->children[i];
@@ -180,6 +182,8 @@ void hpct__world_end(struct hpct_world *w, double deadline, int graceful)
 {
 	if (!w)
 		return;
+	if (w->nccl_domains_release)
+		w->nccl_domains_release(w, 1);
 	while (w->nchildren > 0)
 		hpct__group_free(w->children[--w->nchildren]);
 	free(w->children);

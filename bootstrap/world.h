@@ -111,6 +111,13 @@ struct hpct_world {
 	 * for the ranks replaced): what a kept resource may still hold of a
 	 * peer (hpct__world_rank_born) */
 	uint64_t *born;
+	/* What a layer above keeps in the world (bootstrap/nccl/domain.c: the
+	 * persistent NCCL domains), and its release, called by
+	 * hpct_world_recover once the world is at the new epoch (all = 0:
+	 * drop what belongs to an earlier epoch) and by hpct__world_end
+	 * before anything else goes (all = 1).  NULL until that layer is used. */
+	void *nccl_domains;
+	void (*nccl_domains_release)(struct hpct_world *w, int all);
 };
 
 /* The one start of a world, for hpct_world_create and the simulator: takes
