@@ -244,7 +244,10 @@ int hpct__nccl_domain_lease(const struct hpct_nccl_lib *l, struct hpct_group *g,
 	struct entry **link = &d->keys;
 	while (*link && (*link)->key != key)
 		link = &(*link)->next;
-	if (*link && !reap(d, link) && (*link)->tier != tier) {
+	if (*link && reap(d, link)) /* it failed and is gone: *link is the next key's now */
+		for (link = &d->keys; *link && (*link)->key != key;)
+			link = &(*link)->next;
+	if (*link && (*link)->tier != tier) {
 		struct entry *old = *link; /* the settings changed: what was kept does not fit */
 		if (old->leased || old->busy) {
 			rc = hpct__fail(HPCT_ESTATE, HPCT_SUB_NCCL,
