@@ -90,9 +90,9 @@ static void one_comm(const struct hpct_nccl_lib *l, hpct_group **g, int n, uint6
 		cr_assert_eq(memcmp(ls[r].ids, ls[0].ids, (size_t)nids * sizeof(hpct_nccl_id)), 0,
 		             "members 0 and %d derived different ids", r);
 	unsigned char replies[MAXN * HPCT_NCCL_RING_LEN];
-	cr_assert_eq(hpct__nccl_play_ranks(ls[0].ids, nids, n, NULL, 30, 0, l->version, replies,
-	                                   NULL),
-	             0, "%s", hpct_last_error());
+	cr_assert_eq(
+	        hpct__nccl_play_ranks(ls[0].ids, nids, n, NULL, 30, 0, l->version, replies, NULL),
+	        0, "%s", hpct_last_error());
 	check_ring(replies, n, l->version);
 	memcpy(ids_out, ls[0].ids, (size_t)nids * sizeof(hpct_nccl_id));
 	for (int r = 0; r < n; r++)
@@ -163,8 +163,7 @@ Test(nccl_domain, kept_over_cycles_and_released)
 	cr_expect_eq(hpct_nccl_domain_release(g[1], 7), HPCT_ESTATE);
 	cr_expect(strstr(hpct_last_error(), "is held") != NULL, "%s", hpct_last_error());
 	unsigned char replies[N * HPCT_NCCL_RING_LEN];
-	cr_assert_eq(hpct__nccl_play_ranks(ls[0].ids, N, N, NULL, 30, 0, l->version, replies,
-	                                   NULL),
+	cr_assert_eq(hpct__nccl_play_ranks(ls[0].ids, N, N, NULL, 30, 0, l->version, replies, NULL),
 	             0, "%s", hpct_last_error());
 	check_ring(replies, N, l->version);
 	for (int r = 0; r < N; r++)

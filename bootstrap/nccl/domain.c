@@ -27,8 +27,8 @@ struct entry {
 	struct hpct_nccl_comm c; /* c.world_of points at the domain's members */
 	hpct_nccl_id *ids;       /* Tier 2: one per member; Tier 1: the one */
 	int nids;
-	int host; /* the id whose root this rank serves, -1 none */
-	int lfd;  /* its listener, -1 none */
+	int host;                     /* the id whose root this rank serves, -1 none */
+	int lfd;                      /* its listener, -1 none */
 	struct hpct_nccl_roots *busy; /* the last exchange's set, until reaped */
 	int leased;                   /* a lease is out: an init is between lease and settle */
 };
@@ -294,7 +294,10 @@ int hpct__nccl_domain_lease(const struct hpct_nccl_lib *l, struct hpct_group *g,
 		hpct__nccl_id_where(&e->ids[e->host], l->version, where, sizeof(where));
 	HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: ids %s, %s%s%s", w->topo.rank, e->c.name,
 	          fresh ? "derived" : "kept", e->host < 0 ? "no root of hpct's here" : "root at ",
-	          where, e->host < 0 ? "" : fresh ? " (bound)" : " (listener kept)");
+	          where,
+	          e->host < 0 ? ""
+	          : fresh     ? " (bound)"
+	                      : " (listener kept)");
 out:
 	pthread_mutex_unlock(&t->lock);
 	return rc;
@@ -335,7 +338,8 @@ void hpct__nccl_domain_settle(struct hpct_nccl_lease *lease, int ok)
 HPCT_API int hpct_nccl_domain_release(hpct_group *g, uint64_t generation)
 {
 	if (!g)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_domain_release: NULL group");
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL,
+		                  "hpct_nccl_domain_release: NULL group");
 	struct hpct_world *w = g->world;
 	struct table *t = table_of(w, 0);
 	if (!t)

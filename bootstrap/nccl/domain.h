@@ -8,9 +8,9 @@
 
 /* One communicator's use of a domain key, from lease to settle. */
 struct hpct_nccl_lease {
-	void *table, *entry;             /* the domain's, for settle */
-	const struct hpct_nccl_comm *c;  /* the comm's identity and this rank in it */
-	const hpct_nccl_id *ids;         /* Tier 2: one per member; Tier 1: one */
+	void *table, *entry;            /* the domain's, for settle */
+	const struct hpct_nccl_comm *c; /* the comm's identity and this rank in it */
+	const hpct_nccl_id *ids;        /* Tier 2: one per member; Tier 1: one */
 	int nids;
 	int hosted; /* this rank serves a root of hpct's for it, on the kept listener */
 };

@@ -142,13 +142,13 @@ HPCT_API int hpct_nccl_domain_release(hpct_group *group, uint64_t generation);
 
 /* What a domain holds and has done on this rank, for tools and tests. */
 struct hpct_nccl_domain_stats {
-	int keys;           /* keys with ids kept */
-	int listeners;      /* listening sockets held (one per key at most) */
-	int busy;           /* keys whose root exchange is under way */
-	uint64_t derived;   /* keys whose ids were derived (once each, unless a failure dropped them) */
-	uint64_t binds;     /* listeners bound */
-	uint64_t reuses;    /* communicators made on kept ids (and kept listener, if any) */
-	uint64_t epoch;     /* the epoch the domain belongs to */
+	int keys;         /* keys with ids kept */
+	int listeners;    /* listening sockets held (one per key at most) */
+	int busy;         /* keys whose root exchange is under way */
+	uint64_t derived; /* keys whose ids were derived (again after a failure) */
+	uint64_t binds;   /* listeners bound */
+	uint64_t reuses;  /* communicators made on kept ids (and kept listener, if any) */
+	uint64_t epoch;   /* the epoch the domain belongs to */
 };
 /* Fills *stats_out for the domain of `group`'s members and `generation`.
  * HPCT_EINVAL for a NULL argument; 1 (stats zeroed) when there is no such
