@@ -170,8 +170,9 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 	w->group.failed = 0;
 	w->group.failure[0] = 0;
 	w->any_failed = 0;
-	if (w->svc_ops)
-		w->svc_ops->recovered(w, w->svc, old);
+	for (int i = 0; i < HPCT_WORLD_SLOTS; i++)
+		if (w->svc[i].ops)
+			w->svc[i].ops->recovered(w, w->svc[i].ctx, old);
 	HPCT_INFO(HPCT_SUB_INIT,
 	          "rank %d: recovered to epoch %llu (%d ranks replaced), listening at %s", t->rank,
 	          (unsigned long long)epoch, nreplaced, w->listen_text);
@@ -182,11 +183,12 @@ void hpct__world_end(struct hpct_world *w, double deadline, int graceful)
 {
 	if (!w)
 		return;
+	for (int i = HPCT_WORLD_SLOTS - 1; i >= 0; i--)
+		if (w->svc[i].ops)
+			w->svc[i].ops->end(w, w->svc[i].ctx);
 	while (w->nchildren > 0)
 		hpct__group_free(w->children[--w->nchildren]);
 	free(w->children);
-	if (w->svc_ops)
-		w->svc_ops->end(w, w->svc);
 	w->ops->stop(w, deadline, graceful);
 	free(w->nodes);
 	free(w->born);

@@ -85,9 +85,10 @@ struct hpct_path_ops {
 	int (*peer_addr)(struct hpct_world *w, int rank, char *out);
 };
 
-/* A service a higher layer runs beside a world (xchg/: the handle
- * exchange's datagram service), which world.c tells of a recovery and stops
- * at the end without knowing what it is.  One slot per world. */
+/* What a higher layer keeps beside a world (xchg/: the handle exchange's
+ * datagram service; nccl/: the persistent NCCL domains), which world.c
+ * tells of a recovery and ends with the world without knowing what it is.
+ * One slot per layer. */
 struct hpct_world_service_ops {
 	const char *name;
 	/* The world moved to a new epoch (topo.epoch is the new one); the
@@ -97,6 +98,17 @@ struct hpct_world_service_ops {
 	/* The world ends: stop, free ctx and whatever the service handed out
 	 * that is still open.  Called before the path stops. */
 	void (*end)(struct hpct_world *w, void *ctx);
+};
+
+enum hpct_world_slot_id {
+	HPCT_WORLD_SLOT_XCHG, /* xchg/service.c */
+	HPCT_WORLD_SLOT_NCCL, /* nccl/domain.c */
+	HPCT_WORLD_SLOTS,
+};
+
+struct hpct_world_slot {
+	const struct hpct_world_service_ops *ops;
+	void *ctx;
 };
 
 extern const struct hpct_path_ops hpct__path_rootless; /* rootless/path.c */
@@ -125,9 +137,8 @@ struct hpct_world {
 	 * for the ranks replaced): what a kept resource may still hold of a
 	 * peer (hpct__world_rank_born) */
 	uint64_t *born;
-	/* the service beside the world, or NULL (set by its layer) */
-	const struct hpct_world_service_ops *svc_ops;
-	void *svc;
+	/* what layers above keep in the world (a slot each; NULL ops: none) */
+	struct hpct_world_slot svc[HPCT_WORLD_SLOTS];
 };
 
 /* The one start of a world, for hpct_world_create and the simulator: takes

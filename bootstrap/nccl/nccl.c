@@ -16,6 +16,7 @@
 #include "bootstrap/base/param.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/base/wire.h"
+#include "bootstrap/nccl/domain.h"
 #include "bootstrap/nccl/root_wire.h"
 #include "bootstrap/topo/derive.h"
 #include "bootstrap/world.h"
@@ -302,7 +303,7 @@ int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_ran
 }
 
 /* The id whose root lives with rank `crank` of communicator c. */
-static int derive_one(const struct hpct_nccl_comm *c, int crank, int version, hpct_nccl_id *id)
+int hpct__nccl_derive_one(const struct hpct_nccl_comm *c, int crank, int version, hpct_nccl_id *id)
 {
 	struct hpct_world *w = c->w;
 	int wr = c->world_of ? c->world_of[crank] : crank;
@@ -346,13 +347,13 @@ HPCT_API int hpct_nccl_derive_id(hpct_group *g, uint64_t key, hpct_nccl_id *id_o
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NCCL, "hpct_nccl_derive_id: NULL argument");
 	struct hpct_nccl_comm c;
 	group_comm(g, key, &c);
-	return derive_one(&c, 0, resolve_version(0), id_out);
+	return hpct__nccl_derive_one(&c, 0, resolve_version(0), id_out);
 }
 
-static int derive_all(const struct hpct_nccl_comm *c, int version, hpct_nccl_id *ids)
+int hpct__nccl_derive_all(const struct hpct_nccl_comm *c, int version, hpct_nccl_id *ids)
 {
 	for (int i = 0; i < c->nranks; i++) {
-		int rc = derive_one(c, i, version, &ids[i]);
+		int rc = hpct__nccl_derive_one(c, i, version, &ids[i]);
 		if (rc)
 			return rc;
 	}
@@ -366,7 +367,7 @@ HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids
 		                  "hpct_nccl_derive_ids: NULL argument");
 	struct hpct_nccl_comm c;
 	group_comm(g, key, &c);
-	return derive_all(&c, resolve_version(0), ids_out);
+	return hpct__nccl_derive_all(&c, resolve_version(0), ids_out);
 }
 
 /* --- communicators ----------------------------------------------------- */
@@ -502,7 +503,7 @@ static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	if (!ids)
 		return HPCT_ENOMEM;
 	struct hpct_nccl_roots *root = NULL;
-	int rc = derive_all(c, l->version, ids);
+	int rc = hpct__nccl_derive_all(c, l->version, ids);
 	if (rc == 0)
 		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->nranks, c->w->topo.timeout_s,
 		                            c->w->topo.secret != NULL, &root);
@@ -539,8 +540,41 @@ int hpct__nccl_comm_init(const struct hpct_nccl_lib *l, const struct hpct_nccl_c
 	if (tier1_id)
 		id = *tier1_id;
 	else
-		rc = derive_one(c, 0, l->version, &id);
+		rc = hpct__nccl_derive_one(c, 0, l->version, &id);
 	return rc ? rc : init_tier1(l, c, id, config, comm_out);
+}
+
+int hpct__nccl_domain_init(const struct hpct_nccl_lib *l, const struct hpct_nccl_lease *ls,
+                           enum hpct_nccl_tier tier, void *config, void **comm_out)
+{
+	const struct hpct_nccl_comm *c = ls->c;
+	last_nccl_result = 0;
+	if (tier != HPCT_NCCL_TIER_ROOTLESS && c->rank == 0 && !ls->hosted)
+		return init_tier1(l, c, ls->ids[0], config, comm_out); /* NCCL's own root */
+	int res = tier == HPCT_NCCL_TIER_ROOTLESS
+	                  ? l->init_rank_scalable(comm_out, c->nranks, c->rank, c->nranks,
+	                                          (hpct_nccl_id *)ls->ids, config)
+	                  : l->init_rank_config(comm_out, c->nranks, ls->ids[0], c->rank, config);
+	if (res && res != NCCL_IN_PROGRESS)
+		return nccl_failed(l, c, res, *comm_out,
+		                   tier == HPCT_NCCL_TIER_ROOTLESS ? "ncclCommInitRankScalable"
+		                                                   : "ncclCommInitRankConfig",
+		                   tier == HPCT_NCCL_TIER_ROOTLESS ? "Tier 2, persistent domain"
+		                                                   : "Tier 1, persistent domain");
+	return 0;
+}
+
+int hpct__nccl_no_tier(const struct hpct_group *g, const struct hpct_nccl_lib *l)
+{
+	char why[sizeof(lib_error)];
+	snprintf(why, sizeof(why), "%s",
+	         !l                   ? lib_error
+	         : l->version < 21900 ? "NCCL older than 2.19"
+	                              : "no node list to derive addresses from");
+	return hpct__fail(HPCT_ENONCCL, HPCT_SUB_NCCL,
+	                  "rank %d: no NCCL communicator for group %016llx without a store: "
+	                  "%s",
+	                  g->world->topo.rank, (unsigned long long)g->id, why);
 }
 
 HPCT_API int hpct_nccl_comm_init(hpct_group *g, uint64_t key, void *config, void **comm_out)
@@ -550,18 +584,8 @@ HPCT_API int hpct_nccl_comm_init(hpct_group *g, uint64_t key, void *config, void
 	*comm_out = NULL;
 	enum hpct_nccl_tier tier = hpct_nccl_tier(g);
 	const struct hpct_nccl_lib *l = hpct__nccl_lib();
-	if (tier == HPCT_NCCL_TIER_NONE) {
-		char why[sizeof(lib_error)];
-		snprintf(why, sizeof(why), "%s",
-		         !l                   ? lib_error
-		         : l->version < 21900 ? "NCCL older than 2.19"
-		                              : "no node list to derive addresses from");
-		return hpct__fail(
-		        HPCT_ENONCCL, HPCT_SUB_NCCL,
-		        "rank %d: no NCCL communicator for group %016llx without a store: "
-		        "%s",
-		        g->world->topo.rank, (unsigned long long)g->id, why);
-	}
+	if (tier == HPCT_NCCL_TIER_NONE)
+		return hpct__nccl_no_tier(g, l);
 	struct hpct_nccl_comm c;
 	group_comm(g, key, &c);
 	return hpct__nccl_comm_init(l, &c, tier, NULL, config, comm_out);

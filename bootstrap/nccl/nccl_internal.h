@@ -99,6 +99,14 @@ void hpct__nccl_result_clear(void);
 int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
                            void *comm, const char *call, const char *tier);
 
+/* The ids of comm c: the one whose root lives with comm rank `crank`, and
+ * all c->nranks of them (Tier 2), in the layout of `version`.  Errors as
+ * hpct_nccl_derive_id, logged. */
+int hpct__nccl_derive_one(const struct hpct_nccl_comm *c, int crank, int version, hpct_nccl_id *id);
+int hpct__nccl_derive_all(const struct hpct_nccl_comm *c, int version, hpct_nccl_id *ids);
+/* HPCT_ENONCCL for group g when the tier is NONE, saying why (logged). */
+int hpct__nccl_no_tier(const struct hpct_group *g, const struct hpct_nccl_lib *l);
+
 /* --- ids this process hands out; comms over several ids (ids.c) -------- */
 
 struct hpct_nccl_roots;
@@ -212,6 +220,19 @@ HPCT_PRIVATE int hpct__nccl_roots_wait(struct hpct_nccl_roots *r,
 HPCT_PRIVATE void hpct__nccl_roots_detach(struct hpct_nccl_roots *r);
 /* Stops the set at once and frees it; accepts NULL. */
 HPCT_PRIVATE void hpct__nccl_roots_stop(struct hpct_nccl_roots *r);
+/* A persistent domain's roots (domain.c): a listener bound once at an
+ * id's address, the way hpct__nccl_roots_start binds (HPCT_EADDRINUSE
+ * naming host:port), kept by the caller; and a set of roots served on
+ * such listeners, which it never closes (when the set finishes or stops,
+ * they stay open and bound: connections that arrive meanwhile wait in
+ * their backlog for the next set). */
+HPCT_PRIVATE int hpct__nccl_root_listen(const hpct_nccl_id *id, int *fd_out);
+HPCT_PRIVATE int hpct__nccl_roots_start_on(const hpct_nccl_id *ids, const int *lfds, int n,
+                                           int nranks, double timeout_s, int keyed,
+                                           struct hpct_nccl_roots **out);
+/* 1 once the set's thread is done (every root answered, or it failed):
+ * hpct__nccl_roots_wait then returns at once. */
+HPCT_PRIVATE int hpct__nccl_roots_finished(struct hpct_nccl_roots *r);
 
 /* For tests/fuzz/fuzz_nccl_root.c (see root.c). */
 HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len);

@@ -73,12 +73,13 @@ struct hpct_nccl_roots {
 	int nranks;                  /* the communicator's size */
 	int keyed;                   /* magics keyed by HPCT_SECRET: a wrong one is a stranger */
 	int fuzz;                    /* hpct__nccl_root_fuzz_one: answers are not sent */
+	int borrowed;                /* listeners are a domain's: never closed here */
 	struct hpct_log_burst drops; /* the lines about dropped connections */
 };
 
-static void root_free(struct root *rt)
+static void root_free(struct root *rt, int borrowed)
 {
-	if (rt->lfd >= 0)
+	if (rt->lfd >= 0 && !borrowed)
 		close(rt->lfd);
 	rt->lfd = -1;
 	free(rt->have);
@@ -167,7 +168,7 @@ static int reply(struct hpct_nccl_roots *s, struct root *rt, int l)
 	rt->replied[l] = 1;
 	rt->conns++;
 	if (++rt->sent == rt->n2send) {
-		if (!s->fuzz)
+		if (!s->fuzz && !s->borrowed)
 			close(rt->lfd);
 		rt->lfd = -1;
 		s->live--;
@@ -374,7 +375,7 @@ HPCT_PRIVATE void hpct__nccl_root_fuzz_one(const unsigned char *data, size_t len
 		}
 	}
 	rt.lfd = -1; /* nothing to close */
-	root_free(&rt);
+	root_free(&rt, 0);
 }
 
 static void accept_on(struct hpct_nccl_roots *s, int r)
@@ -581,8 +582,10 @@ int hpct__nccl_port_check(const hpct_nccl_id *id)
 	return rc;
 }
 
-int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double timeout_s, int keyed,
-                           struct hpct_nccl_roots **out)
+/* A set of n roots at ids[]: listening at lfds[] when given (a domain's,
+ * left open when the set ends), else at listeners bound here. */
+static int roots_start(const hpct_nccl_id *ids, const int *lfds, int n, int nranks,
+                       double timeout_s, int keyed, struct hpct_nccl_roots **out)
 {
 	struct hpct_nccl_roots *s = calloc(1, sizeof(*s));
 	if (!s || !(s->roots = calloc((size_t)n, sizeof(*s->roots)))) {
@@ -592,6 +595,7 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double ti
 	s->n = s->live = n;
 	s->nranks = nranks;
 	s->keyed = keyed;
+	s->borrowed = lfds != NULL;
 	pthread_mutex_init(&s->lock, NULL);
 	s->deadline = hpct__now() + timeout_s;
 	s->stop_pipe[0] = s->stop_pipe[1] = -1;
@@ -601,7 +605,15 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double ti
 	for (int r = 0; r < n && rc == 0; r++) {
 		struct root *rt = &s->roots[r];
 		memcpy(&rt->magic, ids[r].internal, 8);
-		rc = listen_at(&ids[r], &rt->lfd, rt->where, sizeof(rt->where));
+		if (lfds) {
+			struct sockaddr_storage ss;
+			memset(&ss, 0, sizeof(ss));
+			memcpy(&ss, ids[r].internal + 8, HPCT_NCCL_ADDR_LEN);
+			hpct__addr_str((struct sockaddr *)&ss, rt->where, sizeof(rt->where));
+			rt->lfd = lfds[r];
+		} else {
+			rc = listen_at(&ids[r], &rt->lfd, rt->where, sizeof(rt->where));
+		}
 	}
 	if (rc == 0 && pipe2(s->stop_pipe, O_CLOEXEC) < 0)
 		rc = hpct__fail(-errno, HPCT_SUB_NCCL, "NCCL roots: pipe: %s", strerror(errno));
@@ -609,11 +621,12 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double ti
 		rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_NCCL, "NCCL roots: no thread");
 	if (rc) {
 		for (int r = 0; r < n; r++)
-			root_free(&s->roots[r]);
+			root_free(&s->roots[r], s->borrowed);
 		if (s->stop_pipe[0] >= 0) {
 			close(s->stop_pipe[0]);
 			close(s->stop_pipe[1]);
 		}
+		pthread_mutex_destroy(&s->lock);
 		free(s->roots);
 		free(s);
 		return rc;
@@ -622,13 +635,39 @@ int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double ti
 	return 0;
 }
 
+int hpct__nccl_roots_start(const hpct_nccl_id *ids, int n, int nranks, double timeout_s, int keyed,
+                           struct hpct_nccl_roots **out)
+{
+	return roots_start(ids, NULL, n, nranks, timeout_s, keyed, out);
+}
+
+int hpct__nccl_roots_start_on(const hpct_nccl_id *ids, const int *lfds, int n, int nranks,
+                              double timeout_s, int keyed, struct hpct_nccl_roots **out)
+{
+	return roots_start(ids, lfds, n, nranks, timeout_s, keyed, out);
+}
+
+int hpct__nccl_root_listen(const hpct_nccl_id *id, int *fd_out)
+{
+	char where[64];
+	return listen_at(id, fd_out, where, sizeof(where));
+}
+
+int hpct__nccl_roots_finished(struct hpct_nccl_roots *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int done = s->finished;
+	pthread_mutex_unlock(&s->lock);
+	return done;
+}
+
 static void roots_free(struct hpct_nccl_roots *s)
 {
 	while (s->nconns > 0)
 		drop_conn(s, s->nconns - 1);
 	free(s->conns);
 	for (int r = 0; r < s->n; r++)
-		root_free(&s->roots[r]);
+		root_free(&s->roots[r], s->borrowed);
 	close(s->stop_pipe[0]);
 	close(s->stop_pipe[1]);
 	pthread_mutex_destroy(&s->lock);

@@ -305,8 +305,8 @@ static void end(struct hpct_world *w, void *ctx)
 	close(s->wake[1]);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
-	w->svc = NULL;
-	w->svc_ops = NULL;
+	w->svc[HPCT_WORLD_SLOT_XCHG].ctx = NULL;
+	w->svc[HPCT_WORLD_SLOT_XCHG].ops = NULL;
 }
 
 static const struct hpct_world_service_ops service_ops = {
@@ -329,7 +329,7 @@ static const struct xchg_addr_ops *rows_of(struct hpct_world *w)
 int hpct__xchg_service(struct hpct_world *w, const struct xchg_addr_ops **ops_out,
                        struct xchg_service **svc_out)
 {
-	struct xchg_service *s = w->svc;
+	struct xchg_service *s = w->svc[HPCT_WORLD_SLOT_XCHG].ctx;
 	*ops_out = rows_of(w);
 	if (s) {
 		int rc = s->running ? 0 : start(s, *ops_out);
@@ -353,8 +353,8 @@ int hpct__xchg_service(struct hpct_world *w, const struct xchg_addr_ops **ops_ou
 	s->fd = -1;
 	s->key.secret = w->topo.secret;
 	s->key.len = w->topo.secret_len;
-	w->svc = s;
-	w->svc_ops = &service_ops;
+	w->svc[HPCT_WORLD_SLOT_XCHG].ctx = s;
+	w->svc[HPCT_WORLD_SLOT_XCHG].ops = &service_ops;
 	int rc = start(s, *ops_out);
 	if (rc < 0)
 		return rc; /* kept, stopped: the next create tries again; the world frees it */

@@ -94,6 +94,68 @@ HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *group);
  * rank's micro-root has answered. */
 HPCT_API int hpct_nccl_comm_init(hpct_group *group, uint64_t key, void *config, void **comm_out);
 
+/* Persistent NCCL domains: what hpct_nccl_comm_init derives and binds for
+ * each communicator, kept in the world for the next one over the same
+ * members.
+ *
+ * A domain is named by its member set (the group's world ranks, in order)
+ * and `generation` (any number the members agree on), at the world's
+ * epoch: two groups created apart over the same members share it.  Per
+ * key it keeps the derived ids (magic, addresses and ports from job,
+ * epoch, members, generation and key: not those of hpct_nccl_derive_id,
+ * which depend on the group's own identity) and the listening socket of
+ * the root this rank hosts for them (Tier 2: its micro-root; Tier 1: the
+ * comm's rank 0 hosts hpct's root in NCCL's place, which NCCL's rank 0
+ * reaches like any other rank).  The first communicator of a key derives
+ * its ids and binds its listener; every later one over the same domain
+ * and key binds nothing and derives nothing: its root exchange is served
+ * on the kept listener, so its port cannot be taken in between.  NCCL
+ * newer than the newest release verified (see hpct_nccl_tier): only the
+ * ids are kept, NCCL's own root binds for each communicator.
+ *
+ * Reuse is decided only from what every member shares (member set,
+ * generation, epoch, key): no member reuses while another derives anew.
+ * A communicator of a key must be gone (ncclCommDestroy, ncclCommAbort)
+ * before the key is used again; communicators alive at once take
+ * different keys, as with hpct_nccl_comm_init.  The NCCL communicators
+ * themselves are not kept (NCCL has no way to lend one out and take it
+ * back).  The domain's ports stay bound until it is released: another
+ * communicator whose derived port falls on one fails with
+ * HPCT_EADDRINUSE naming host:port, as with any taken port.
+ *
+ * Like hpct_nccl_comm_init otherwise (every member calls it with the same
+ * key and generation; errors, config, tiers).  HPCT_ESTATE, naming the
+ * key: the key's previous root exchange is still under way here (a
+ * non-blocking init, or a member yet to report).  When NCCL or the root
+ * exchange fails, the key's listener is closed and its next communicator
+ * binds anew.  hpct_world_recover drops the domains of the earlier epoch
+ * (a communicator over the new epoch derives anew); hpct_world_destroy
+ * releases every domain. */
+HPCT_API int hpct_nccl_comm_init_persistent(hpct_group *group, uint64_t key, uint64_t generation,
+                                            void *config, void **comm_out);
+/* Closes the listeners of the domain of `group`'s members and
+ * `generation` and forgets its ids, now (local: every member releases it,
+ * as every member made it).  0 when there is none.  HPCT_ESTATE, naming
+ * the key, while a root exchange of the domain is under way here (the
+ * domain is then unchanged). */
+HPCT_API int hpct_nccl_domain_release(hpct_group *group, uint64_t generation);
+
+/* What a domain holds and has done on this rank, for tools and tests. */
+struct hpct_nccl_domain_stats {
+	int keys;         /* keys with ids kept */
+	int listeners;    /* listening sockets held (one per key at most) */
+	int busy;         /* keys whose root exchange is under way */
+	uint64_t derived; /* keys whose ids were derived (again after a failure) */
+	uint64_t binds;   /* listeners bound */
+	uint64_t reuses;  /* communicators made on kept ids (and kept listener, if any) */
+	uint64_t epoch;   /* the epoch the domain belongs to */
+};
+/* Fills *stats_out for the domain of `group`'s members and `generation`.
+ * HPCT_EINVAL for a NULL argument; 1 (stats zeroed) when there is no such
+ * domain here, else 0. */
+HPCT_API int hpct_nccl_domain_get_stats(hpct_group *group, uint64_t generation,
+                                        struct hpct_nccl_domain_stats *stats_out);
+
 #ifdef __cplusplus
 }
 #endif
