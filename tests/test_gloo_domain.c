@@ -242,7 +242,7 @@ static int is_set(void *arg)
 static int recover_rank(int r, int epoch)
 {
 	/* mid: the survivors time out of their broken allreduce in 3 s */
-	ht_setenv_world(r, RN, 1, rport, 1, rs->mid ? 3 : 20);
+	ht_setenv_world(r, RN, 2, rport, 1, rs->mid ? 3 : 20); /* 2 loopback nodes */
 	setenv("HPCT_EPOCH", epoch ? "1" : "0", 1);
 	struct proc p = { 0 };
 	struct cfg c = { .n = RN };
@@ -383,5 +383,5 @@ Test(gloo_domain, after_a_recovery_only_the_replacements_pairs_are_new)
  * new epoch's collectives are right. */
 Test(gloo_domain, a_collective_broken_by_the_fault_remakes_its_ranks_pairs)
 {
-	recovery(1, 4);
+	recovery(1, 5);
 }

@@ -154,7 +154,7 @@ extern "C" HPCT_API int hpct_gloo_context_clone(hpct_gloo_context *parent,
 	// The new pairs' ports travel over the parent's pairs, unseen by us:
 	// errors can name a peer by its address's IP only.
 	for (size_t i = 0; i < c->peers.size(); i++)
-		c->peers[i] = { parent->peers[i].world_rank, parent->peers[i].ip, 0 };
+		c->peers[i] = { parent->peers[i].world_rank, parent->peers[i].ip, 0, 0, {} };
 	try {
 		gloo::rendezvous::ContextFactory factory(parent->ctx);
 		c->ctx = factory.makeContext(parent->device->dev);

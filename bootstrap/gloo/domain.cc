@@ -231,7 +231,11 @@ int connect(hpct_gloo_context *c, hpct_group *g, Domain &dom, const Key &k,
 				continue;
 			const auto &p = c->peers[i];
 			keep[i] = 1;
-			far.push_back(hpct_gloo::endpoint_from(p.ip, p.sport ? p.sport : p.port));
+			// where our socket of the pair leads: the peer's listener,
+			// or the source it connected from (on loopback nodes
+			// 127.0.0.2 connects from 127.0.0.1)
+			far.push_back(p.sport ? hpct_gloo::endpoint_from(p.sip, p.sport)
+			                      : hpct_gloo::endpoint_from(p.ip, p.port));
 			at.push_back((int)i);
 		}
 		std::vector<bool> gone = hpct_gloo::hung_up(far);

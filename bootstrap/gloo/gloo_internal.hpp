@@ -50,6 +50,7 @@ struct hpct_gloo_peer {
 	std::string ip;
 	unsigned port;       // host order
 	unsigned sport{ 0 }; // the source port of a pair it connected to us, else 0
+	std::string sip;     // and its source IP (the kernel's choice: not always ip)
 };
 
 struct hpct_gloo_context {

@@ -260,6 +260,7 @@ void note_source_ports(hpct_gloo_context *c, int r, const Sockets &socks,
 		for (auto &s : socks)
 			if (s.first == near) {
 				c->peers[i].sport = s.second.port;
+				c->peers[i].sip = ip_of(sockaddr_of(s.second));
 				break;
 			}
 	}
@@ -293,7 +294,7 @@ int hpct_gloo::connect_pairs(hpct_gloo_context *c, hpct_group *g, gloo::transpor
 		if (!fresh[(size_t)i])
 			continue;
 		const auto &ss = peer[(size_t)i] = sockaddr_of(theirs[(size_t)i]);
-		c->peers[i] = { hpct_group_world_rank(g, i), ip_of(ss), port_of(ss) };
+		c->peers[i] = { hpct_group_world_rank(g, i), ip_of(ss), port_of(ss), 0, {} };
 		pc.addrs[i] = Address(ss).bytes();
 		client[(size_t)i] = is_client(self[(size_t)i], ss);
 		(client[(size_t)i] ? pc.connecting : pc.accepting).push_back(i);
