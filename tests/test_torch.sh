@@ -72,7 +72,7 @@ check_ranks() { # name n expect_shim log
 }
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
-per_torch=14
+per_torch=15
 echo "1..$((2 * per_torch + 1))"
 
 py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
@@ -95,6 +95,26 @@ start4() { # tag VAR=VALUE...
 
 torch_suite() { # label python
 	local t=$1 py=$2 n port
+
+	# a second incarnation takes the first's Gloo pairs: 1.13's Gloo is the
+	# one whose connectFullMesh the shim replaces (2.x links Gloo in)
+	if [ "$t" = 1.13 ]; then
+		port=$(free_port)
+		HPCT_DEBUG=INFO JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
+			--master-port "$port" -- "$py" "$job" >"$dir/reuse" 2>&1
+		local made reused
+		made=$(grep -c 'persistent Gloo domain of 4 members (ranks 0-3), generation 0 at epoch 0: 3 pairs new, 0 kept' "$dir/reuse")
+		reused=$(grep -c 'persistent Gloo domain of 4 members (ranks 0-3), generation 0 at epoch 0: reused, 3 pairs kept' "$dir/reuse")
+		if [ "$made $reused" = "4 4" ] && grep -Eq '(^|:)ok 3$' "$dir/reuse"; then
+			ok "torch $t: a second init_process_group reuses the first's Gloo pairs (4 ranks)"
+		else
+			not_ok "torch $t: a second init_process_group reuses the first's Gloo pairs (4 ranks)" \
+				"$made ranks connected the world's pairs, $reused reused them (want 4 and 4)" \
+				"$(grep -v 'HPCT INFO' "$dir/reuse" | tail -8)"
+		fi
+	else
+		skip "torch $t: PyTorch 2.x links its Gloo in: no connectFullMesh to replace, nothing reused"
+	fi
 
 	# rootless, hpct-run
 	for n in 2 4 8; do

@@ -26,11 +26,12 @@ using hpct_gloo::Endpoint;
 
 using Key = std::pair<std::vector<int>, uint64_t>;
 
-// Slots a recovered domain's context starts from: far above what a context
-// uses in practice (one or two per collective), 2^21 for each of 512
-// epochs in turn.
-constexpr int kRecoverSlotBase = 1 << 30;
-constexpr int kRecoverSlotSpan = 1 << 21;
+// Slots a domain's context starts from whenever pairs are made in it: far
+// above what a context uses in practice (one or two per collective), 2^21
+// for each of 512 epochs in turn, so that nothing a failed collective left
+// on a kept pair can match a slot of the new epoch's.
+constexpr int kSlotBase = 1 << 30;
+constexpr int kSlotSpan = 1 << 21;
 
 std::string describe(const Key &k)
 {
@@ -77,10 +78,36 @@ struct XchgSwap : hpct_gloo::Swap {
 		return hpct_xchg_create(g, name, sizeof(Endpoint), &x);
 	}
 
-	int swap(hpct_gloo_context *c, hpct_group *g, int round, const std::vector<char> &fresh,
+	// Version 1: which kept pairs each end wants remade (a survivor's
+	// pairs with survivors only), in the items' port field (1: remake);
+	// 2 and 3: the swap's rounds.
+	int agree(hpct_gloo_context *c, std::vector<char> &fresh, const std::vector<char> &keep,
+	          const std::vector<char> &mine)
+	{
+		std::vector<Endpoint> out(fresh.size()), in;
+		std::vector<int> peers;
+		for (size_t i = 0; i < fresh.size(); i++) {
+			out[i].port = mine[i] ? 1 : 0;
+			if (keep[i])
+				peers.push_back((int)i);
+		}
+		int rc = hpct_xchg_publish(x, 1, out.data());
+		if (rc || peers.empty())
+			return rc;
+		in.resize(peers.size());
+		if ((rc = hpct_xchg_fetch(x, 1, peers.data(), (int)peers.size(), in.data())))
+			return rc; // names the peer
+		c->bytes_exchanged += 2 * (uint64_t)peers.size() * sizeof(Endpoint);
+		for (size_t k = 0; k < peers.size(); k++)
+			if (mine[(size_t)peers[k]] || in[k].port == 1)
+				fresh[(size_t)peers[k]] = 1;
+		return 0;
+	}
+
+	int swap(hpct_gloo_context *c, hpct_group *, int round, const std::vector<char> &fresh,
 	         const std::vector<Endpoint> &mine, std::vector<Endpoint> &theirs) override
 	{
-		uint64_t version = (uint64_t)round + 1;
+		uint64_t version = (uint64_t)round + 2;
 		int rc = hpct_xchg_publish(x, version, mine.data());
 		if (rc)
 			return rc;
@@ -100,9 +127,29 @@ struct XchgSwap : hpct_gloo::Swap {
 	}
 };
 
+// Gloo's TCP context keeps, per slot, which peers announced a receive or
+// a send not yet matched (Tally): a collective that failed leaves such
+// entries behind, and a later send to that peer on that slot then goes
+// out at once, before the peer posted its receive (Gloo aborts the
+// process: "enforce fail at pair.cc:488").  No operation of the context is
+// under way when it is reconnected, so they all go.  The members are
+// protected: reached through a class derived from Gloo's, as C++ allows.
+struct Tallies : gloo::transport::Context {
+	static void clear(gloo::transport::Context &t)
+	{
+		auto mutex = &Tallies::mutex_;
+		auto pending = &Tallies::pendingOperations_;
+		auto expected = &Tallies::expectedNotifications_;
+		std::lock_guard<std::mutex> lk(t.*mutex);
+		(t.*pending).clear();
+		(t.*expected).clear();
+	}
+};
+
 // A kept pair is alive when a message crosses it both ways: each end sends
-// the epoch it is at to the other on the first slot of the recovered
-// context, every kept pair at once.
+// the epoch it is at to the other on the first slot of the (re)connected
+// context, every kept pair at once (none on a member that keeps none: it
+// takes the slot all the same).
 int check_kept(hpct_gloo_context *c, const std::vector<char> &fresh)
 {
 	auto &ctx = *c->ctx;
@@ -161,16 +208,45 @@ int connect(hpct_gloo_context *c, hpct_group *g, Domain &dom, const Key &k,
 		return rc;
 	c->ctx = dom.ctx;
 	c->peers = dom.peers;
-	if (recovered)
-		dom.ctx->restart_slots(kRecoverSlotBase +
-		                       (int)(c->epoch % 512) * kRecoverSlotSpan);
+	std::vector<char> remake = fresh;
+	// every member's context starts its slots at the same number, whether
+	// it keeps pairs (a survivor) or not (a replacement, a new domain),
+	// and the check below takes the first on every member
+	dom.ctx->restart_slots(kSlotBase + (int)(c->epoch % 512) * kSlotSpan);
+	if (recovered) {
+		// A survivor's pair with a survivor may have died in the fault
+		// (Gloo closes a pair whose receive timed out): either end
+		// that sees it dead has both remake it.  A rank on which a
+		// collective failed remakes them all: the broken collective
+		// left its receives posted in the pairs (Gloo would read a
+		// peer's next message into a buffer long gone), and nothing
+		// public takes them back.
+		Tallies::clear(*dom.ctx->transport());
+		bool failed = dom.failed;
+		std::vector<char> keep((size_t)fresh.size(), 0), dead = keep;
+		std::vector<Endpoint> far;
+		std::vector<int> at;
+		for (size_t i = 0; i < fresh.size(); i++) {
+			if ((int)i == c->ctx->rank || fresh[i])
+				continue;
+			const auto &p = c->peers[i];
+			keep[i] = 1;
+			far.push_back(hpct_gloo::endpoint_from(p.ip, p.sport ? p.sport : p.port));
+			at.push_back((int)i);
+		}
+		std::vector<bool> gone = hpct_gloo::hung_up(far);
+		for (size_t j = 0; j < at.size(); j++)
+			dead[(size_t)at[j]] = failed || gone[j];
+		if ((rc = swap.agree(c, remake, keep, dead)))
+			return rc;
+	}
 	try {
-		rc = hpct_gloo::connect_pairs(c, g, *dom.ctx->transport(), fresh, swap);
+		rc = hpct_gloo::connect_pairs(c, g, *dom.ctx->transport(), remake, swap);
 	} catch (const std::exception &e) {
 		rc = hpct_gloo::fail(c, "context creation", e);
 	}
-	if (rc == 0 && recovered)
-		rc = check_kept(c, fresh);
+	if (rc == 0)
+		rc = check_kept(c, remake);
 	if (rc == 0)
 		rc = hpct_gloo::meet(c); // every fetch from us is done past it
 	if (rc == 0)
@@ -227,6 +303,11 @@ extern "C" HPCT_API int hpct_gloo_context_create_persistent(hpct_gloo_device *de
 			delete c;
 			return rc;
 		}
+		HPCT_INFO(HPCT_SUB_COLL,
+		          "rank %d: persistent Gloo domain of %s at epoch %llu: reused, %d pairs "
+		          "kept",
+		          device->world_rank, dom->what.c_str(), (unsigned long long)c->epoch,
+		          c->pairs_kept);
 	} else {
 		if (!dom) {
 			auto owned = std::make_unique<Domain>();
@@ -248,6 +329,7 @@ extern "C" HPCT_API int hpct_gloo_context_create_persistent(hpct_gloo_device *de
 				        i != r && hpct__world_rank_born(device->world, k.first[(size_t)i]) >
 				                          dom->epoch;
 			if (dom->user) { // an old epoch's handle: it shares the pairs no more
+				dom->failed = dom->failed || dom->user->failed;
 				dom->user->failed = HPCT_ESTATE;
 				dom->user->domain = nullptr;
 				dom->user = nullptr;

@@ -3,6 +3,7 @@
 // connected sockets of this process (where Gloo's pairs are found).
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -99,6 +100,51 @@ Sockets connected_sockets()
 	}
 	closedir(d);
 	return out;
+}
+
+Endpoint endpoint_from(const std::string &ip, unsigned port)
+{
+	sockaddr_storage ss{};
+	auto &in = (sockaddr_in &)ss;
+	auto &in6 = (sockaddr_in6 &)ss;
+	if (inet_pton(AF_INET, ip.c_str(), &in.sin_addr) == 1) {
+		in.sin_family = AF_INET;
+		in.sin_port = htons((uint16_t)port);
+	} else if (inet_pton(AF_INET6, ip.c_str(), &in6.sin6_addr) == 1) {
+		in6.sin6_family = AF_INET6;
+		in6.sin6_port = htons((uint16_t)port);
+	} else {
+		return Endpoint{};
+	}
+	return endpoint_of(ss);
+}
+
+std::vector<bool> hung_up(const std::vector<Endpoint> &far)
+{
+	std::vector<bool> gone(far.size(), true);
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return gone;
+	while (dirent *e = readdir(d)) {
+		int fd = std::atoi(e->d_name);
+		if (e->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		sockaddr_storage r{};
+		socklen_t rl = sizeof(r);
+		if (getpeername(fd, (sockaddr *)&r, &rl) != 0 ||
+		    (r.ss_family != AF_INET && r.ss_family != AF_INET6))
+			continue;
+		Endpoint at = endpoint_of(r);
+		for (size_t i = 0; i < far.size(); i++) {
+			if (!(far[i] == at))
+				continue;
+			pollfd p = { fd, POLLRDHUP, 0 };
+			gone[i] = poll(&p, 1, 0) != 0 &&
+			          (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+		}
+	}
+	closedir(d);
+	return gone;
 }
 
 } // namespace hpct_gloo

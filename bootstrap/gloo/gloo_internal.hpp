@@ -175,6 +175,13 @@ Endpoint endpoint_of(const sockaddr_storage &ss);
 sockaddr_storage sockaddr_of(const Endpoint &e);
 std::string endpoint_str(const Endpoint &e); // "nowhere: ..." for an empty one
 
+// The endpoint of a numeric IP and a port; empty when ip is not one.
+Endpoint endpoint_from(const std::string &ip, unsigned port);
+// For each far end: true when no socket of this process is connected to
+// it, or the one that is was closed or reset by the other side (the
+// kernel says so at once; Gloo's loop learns it when it next reads).
+std::vector<bool> hung_up(const std::vector<Endpoint> &far);
+
 // Both ends of every connected TCP socket of this process: Gloo keeps its
 // pairs' descriptors to itself, so this is how a pair's socket is found.
 using Sockets = std::vector<std::pair<Endpoint, Endpoint>>; // (near, far)
