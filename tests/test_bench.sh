@@ -86,6 +86,48 @@ if grep -Eq "^cold +std-mesh|^cold N=[0-9]+: std-mesh" "$dir/g.out"; then
 fi
 grep -Eq "^cold +standard +2 " "$dir/g.out" || fail "no cold row beside gloo: $(cat "$dir/g.out")"
 
+# gloo-reuse: a persistent and a temporary context, each created twice
+# over the world, every allreduce checked by the ranks; the persistent
+# one's second creation makes no pair and exchanges nothing, the temporary
+# one makes all N(N-1) pair ends again.  gloo-replace: after one rank is
+# replaced in process, the persistent context makes only that rank's N-1
+# pairs (2(N-1) ends), the temporary one all of them.
+"$bench" --scenario gloo-reuse,gloo-replace --ranks 2,4 --repeat 1 --port 16600 \
+	--json "$dir/d.json" >"$dir/d.out" 2>"$dir/d.err" ||
+	fail "the gloo-reuse/gloo-replace run failed: $(cat "$dir/d.err")"
+for p in rootless standard; do
+	for n in 2 4; do
+		all=$((n * (n - 1)))
+		# context, creation, its label, pair ends new, kept
+		for row in persistent:first:1st:$all:0 persistent:second:2nd:0:$all \
+			temporary:first:1st:$all:0 temporary:second:2nd:$all:0; do
+			ctx=${row%%:*} row=${row#*:}
+			cr=${row%%:*} row=${row#*:}
+			tag=${row%%:*} row=${row#*:}
+			new=${row%%:*} kept=${row#*:}
+			grep -Eq "^gloo-reuse/$ctx/$tag +$p +$n +$n +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +- +[0-9]+ +- " "$dir/d.out" ||
+				fail "no gloo-reuse/$ctx/$tag row for $p N=$n: $(cat "$dir/d.out")"
+			grep -Eq "\"scenario\":\"gloo-reuse\",\"path\":\"$p\",\"ranks\":$n,[^}]*,\"connect\":\"pool\",\"context\":\"$ctx\",\"creation\":\"$cr\",\"context_ms\":[0-9.]+,\"pairs_new\":$new,\"max_pairs_new\":$((new / n)),\"pairs_kept\":$kept,\"bytes_exchanged\":[0-9]+[,}]" \
+				"$dir/d.json" || fail "gloo-reuse $ctx $cr $p N=$n: want $new pair ends new, $kept kept: $(cat "$dir/d.json")"
+		done
+		grep -Eq "\"path\":\"$p\",\"ranks\":$n,[^}]*\"context\":\"persistent\",\"creation\":\"second\",[^}]*\"bytes_exchanged\":0[,}]" "$dir/d.json" ||
+			fail "the persistent context's second creation exchanged bytes ($p N=$n): $(cat "$dir/d.json")"
+		grep -Eq "^gloo-reuse N=$n $p: second/first creation, median: persistent [0-9.]+ \([0-9.]+ -> [0-9.]+ ms; pairs new per rank $((n - 1)) -> 0; bytes exchanged [1-9][0-9]* -> 0\); temporary [0-9.]+ \([0-9.]+ -> [0-9.]+ ms; pairs new per rank $((n - 1)) -> $((n - 1)); " \
+			"$dir/d.out" || fail "no first/second line for gloo-reuse $p N=$n: $(grep "^gloo-reuse N=" "$dir/d.out")"
+		# context, pair ends new, kept
+		for row in persistent:$((2 * (n - 1))):$(((n - 1) * (n - 2))) temporary:$all:0; do
+			ctx=${row%%:*} row=${row#*:}
+			new=${row%%:*} kept=${row#*:}
+			grep -Eq "^gloo-replace/$ctx +$p +$n +$n +1 +[0-9.]+ " "$dir/d.out" ||
+				fail "no gloo-replace/$ctx row for $p N=$n: $(cat "$dir/d.out")"
+			grep -Eq "\"scenario\":\"gloo-replace\",\"path\":\"$p\",\"ranks\":$n,[^}]*,\"context\":\"$ctx\",\"recovery\":\"inprocess\",\"context_ms\":[0-9.]+,\"pairs_new\":$new,\"max_pairs_new\":$((n - 1)),\"pairs_kept\":$kept," \
+				"$dir/d.json" || fail "gloo-replace $ctx $p N=$n: want $new pair ends new, $kept kept: $(cat "$dir/d.json")"
+		done
+		grep -Eq "^gloo-replace N=$n $p: new pairs after the recovery, persistent $((n - 1)) \($((2 * (n - 1))) pair ends\), most per rank $((n - 1)), temporary $((all / 2)) \($all\), most $((n - 1)); persistent/temporary, median: [0-9.]+ from the kill" \
+			"$dir/d.out" || fail "no gloo-replace line for $p N=$n: $(grep "^gloo-replace N=" "$dir/d.out")"
+	done
+done
+
 # --gate and --transport: the rows name the transport, with resident memory
 "$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \
 	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"
@@ -102,7 +144,7 @@ grep -q "transport udp: want tcp and/or ofi" "$dir/err5" || fail "not named: $(c
 if "$bench" --scenario cold,bogus --ranks 2 >"$dir/out2" 2>"$dir/err2"; then
 	fail "an unknown scenario was accepted"
 fi
-grep -q "scenario bogus: want cold, gloo, nccl-root, restart, kill-root or torch" "$dir/err2" ||
+grep -q "scenario bogus: want cold, gloo, gloo-reuse, gloo-replace, nccl-root, restart, kill-root or torch" "$dir/err2" ||
 	fail "the unknown scenario was not named: $(cat "$dir/err2")"
 [ ! -s "$dir/out2" ] || fail "something ran before the bad scenario was refused"
 

@@ -271,6 +271,12 @@ for v in ${torches//,/ }; do
 			[ "$s" = "torch-$v-torchrun-reinit" ] ||
 				grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
 		done
+		# the second incarnation beside the first, per path
+		for p in rootless stock; do
+			[ "$launch $p" = "torchrun stock" ] && continue
+			grep -Eq "^$tag N=2 $p: second/first incarnation, median ratio [0-9.]+ \([0-9.]+ -> [0-9.]+ ms\)\$" \
+				"$dir/bench" || bad="$bad no second/first line for $tag $p;"
+		done
 		for kind in torch torch-reinit; do
 			for p in rootless stock; do
 				[ "$launch $kind $p" = "torchrun torch-reinit stock" ] && continue

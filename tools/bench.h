@@ -128,10 +128,38 @@ double bench_run_once(const char *self, const char *scenario, int n, int nodes, 
                       int port, int run_id, double timeout, int *max_conns, long *msgs,
                       long *max_rss);
 
-/* restart / kill-root (see bench_launch.c); returns ms or -1. */
+/* What the ranks reported of one phase of a run that reports a Gloo
+ * context's creation (gloo-reuse, gloo-replace). */
+struct bench_phase {
+	double ms;     /* from the first rank out of the world barrier before the
+	                  creation until the last rank's allreduce was done */
+	int max_conns; /* hpct connections the creation opened, the most of a rank */
+	int max_pairs; /* Gloo pairs it made, the most of a rank */
+	long pairs_new, pairs_kept, bytes; /* summed over ranks: pair ends, bytes of
+	                                      pair addresses sent + received */
+	long max_rss;
+};
+
+/* N ranks of `scenario` that report `nphases` times each, every report of a
+ * phase before any of the next (a world barrier apart); out[k] gets phase
+ * k.  0, or -1 with the failure said. */
+int bench_phases_once(const char *self, const char *scenario, int n, int nodes, int rootless,
+                      int port, int run_id, double timeout, int nphases, struct bench_phase *out);
+
+/* The scenario names of a restart's ranks (--as-rank): those started first
+ * (for an in-process recovery, ranks that survive), and those started at
+ * the next epoch. */
+struct bench_restart_ranks {
+	const char *first, *again;
+};
+
+/* restart / kill-root (see bench_launch.c); returns ms or -1.  With `ranks`
+ * (in-process only) the ranks are those, and *phase gets the new epoch's
+ * reports (gloo-replace); NULL: restart's own. */
 double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
                           double timeout, int kill_root, int kills, unsigned seed, int rep,
-                          int inprocess, int *max_conns, int *repl_conns);
+                          int inprocess, const struct bench_restart_ranks *ranks,
+                          int *max_conns, int *repl_conns, struct bench_phase *phase);
 
 /* --scenario nccl-root (see bench_scenarios.c); returns ms or -1. */
 double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *conns);

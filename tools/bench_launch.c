@@ -40,6 +40,10 @@ struct batch {
 	long msgs;       /* messages the ranks reported sending */
 	long max_rss;    /* the largest resident memory a rank reported, kB */
 	double last;     /* latest finish time reported */
+	/* Gloo creations: the earliest start reported (0: none), pairs */
+	double first;
+	int max_pairs;
+	long pairs_new, pairs_kept, bytes;
 };
 
 static const struct bench_launch direct_launch, torchrun_launch;
@@ -204,7 +208,37 @@ static void collect(struct batch *b, double deadline)
 			b->max_rss = rec.rss_kb;
 		if (rec.conns > b->max_conns)
 			b->max_conns = rec.conns;
+		if (rec.start > 0 && (b->first == 0 || rec.start < b->first))
+			b->first = rec.start;
+		if (rec.pairs_new > b->max_pairs)
+			b->max_pairs = (int)rec.pairs_new;
+		b->pairs_new += rec.pairs_new;
+		b->pairs_kept += rec.pairs_kept;
+		b->bytes += rec.bytes_exchanged;
 	}
+}
+
+/* Forgets what was collected: the next reports are another phase's. */
+static void next_phase(struct batch *b)
+{
+	b->got = b->bad = b->max_conns = b->max_pairs = 0;
+	b->msgs = b->max_rss = b->pairs_new = b->pairs_kept = b->bytes = 0;
+	b->last = b->first = 0;
+}
+
+/* Adds what b collected to *ph, a phase whose ranks may be in more than
+ * one batch (a restart's survivors and replacements). */
+static void phase_add(struct bench_phase *ph, const struct batch *b)
+{
+	if (b->max_conns > ph->max_conns)
+		ph->max_conns = b->max_conns;
+	if (b->max_pairs > ph->max_pairs)
+		ph->max_pairs = b->max_pairs;
+	if (b->max_rss > ph->max_rss)
+		ph->max_rss = b->max_rss;
+	ph->pairs_new += b->pairs_new;
+	ph->pairs_kept += b->pairs_kept;
+	ph->bytes += b->bytes;
 }
 
 /* Lets the ranks tear down (EOF on their release pipe) without reaping
@@ -267,6 +301,29 @@ double bench_run_once(const char *self, const char *scenario, int n, int nodes, 
 	return (last - t0) * 1000;
 }
 
+int bench_phases_once(const char *self, const char *scenario, int n, int nodes, int rootless,
+                      int port, int run_id, double timeout, int nphases, struct bench_phase *out)
+{
+	struct batch b;
+	if (launch(&b, self, scenario, n, nodes, rootless, port, run_id, 0, timeout) < 0)
+		return -1;
+	int k;
+	for (k = 0; k < nphases; k++) {
+		next_phase(&b);
+		collect(&b, 0);
+		if (b.got < b.n || b.bad || b.first == 0)
+			break;
+		out[k] = (struct bench_phase){ .ms = (b.last - b.first) * 1000 };
+		phase_add(&out[k], &b);
+	}
+	/* a phase short of reports: the others wait in its barrier for ever */
+	if (finish(&b, k < nphases) < 0 || k < nphases) {
+		report_failure(scenario, rootless, &b, n);
+		return -1;
+	}
+	return 0;
+}
+
 /* The ranks to kill: rank 0 for kill-root, never rank 0 for restart (the
  * two scenarios tell a root's death from another rank's), the rest at
  * random from the seed and the repetition, so both paths lose the same
@@ -305,11 +362,18 @@ static int pick_victims(int n, int kills, int kill_root, unsigned seed, int rep,
  * which must have survived).  Timed from the kill until every rank finished the
  * world allgather and barrier at the new epoch.  *max_conns gets the
  * connections opened by the ranks of the new epoch (inprocess: by the
- * survivors, new ones only; *repl_conns: by the replacements). */
+ * survivors, new ones only; *repl_conns: by the replacements).  `ranks`
+ * names other rank scenarios for an in-process recovery (gloo-replace:
+ * the work before the kill and after it is theirs, and *phase gets the
+ * reports of the new epoch, timed from the first rank's start). */
 double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
                           double timeout, int kill_root, int kills, unsigned seed, int rep,
-                          int inprocess, int *max_conns, int *repl_conns)
+                          int inprocess, const struct bench_restart_ranks *ranks,
+                          int *max_conns, int *repl_conns, struct bench_phase *phase)
 {
+	static const struct bench_restart_ranks restart_ranks = { "recover", "cold" };
+	if (!ranks)
+		ranks = &restart_ranks;
 	int agent[2] = { -1, -1 };
 	if (inprocess) {
 		if (pipe2(agent, O_CLOEXEC) < 0 || fcntl(agent[0], F_SETFD, 0) < 0)
@@ -317,8 +381,8 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 		setenv_int("HPCT_BENCH_AGENT_FD", agent[0]);
 	}
 	struct batch a, b;
-	int rc = launch(&a, self, inprocess ? "recover" : "cold", n, nodes, rootless, port, run_id,
-	                0, timeout);
+	int rc = launch(&a, self, inprocess ? ranks->first : "cold", n, nodes, rootless, port,
+	                run_id, 0, timeout);
 	if (agent[0] >= 0)
 		close(agent[0]);
 	if (rc < 0) {
@@ -358,8 +422,8 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 		waitpid(a.pids[victims[k]], NULL, 0);
 		a.pids[victims[k]] = 0;
 	}
-	rc = launch_ranks(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout, victims,
-	                  kills);
+	rc = launch_ranks(&b, self, ranks->again, n, nodes, rootless, port, run_id, 1, timeout,
+	                  victims, kills);
 	/* the agent's word to every survivor */
 	struct agent_msg m = { .epoch = 1, .nreplaced = kills };
 	memcpy(m.replaced, victims, (size_t)kills * sizeof(int));
@@ -368,14 +432,19 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 			rc = -1;
 	close(agent[1]);
 	a.n = n - kills; /* the survivors' second reports */
-	a.got = a.bad = a.max_conns = 0;
-	a.last = 0;
+	next_phase(&a);
 	collect(&a, 0);
 	if (rc == 0)
 		collect(&b, 0);
 	last = a.last > b.last ? a.last : b.last;
 	*max_conns = a.max_conns;
 	*repl_conns = b.max_conns;
+	if (phase) {
+		double first = a.first > 0 && (b.first == 0 || a.first < b.first) ? a.first : b.first;
+		*phase = (struct bench_phase){ .ms = first > 0 ? (last - first) * 1000 : -1 };
+		phase_add(phase, &a);
+		phase_add(phase, &b);
+	}
 	int bad = a.got < a.n || a.bad || b.got < b.n || b.bad;
 	a.n = n; /* every pid, the victims' now 0, is reaped */
 	a.got = n;

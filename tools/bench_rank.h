@@ -21,6 +21,11 @@ struct record {
 	int rc;
 	long msgs;   /* hpct messages the rank sent (hpct_world_stats.msgs_sent) */
 	long rss_kb; /* the rank's resident memory when it reported */
+	/* a Gloo context's creation (gloo-reuse, gloo-replace), else 0: when
+	 * this rank left the world barrier that started it, and what
+	 * hpct_gloo_context_get_stats said of it */
+	double start;
+	long pairs_new, pairs_kept, bytes_exchanged;
 };
 
 static inline double mono(void)
@@ -51,18 +56,23 @@ static inline long msgs_of(hpct_world *w)
 	return (long)st.msgs_sent;
 }
 
+/* Sends a record, its resident memory filled in (one write: the pipe
+ * keeps records of different ranks whole); 0 or 3. */
+static inline int report_record(struct record *rec)
+{
+	long kb = hpct_self_rss_kb();
+	rec->rss_kb = kb < 0 ? 0 : kb;
+	if (write(atoi(getenv("HPCT_BENCH_FD")), rec, sizeof(*rec)) != (ssize_t)sizeof(*rec))
+		return 3;
+	return 0;
+}
+
 /* Reports this rank's finish time, a connection and a message count, and
  * its resident memory; 0 or 3. */
 static inline int report(int rc, int conns, long msgs)
 {
-	double done = mono();
-	long kb = hpct_self_rss_kb();
-	struct record rec = {
-		.done = done, .rc = rc, .conns = conns, .msgs = msgs, .rss_kb = kb < 0 ? 0 : kb
-	};
-	if (write(atoi(getenv("HPCT_BENCH_FD")), &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
-		return 3;
-	return 0;
+	struct record rec = { .done = mono(), .rc = rc, .conns = conns, .msgs = msgs };
+	return report_record(&rec);
 }
 
 /* Blocks until the launcher has every report (EOF on the release pipe). */

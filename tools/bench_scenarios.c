@@ -76,6 +76,8 @@ static const struct scenario scenarios[] = {
 	{ "cold", cold_rank, NULL },
 	{ "recover", recover_rank, NULL }, /* ranks of restart --recovery inprocess */
 	{ "gloo", NULL, "hpct-bench-gloo" },
+	{ "gloo-reuse", NULL, "hpct-bench-gloo" },
+	{ "gloo-replace", NULL, "hpct-bench-gloo" },
 	{ "torch", NULL, "hpct-bench-torch.py" },
 };
 

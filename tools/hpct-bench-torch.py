@@ -79,8 +79,9 @@ def report(rc, done):
         for line in f:
             if line.startswith("VmRSS:"):
                 rss_kb = int(line.split()[1])
-    # struct record of tools/bench_rank.h: done, conns, rc, msgs, rss_kb
-    os.write(fd("HPCT_BENCH_FD"), struct.pack("@diiqq", done, 0, rc, 0, rss_kb))
+    # struct record of tools/bench_rank.h: done, conns, rc, msgs, rss_kb,
+    # and a Gloo creation's start, pairs new and kept, bytes (none here)
+    os.write(fd("HPCT_BENCH_FD"), struct.pack("@diiqqdqqq", done, 0, rc, 0, rss_kb, 0, 0, 0, 0))
 
 
 def destroy():

@@ -20,6 +20,26 @@
  * pool of threads (HPCT_GLOO_CONNECT=pool); the standard path brings a
  * third row, std-mesh, with Gloo's own connectFullMesh as stock PyTorch
  * runs it (fullmesh); JSON "connect" says which (gloo_rows).
+ * gloo-reuse: the ranks (hpct-bench-gloo) join the world and make a Gloo
+ * device; then, twice, they meet in a world barrier, create a context over
+ * the world, finish a checked allreduce and destroy it.  Each creation is
+ * timed from the first rank out of that barrier (every rank has entered
+ * it) until the last rank's allreduce is done.  Two contexts, alternating
+ * run by run (contexts[]): persistent (the second creation takes the
+ * first's pairs from its domain) and temporary (every pair again, as
+ * before domains).  Rows gloo-reuse/<context>/1st and /2nd, on both paths,
+ * pairs through hpct's pool; max_conns is the hpct connections a creation
+ * opened.  In the JSON "scenario":"gloo-reuse", "context", "creation"
+ * (first, second), "context_ms" (the same time here), "pairs_new" and
+ * "pairs_kept" (pair ends, summed over ranks), "max_pairs_new" (the most
+ * of one rank) and "bytes_exchanged" (pair addresses sent and received
+ * through hpct, all ranks; hpct_gloo_context_get_stats).
+ * gloo-replace: restart --recovery inprocess (--kill K, never rank 0)
+ * where, before the kill, every rank created the context and destroyed it,
+ * and after it every rank (survivors recovered, replacements new) meets in
+ * a world barrier and creates it again: rows gloo-replace/persistent (only
+ * the replaced ranks' pairs are new) and /temporary.  Timed from the kill;
+ * "context_ms" from the barrier after the recovery.
  * restart, kill-root: see bench_restart_once (--kill K ranks, --seed S);
  * one row per path and --recovery mode: full (every rank starts again) and
  * inprocess (survivors stay: rootless through hpct_world_recover, standard
@@ -100,6 +120,14 @@ struct result {
 	int run_conns[64], run_repl[64]; /* the same, run by run */
 	long msgs;    /* hpct messages sent by all ranks in the last run (cold, gloo) */
 	long max_rss; /* largest resident memory of a rank, kB */
+	/* gloo-reuse, gloo-replace: the context (persistent or temporary), which
+	 * creation (gloo-reuse: first or second), and what the last run's
+	 * creation did (struct bench_phase) */
+	const char *context, *creation;
+	int max_pairs;
+	long pairs_new, pairs_kept, bytes;
+	double ctx_ms[64]; /* gloo-replace: from the barrier after the recovery */
+	int nctx;
 };
 
 static int ceil_log2(int n)
@@ -168,11 +196,18 @@ static void usage(FILE *f)
 	        "                  default both)\n"
 	        "scenarios: cold, gloo (the standard path adds a row std-mesh: Gloo's own\n"
 	        "connectFullMesh, where standard connects through hpct's pool as rootless\n"
-	        "does), nccl-root, restart, kill-root, torch (paths stock and\n"
+	        "does), gloo-reuse (a persistent and a temporary Gloo context created\n"
+	        "twice), gloo-replace (created again after --kill K ranks were replaced in\n"
+	        "process), nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
 	        "and sim on its own\n"
 	        "(hpct-bench --scenario sim --help)\n");
 }
+
+/* The ways a Gloo context is created in gloo-reuse and gloo-replace, both
+ * run in every repetition, alternating (HPCT_BENCH_CONTEXT of the ranks). */
+static const char *const contexts[] = { "persistent", "temporary" };
+#define NCONTEXTS 2
 
 /* Adds one run's figures to its row. */
 static void add_run(struct result *r, double ms, int conns, int repl, long msgs, long rss)
@@ -200,8 +235,10 @@ static const struct gloo_row {
 	const char *path, *connect;
 } gloo_rows[] = { { "rootless", "pool" }, { "standard", "pool" }, { GLOO_MESH, "fullmesh" } };
 
-static const char *gloo_connect(const char *path)
+static const char *gloo_connect(const char *scenario, const char *path)
 {
+	if (strcmp(scenario, "gloo") != 0) /* gloo-reuse, gloo-replace: the pool only */
+		return strcmp(path, GLOO_MESH) == 0 ? NULL : "pool";
 	for (size_t i = 0; i < sizeof(gloo_rows) / sizeof(gloo_rows[0]); i++)
 		if (strcmp(gloo_rows[i].path, path) == 0)
 			return gloo_rows[i].connect;
@@ -262,6 +299,96 @@ static const struct result *find_row(const struct result *res, int nres, const c
 		    res[i].ranks == n)
 			return &res[i];
 	return NULL;
+}
+
+/* A Gloo creation's figures (bench_phase) added to its row. */
+static void add_phase(struct result *r, double ms, int conns, int repl, const struct bench_phase *ph)
+{
+	add_run(r, ms, conns, repl, 0, ph->max_rss);
+	r->pairs_new = ph->pairs_new;
+	r->pairs_kept = ph->pairs_kept;
+	r->bytes = ph->bytes;
+	if (ph->max_pairs > r->max_pairs)
+		r->max_pairs = ph->max_pairs;
+	r->ctx_ms[r->nctx++] = ph->ms;
+}
+
+/* The row of (JSON scenario, context, creation, path, N), or NULL if it
+ * did not run. */
+static const struct result *find_gloo_row(const struct result *res, int nres, const char *kind,
+                                          const char *context, const char *creation,
+                                          const char *path, int n)
+{
+	for (int i = 0; i < nres; i++)
+		if (res[i].ok && res[i].context && strcmp(res[i].kind, kind) == 0 &&
+		    strcmp(res[i].context, context) == 0 && strcmp(res[i].path, path) == 0 &&
+		    res[i].ranks == n &&
+		    (!creation || (res[i].creation && strcmp(res[i].creation, creation) == 0)))
+			return &res[i];
+	return NULL;
+}
+
+/* After the table, for gloo-reuse: per path and N, first against second
+ * creation of each context, side by side; for gloo-replace, the persistent
+ * context against the temporary one after the same recovery.  Medians are
+ * in ms[0] and ctx_ms[0] by now. */
+static void gloo_summary(const struct result *res, int nres)
+{
+	for (int i = 0; i < nres; i++) {
+		const struct result *r = &res[i];
+		if (!r->ok || !r->context || strcmp(r->context, "persistent") != 0)
+			continue;
+		if (r->creation && strcmp(r->creation, "first") == 0) {
+			printf("gloo-reuse N=%d %s: second/first creation, median:", r->ranks,
+			       r->path);
+			for (int c = 0; c < NCONTEXTS; c++) {
+				const struct result *a = find_gloo_row(res, nres, "gloo-reuse",
+				                                       contexts[c], "first",
+				                                       r->path, r->ranks),
+				                    *b = find_gloo_row(res, nres, "gloo-reuse",
+				                                       contexts[c], "second",
+				                                       r->path, r->ranks);
+				if (a && b)
+					printf("%s %s %.3f (%.1f -> %.1f ms; pairs new per rank "
+					       "%d -> %d; bytes exchanged %ld -> %ld)",
+					       c ? ";" : "", contexts[c], b->ms[0] / a->ms[0],
+					       a->ms[0], b->ms[0], a->max_pairs, b->max_pairs,
+					       a->bytes, b->bytes);
+			}
+			printf("\n");
+		} else if (!r->creation) {
+			const struct result *t = find_gloo_row(res, nres, "gloo-replace",
+			                                       "temporary", NULL, r->path,
+			                                       r->ranks);
+			printf("gloo-replace N=%d %s: new pairs after the recovery, persistent "
+			       "%ld (%ld pair ends), most per rank %d",
+			       r->ranks, r->path, r->pairs_new / 2, r->pairs_new, r->max_pairs);
+			if (t)
+				printf(", temporary %ld (%ld), most %d; persistent/temporary, "
+				       "median: %.3f from the kill (%.1f against %.1f ms), %.3f "
+				       "from the barrier after the recovery (%.1f against %.1f "
+				       "ms)",
+				       t->pairs_new / 2, t->pairs_new, t->max_pairs,
+				       r->ms[0] / t->ms[0], r->ms[0], t->ms[0],
+				       r->ctx_ms[0] / t->ctx_ms[0], r->ctx_ms[0], t->ctx_ms[0]);
+			printf("\n");
+		}
+	}
+}
+
+/* After the table, for torch --reinit: each row's second incarnation
+ * against its first, side by side. */
+static void reinit_summary(const struct result *res, int nres, int stride)
+{
+	for (int i = 0; i + stride < nres; i++) {
+		const struct result *a = &res[i], *b = &res[i + stride];
+		if (!a->ok || !b->ok || !a->torch || strcmp(b->kind, "torch-reinit") != 0 ||
+		    strcmp(a->kind, "torch") != 0)
+			continue;
+		printf("%s N=%d %s: second/first incarnation, median ratio %.3f (%.1f -> %.1f "
+		       "ms)\n",
+		       a->scenario, a->ranks, a->path, b->ms[0] / a->ms[0], a->ms[0], b->ms[0]);
+	}
 }
 
 /* After the table, for restart and kill-root: the connections the
@@ -328,6 +455,10 @@ struct scen {
 	int nccl_root, restart, kill_root, torch;
 	int inprocess; /* restart, kill-root: survivors recover in their processes */
 	int reinit_rows; /* torch: the rows of the scen before's second incarnation */
+	/* gloo-reuse (4 scens: each context's first and second creation) and
+	 * gloo-replace (2: each context): the first scen's runs fill the
+	 * others' rows, contexts alternating run by run */
+	int gloo_reuse, gloo_replace, gloo_copy;
 	char label[32];  /* the table's name: torch-1.13, torch-1.13-torchrun-reinit */
 	const struct bench_torch *release;
 	const struct bench_launch *launch;
@@ -341,12 +472,14 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 	s->kill_root = strcmp(name, "kill-root") == 0;
 	s->restart = s->kill_root || strcmp(name, "restart") == 0;
 	s->torch = strcmp(name, "torch") == 0;
+	s->gloo_reuse = strcmp(name, "gloo-reuse") == 0;
+	s->gloo_replace = strcmp(name, "gloo-replace") == 0;
 	snprintf(s->label, sizeof(s->label), "%s", name);
 	s->sc = bench_find_scenario(name);
 	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0) {
 		fprintf(stderr,
-		        "hpct-bench: --scenario %s: want cold, gloo, nccl-root, restart, "
-		        "kill-root or torch (sim runs on its own)\n",
+		        "hpct-bench: --scenario %s: want cold, gloo, gloo-reuse, gloo-replace, "
+		        "nccl-root, restart, kill-root or torch (sim runs on its own)\n",
 		        name);
 		return -1;
 	}
@@ -363,6 +496,32 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 			return -1;
 		}
 	}
+	return 0;
+}
+
+/* One run of gloo-reuse or gloo-replace with context c, into the rows of
+ * scen r's group (`stride` rows apart: the next scen's); 1 if it failed. */
+static int gloo_run(const struct scen *s, struct result *r, int c, int stride, int n, int nodes,
+                    int rootless, int port, int run_id, double timeout, int kills,
+                    unsigned seed, int rep)
+{
+	if (s->gloo_reuse) {
+		struct bench_phase ph[2];
+		if (bench_phases_once(s->self, "gloo-reuse", n, nodes, rootless, port, run_id,
+		                      timeout, 2, ph) < 0)
+			return 1;
+		for (int t = 0; t < 2; t++) /* first, then second creation */
+			add_phase(&r[(2 * c + t) * stride], ph[t].ms, ph[t].max_conns, 0, &ph[t]);
+		return 0;
+	}
+	static const struct bench_restart_ranks ranks = { "gloo-replace", "gloo-replacement" };
+	struct bench_phase ph;
+	int conns = 0, repl = 0;
+	double ms = bench_restart_once(s->self, n, nodes, rootless, port, run_id, timeout, 0,
+	                               kills, seed, rep, 1, &ranks, &conns, &repl, &ph);
+	if (ms < 0 || ph.ms < 0)
+		return 1;
+	add_phase(&r[c * stride], ms, conns, repl, &ph);
 	return 0;
 }
 
@@ -556,9 +715,11 @@ int main(int argc, char **argv)
 	char *list = strdup(scenario_arg), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		int recov = strcmp(tok, "restart") == 0 || strcmp(tok, "kill-root") == 0;
-		int copies = strcmp(tok, "torch") == 0 ? ntorch * nlaunch * (1 + reinit)
-		             : recov                   ? nrecov
-		                                       : 1;
+		int copies = strcmp(tok, "torch") == 0        ? ntorch * nlaunch * (1 + reinit)
+		             : recov                          ? nrecov
+		             : strcmp(tok, "gloo-reuse") == 0 ? 2 * NCONTEXTS
+		             : strcmp(tok, "gloo-replace") == 0 ? NCONTEXTS
+		                                                : 1;
 		if (nscens + copies > MAX_SCENARIOS) {
 			fprintf(stderr, "hpct-bench: --scenario %s: at most %d scenarios\n",
 			        scenario_arg, MAX_SCENARIOS);
@@ -576,6 +737,13 @@ int main(int argc, char **argv)
 				snprintf(s->label, sizeof(s->label), "%s/%s", tok,
 				         recoveries[copy]);
 			}
+			s->gloo_copy = copy;
+			if (s->gloo_reuse)
+				snprintf(s->label, sizeof(s->label), "%s/%s/%s", tok,
+				         contexts[copy / 2], copy % 2 ? "2nd" : "1st");
+			if (s->gloo_replace)
+				snprintf(s->label, sizeof(s->label), "%s/%s", tok,
+				         contexts[copy]);
 			if (!s->torch)
 				continue;
 			/* release, then launch, then the second incarnation's rows
@@ -667,13 +835,20 @@ int main(int argc, char **argv)
 			for (int p = 0; p < npaths; p++) {
 				row[p].scenario = s->label;
 				row[p].kind = s->reinit_rows ? "torch-reinit" : s->name;
+				if (s->gloo_reuse) {
+					row[p].context = contexts[s->gloo_copy / 2];
+					row[p].creation = s->gloo_copy % 2 ? "second" : "first";
+				} else if (s->gloo_replace) {
+					row[p].context = contexts[s->gloo_copy];
+				}
 				row[p].torch = s->torch ? s->release->ver : NULL;
 				row[p].launch = s->torch ? s->launch->name : NULL;
 				row[p].path = path_names[p];
-				if (strcmp(s->name, "gloo") == 0)
-					row[p].connect = gloo_connect(path_names[p]);
+				if (strcmp(s->name, "gloo") == 0 || s->gloo_reuse || s->gloo_replace)
+					row[p].connect = gloo_connect(s->name, path_names[p]);
 				row[p].recovery = s->restart ? (s->inprocess ? "inprocess" : "full")
-				                             : NULL;
+				                  : s->gloo_replace ? "inprocess"
+				                                    : NULL;
 				/* the standard path's recovery lives in rank 0 */
 				row[p].forced_full = s->kill_root && s->inprocess &&
 				                     strcmp(path_names[p], "standard") == 0;
@@ -681,7 +856,10 @@ int main(int argc, char **argv)
 				row[p].nodes = k;
 				row[p].repeat = repeat;
 			}
-			for (int rep = 0; rep < repeat && !s->reinit_rows; rep++) {
+			for (int rep = 0; rep < repeat && !s->reinit_rows && !(s->gloo_copy &&
+			                                                       (s->gloo_reuse ||
+			                                                        s->gloo_replace));
+			     rep++) {
 				for (int p = 0; p < npaths; p++) {
 					struct result *r = &row[p];
 					if (skipped(r))
@@ -697,6 +875,21 @@ int main(int argc, char **argv)
 						setenv("HPCT_GLOO_CONNECT", r->connect, 1);
 					else
 						unsetenv("HPCT_GLOO_CONNECT");
+					if (s->gloo_reuse || s->gloo_replace) {
+						bench_gate = 0;
+						for (int ci = 0; ci < NCONTEXTS; ci++) {
+							setenv("HPCT_BENCH_CONTEXT", contexts[ci], 1);
+							failed |= gloo_run(s, r, ci, nranks * npaths,
+							                   n, k, rootless,
+							                   port + (run_id % 4) *
+							                                  (4 * ((n + k - 1) / k) + 2),
+							                   run_id, timeout,
+							                   kills < n ? kills : n, seed,
+							                   rep);
+							run_id++;
+						}
+						continue;
+					}
 					if (s->torch) {
 						/* timed once every rank has imported it */
 						bench_gate = 1;
@@ -732,7 +925,7 @@ int main(int argc, char **argv)
 					                              run_id, timeout, s->kill_root,
 					                              kills < n ? kills : n, seed, rep,
 					                              s->inprocess && !r->forced_full,
-					                              &conns, &repl)
+					                              NULL, &conns, &repl, NULL)
 					                    : bench_run_once(s->self, s->name, n, k,
 					                                     rootless, base, run_id,
 					                                     timeout, &conns, &msgs,
@@ -783,7 +976,7 @@ int main(int argc, char **argv)
 		                       : (r->ms[r->ok / 2 - 1] + r->ms[r->ok / 2]) / 2;
 		char bound[16] = "-", floor[16] = "-";
 		double floor_ms = ceil_log2(r->ranks) * rtt;
-		if (!on_standard(r->path)) {
+		if (!on_standard(r->path) && !r->context) { /* a creation joins nothing */
 			snprintf(bound, sizeof(bound), "%d",
 			         nccl_root ? 6 : 2 * ceil_log2(r->ranks) + 2);
 			/* the physical floor of a rootless join: ceil(log2 N)
@@ -797,7 +990,7 @@ int main(int argc, char **argv)
 		printf("%-*s %-9s %6d %6d %7d %10.1f %10.1f %10.1f %9s %10d %10s %11s\n", w,
 		       r->scenario, r->path, r->ranks, r->nodes, r->ok, med, r->ms[0],
 		       r->ms[r->ok - 1], floor, r->max_conns, bound, rss);
-		char extra[96] = "";
+		char extra[320] = "";
 		int nv = 0;
 		if (nccl_root && hpct_nccl_version(&nv) == 0)
 			snprintf(extra, sizeof(extra), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
@@ -805,7 +998,16 @@ int main(int argc, char **argv)
 		else if (r->torch)
 			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\",\"launch\":\"%s\"",
 			         r->torch, r->launch);
-		else if (r->connect)
+		else if (r->context) {
+			r->ctx_ms[0] = median_of(r->ctx_ms, r->nctx);
+			snprintf(extra, sizeof(extra),
+			         ",\"connect\":\"%s\",\"context\":\"%s\",\"%s\":\"%s\",\"context_ms\":%.3f,"
+			         "\"pairs_new\":%ld,\"max_pairs_new\":%d,\"pairs_kept\":%ld,"
+			         "\"bytes_exchanged\":%ld",
+			         r->connect, r->context, r->creation ? "creation" : "recovery",
+			         r->creation ? r->creation : r->recovery, r->ctx_ms[0], r->pairs_new,
+			         r->max_pairs, r->pairs_kept, r->bytes);
+		} else if (r->connect)
 			snprintf(extra, sizeof(extra), ",\"connect\":\"%s\"", r->connect);
 		else if (r->recovery)
 			snprintf(extra, sizeof(extra), ",\"recovery\":\"%s\",\"forced_full\":%s",
@@ -846,6 +1048,8 @@ int main(int argc, char **argv)
 					       res[a].scenario, res[a].ranks, res[b].path,
 					       res[a].path, res[b].ms[0] / res[a].ms[0]);
 	recovery_summary(res, nres);
+	gloo_summary(res, nres);
+	reinit_summary(res, nres, nranks * npaths);
 	for (int si = 0; si < nscens; si++)
 		if (scens[si].nccl_root) {
 			printf("nccl-root %s\n", nccl_stagger_note);
