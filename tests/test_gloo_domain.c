@@ -111,6 +111,23 @@ Test(gloo_domain, reused_over_100_cycles_standard)
 
 /* --- a member set that differs in one rank ----------------------------- */
 
+/* A persistent context over g (NULL: not a member) in round 0 (all pairs
+ * new) or 1 (all kept), checked; codes base .. base+4. */
+static int one_round(struct proc *p, hpct_group *g, const char *name, int round, int base)
+{
+	hpct_gloo_context *ctx;
+	int rc;
+	if (!g)
+		return 0;
+	if (hpct_gloo_context_create_persistent(p->dev, g, 0, &ctx) != 0)
+		return gt_why(base, "rank %d: %s: %s", p->rank, name, hpct_last_error());
+	if ((rc = stats_are(ctx, base + 1, round ? 0 : 3, round ? 3 : 0, -1)) ||
+	    (rc = gt_quick_sum(ctx, base + 3, round)))
+		return rc;
+	hpct_gloo_context_destroy(ctx);
+	return 0;
+}
+
 static int differ_main(int r, void *arg)
 {
 	(void)r;
@@ -126,22 +143,10 @@ static int differ_main(int r, void *arg)
 		return gt_why(10, "rank %d: groups: %s", p.rank, hpct_last_error());
 	hpct_gloo_context *ctx;
 	for (int round = 0; round < 2; round++) {
-		if (ga) { /* the second round reuses A's domain */
-			if ((rc = hpct_gloo_context_create_persistent(p.dev, ga, 0, &ctx)) != 0)
-				return gt_why(11, "rank %d: A: %s", p.rank, hpct_last_error());
-			if ((rc = stats_are(ctx, 12, round ? 0 : 3, round ? 3 : 0, -1)) ||
-			    (rc = gt_quick_sum(ctx, 14, round)))
-				return rc;
-			hpct_gloo_context_destroy(ctx);
-		}
-		if (gb) { /* ranks 0-2 held pairs with each other in A: none is reused */
-			if ((rc = hpct_gloo_context_create_persistent(p.dev, gb, 0, &ctx)) != 0)
-				return gt_why(16, "rank %d: B: %s", p.rank, hpct_last_error());
-			if ((rc = stats_are(ctx, 17, round ? 0 : 3, round ? 3 : 0, -1)) ||
-			    (rc = gt_quick_sum(ctx, 19, round)))
-				return rc;
-			hpct_gloo_context_destroy(ctx);
-		}
+		/* the second round reuses A's domain and B's; ranks 0-2 held
+		 * pairs with each other in A: none is reused in B */
+		if ((rc = one_round(&p, ga, "A", round, 11)) || (rc = one_round(&p, gb, "B", round, 16)))
+			return rc;
 	}
 	/* released everywhere, A is built anew everywhere */
 	if (ga && ((rc = hpct_gloo_domain_release(p.dev, ga, 0)) != 0 ||

@@ -112,12 +112,19 @@ static int creation(hpct_world *w, hpct_gloo_device *dev, int persistent, int co
 	return report_record(&rec) ? 3 : rc;
 }
 
+/* The kind of context the run asks for, and a device: 0 or an error. */
+static int open_device(hpct_world *w, int *persistent, hpct_gloo_device **dev)
+{
+	*persistent = context_kind();
+	return *persistent < 0 ? HPCT_EBADENV : hpct_gloo_device_create(w, dev);
+}
+
 static int reuse_rank(hpct_world *w)
 {
-	int persistent = context_kind();
+	int persistent;
 	hpct_gloo_device *dev = NULL;
 	hpct_gloo_context *ctx = NULL;
-	int rc = persistent < 0 ? HPCT_EBADENV : hpct_gloo_device_create(w, &dev);
+	int rc = open_device(w, &persistent, &dev);
 	if (rc)
 		return settle(w, rc);
 	for (int k = 0; k < 2 && rc == 0; k++) {
@@ -132,10 +139,10 @@ static int reuse_rank(hpct_world *w)
 
 static int replace_rank(hpct_world *w)
 {
-	int persistent = context_kind();
+	int persistent;
 	hpct_gloo_device *dev = NULL;
 	hpct_gloo_context *ctx = NULL;
-	int rc = persistent < 0 ? HPCT_EBADENV : hpct_gloo_device_create(w, &dev);
+	int rc = open_device(w, &persistent, &dev);
 	if (rc)
 		return settle(w, rc);
 	rc = creation(w, dev, persistent, -1, &ctx);
@@ -167,10 +174,10 @@ static int replace_rank(hpct_world *w)
  * has no domain and makes every pair. */
 static int replacement_rank(hpct_world *w)
 {
-	int persistent = context_kind();
+	int persistent;
 	hpct_gloo_device *dev = NULL;
 	hpct_gloo_context *ctx = NULL;
-	int rc = persistent < 0 ? HPCT_EBADENV : hpct_gloo_device_create(w, &dev);
+	int rc = open_device(w, &persistent, &dev);
 	if (rc)
 		return settle(w, rc);
 	rc = creation(w, dev, persistent, 0, &ctx);

@@ -80,12 +80,14 @@ std::string endpoint_str(const Endpoint &e)
 	return std::string(buf) + ":" + std::to_string(e.port);
 }
 
-Sockets connected_sockets()
+namespace
 {
-	Sockets out;
+// Calls f(fd, near, far) for every connected TCP socket of this process.
+template <class F> void each_socket(F f)
+{
 	DIR *d = opendir("/proc/self/fd");
 	if (!d)
-		return out;
+		return;
 	while (dirent *e = readdir(d)) {
 		int fd = std::atoi(e->d_name);
 		if (e->d_name[0] == '.' || fd == dirfd(d))
@@ -96,9 +98,18 @@ Sockets connected_sockets()
 		    getpeername(fd, (sockaddr *)&r, &rl) != 0 ||
 		    (l.ss_family != AF_INET && l.ss_family != AF_INET6))
 			continue;
-		out.emplace_back(endpoint_of(l), endpoint_of(r));
+		f(fd, endpoint_of(l), endpoint_of(r));
 	}
 	closedir(d);
+}
+} // namespace
+
+Sockets connected_sockets()
+{
+	Sockets out;
+	each_socket([&](int, const Endpoint &near, const Endpoint &far) {
+		out.emplace_back(near, far);
+	});
 	return out;
 }
 
@@ -122,19 +133,7 @@ Endpoint endpoint_from(const std::string &ip, unsigned port)
 std::vector<bool> hung_up(const std::vector<Endpoint> &far)
 {
 	std::vector<bool> gone(far.size(), true);
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return gone;
-	while (dirent *e = readdir(d)) {
-		int fd = std::atoi(e->d_name);
-		if (e->d_name[0] == '.' || fd == dirfd(d))
-			continue;
-		sockaddr_storage r{};
-		socklen_t rl = sizeof(r);
-		if (getpeername(fd, (sockaddr *)&r, &rl) != 0 ||
-		    (r.ss_family != AF_INET && r.ss_family != AF_INET6))
-			continue;
-		Endpoint at = endpoint_of(r);
+	each_socket([&](int fd, const Endpoint &, const Endpoint &at) {
 		for (size_t i = 0; i < far.size(); i++) {
 			if (!(far[i] == at))
 				continue;
@@ -142,8 +141,7 @@ std::vector<bool> hung_up(const std::vector<Endpoint> &far)
 			gone[i] = poll(&p, 1, 0) != 0 &&
 			          (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 		}
-	}
-	closedir(d);
+	});
 	return gone;
 }
 
