@@ -180,7 +180,8 @@ static int ahead(int r, void *arg)
 		if (fetch_all(x, c->n, r, c->item, 2) != 0)
 			return 6; /* a v1 item would fail the check */
 		struct hpct_xchg_stats a = stats(x);
-		if (fetch_all(x, c->n, r, c->item, 2) != 0 || stats(x).requests_sent != a.requests_sent)
+		if (fetch_all(x, c->n, r, c->item, 2) != 0 ||
+		    stats(x).requests_sent != a.requests_sent)
 			return 7;
 	} else {
 		ht_event_post(v1_out, 1);
@@ -231,7 +232,8 @@ static int hit_miss(int r, void *arg)
 		if (hpct_xchg_fetch(x, 1, &peer, 1, got) != 0 || check(got, c->item, 1, 0, 1))
 			return 5;
 		struct hpct_xchg_stats a = stats(x);
-		if (hpct_xchg_fetch(x, 1, &peer, 1, got) != 0 || stats(x).requests_sent != a.requests_sent)
+		if (hpct_xchg_fetch(x, 1, &peer, 1, got) != 0 ||
+		    stats(x).requests_sent != a.requests_sent)
 			return 6;
 		ht_event_post(idle, 1);
 		if (ht_event_wait(done, 1, 60) != 0) /* idle: only the service runs */
@@ -326,8 +328,8 @@ static int no_torn(int r, void *arg)
 			}
 			unsigned long long lo, hi;
 			const char *m = strstr(hpct_last_error(), "it holds ");
-			if (rc != HPCT_ESTATE || !m || sscanf(m, "it holds %llu..%llu", &lo, &hi) != 2 ||
-			    hi <= v)
+			if (rc != HPCT_ESTATE || !m ||
+			    sscanf(m, "it holds %llu..%llu", &lo, &hi) != 2 || hi <= v)
 				return 7;
 			v = hi;
 		}
@@ -401,7 +403,8 @@ static int history(int r, void *arg)
 		for (uint64_t v = 1; v <= 6; v++)
 			if (publish(x, 2, 1, 24, v) != 0)
 				return 3;
-		if (publish(x, 2, 1, 24, 6) != HPCT_EINVAL || !strstr(hpct_last_error(), "version 6"))
+		if (publish(x, 2, 1, 24, 6) != HPCT_EINVAL ||
+		    !strstr(hpct_last_error(), "version 6"))
 			return 4;
 		ht_event_post(published, 1);
 		if (ht_event_wait(done, 1, 60) != 0)
@@ -437,8 +440,7 @@ Test(xchg, older_than_history_fails)
 static int forge(int r, void *arg)
 {
 	struct cfg *c = arg;
-	struct ht_event *sent = &c->ev[0], *seen = &c->ev[1], *done = &c->ev[2],
-	                *up = &c->ev[3];
+	struct ht_event *sent = &c->ev[0], *seen = &c->ev[1], *done = &c->ev[2], *up = &c->ev[3];
 	hpct_world *w;
 	hpct_xchg *x;
 	if (hpct_world_create(&w) != 0 || hpct_xchg_create(hpct_world_group(w), "h", 32, &x))
@@ -467,19 +469,27 @@ static int forge(int r, void *arg)
 		char addr[HPCT_ADDRSTRLEN], host[HPCT_ADDRSTRLEN];
 		int port;
 		hpct_world_get_info(w, &info);
-		if (hpct_world_peer_addr(w, 0, addr) != 0 || sscanf(addr, "%63[^:]:%d", host, &port) != 2)
+		if (hpct_world_peer_addr(w, 0, addr) != 0 ||
+		    sscanf(addr, "%63[^:]:%d", host, &port) != 2)
 			return 9;
 		struct sockaddr_storage to;
 		socklen_t tl;
 		if (hpct__resolve(host, port, AF_INET, &to, &tl) != 0)
 			return 10;
 		int fd = socket(AF_INET, SOCK_DGRAM, 0);
-		struct xw_hdr h = { .type = XW_REQ, .job = info.job, .epoch = info.epoch,
+		struct xw_hdr h = { .type = XW_REQ,
+			            .job = info.job,
+			            .epoch = info.epoch,
 			            .xid = hpct__hash("h", 1, hpct_group_id(hpct_world_group(w))),
-			            .version = 1, .from = 1, .to = 0, .nonce = 42, .item_size = 32 };
+			            .version = 1,
+			            .from = 1,
+			            .to = 0,
+			            .nonce = 42,
+			            .item_size = 32 };
 		const char *wrong = "not the secret";
 		struct hpct_auth_key bad = { .secret = wrong, .len = strlen(wrong) };
-		struct hpct_auth_key good = { .secret = c->secret, .len = c->secret ? strlen(c->secret) : 0 };
+		struct hpct_auth_key good = { .secret = c->secret,
+			                      .len = c->secret ? strlen(c->secret) : 0 };
 		if (!c->secret)
 			h.epoch = info.epoch + 7; /* no secret: a stranger from another epoch */
 		unsigned char buf[XW_MAX], in[XW_MAX];
@@ -536,7 +546,8 @@ static int fds(int r, void *arg)
 			int peer = 1 - r;
 			snprintf(name, sizeof(name), "c%d", i);
 			if (hpct_xchg_create(hpct_world_group(w), name, 8, &x) != 0 ||
-			    publish(x, 2, r, 8, 1) != 0 || hpct_xchg_fetch(x, 1, &peer, 1, got) != 0 ||
+			    publish(x, 2, r, 8, 1) != 0 ||
+			    hpct_xchg_fetch(x, 1, &peer, 1, got) != 0 ||
 			    check(got, 8, peer, r, 1) != 0)
 				return 3;
 			if (hpct_barrier(hpct_world_group(w)) != 0) /* the peer fetched */
@@ -573,7 +584,8 @@ static int recover(int r, void *arg)
 		return 2;
 	if (hpct_world_recover(w, 1, NULL, 0) != 0)
 		return 3;
-	if (publish(x, 2, r, 8, 2) != HPCT_ESTATE || hpct_xchg_fetch(x, 1, &peer, 1, got) != HPCT_ESTATE ||
+	if (publish(x, 2, r, 8, 2) != HPCT_ESTATE ||
+	    hpct_xchg_fetch(x, 1, &peer, 1, got) != HPCT_ESTATE ||
 	    !strstr(hpct_last_error(), "epoch 0"))
 		return 4;
 	if (hpct_xchg_create(hpct_world_group(w), "h", 8, &y) != 0 || publish(y, 2, r, 8, 1) != 0 ||
