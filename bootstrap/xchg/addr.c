@@ -77,8 +77,8 @@ static int std_bind_addr(struct hpct_world *w, struct sockaddr_storage *ss, sock
 		int e = errno;
 		close(fd);
 		return hpct__fail(-e, HPCT_SUB_COLL,
-		                  "rank %d: exchange: no route to the rendezvous %s:%d: %s", t->rank,
-		                  t->master_addr, t->master_port, strerror(e));
+		                  "rank %d: exchange: no route to the rendezvous %s:%d: %s",
+		                  t->rank, t->master_addr, t->master_port, strerror(e));
 	}
 	close(fd);
 	set_port(ss, 0);

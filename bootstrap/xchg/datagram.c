@@ -53,7 +53,8 @@ int hpct__xw_decode(const unsigned char *buf, size_t n, const struct hpct_auth_k
 		return HPCT_EPROTO;
 	if (key && key->secret) {
 		unsigned char want[HPCT_AUTH_MAC];
-		if (!tag || hpct__auth_hmac(key->secret, key->len, buf, XW_HDR + h->len, want) != 0 ||
+		if (!tag ||
+		    hpct__auth_hmac(key->secret, key->len, buf, XW_HDR + h->len, want) != 0 ||
 		    !hpct__auth_equal(want, buf + XW_HDR + h->len))
 			return HPCT_EREFUSED;
 	}

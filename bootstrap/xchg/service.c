@@ -39,8 +39,8 @@ static void answer(struct xchg_service *s, struct hpct_xchg *x, const struct xw_
 	if (n < 0)
 		return;
 	/* not sent (a full buffer): the requester asks again */
-	if (sendto(s->fd, s->out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to,
-	           tolen) == n)
+	if (sendto(s->fd, s->out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL,
+	           (const struct sockaddr *)to, tolen) == n)
 		x->st.bytes_sent += (uint64_t)n;
 }
 
@@ -50,7 +50,8 @@ static void park(struct xchg_service *s, struct hpct_xchg *x, const struct xw_hd
 	for (int i = 0; i < s->npark; i++) {
 		struct xchg_parked *p = &s->park[i];
 		if (p->req.xid == rq->xid && p->req.version == rq->version &&
-		    p->req.from == rq->from && p->fromlen == fl && memcmp(&p->from, from, fl) == 0) {
+		    p->req.from == rq->from && p->fromlen == fl &&
+		    memcmp(&p->from, from, fl) == 0) {
 			p->req = *rq; /* a retransmission: the newest nonce */
 			p->since = hpct__now();
 			return;
@@ -88,10 +89,11 @@ static void serve(struct xchg_service *s, const struct xw_hdr *rq,
 		char text[HPCT_ADDRSTRLEN];
 		hpct__addr_str((const struct sockaddr *)from, text, sizeof(text));
 		if (hpct__log_burst_ok(&s->burst, &quiet))
-			HPCT_WARN(HPCT_SUB_COLL,
-			          "rank %d: exchange '%s': a request from world rank %u at %s, not a "
-			          "member of the group; dropped (%lu more not shown)",
-			          s->w->topo.rank, x->name, rq->from, text, quiet);
+			HPCT_WARN(
+			        HPCT_SUB_COLL,
+			        "rank %d: exchange '%s': a request from world rank %u at %s, not a "
+			        "member of the group; dropped (%lu more not shown)",
+			        s->w->topo.rank, x->name, rq->from, text, quiet);
 		return;
 	}
 	int slot = hpct__xchg_slot(x, rq->version);
@@ -176,13 +178,14 @@ static void handle(struct xchg_service *s, size_t n, const struct sockaddr_stora
 		unsigned long quiet;
 		if (hpct__log_burst_ok(&s->burst, &quiet)) {
 			hpct__addr_str((const struct sockaddr *)from, text, sizeof(text));
-			HPCT_WARN(HPCT_SUB_COLL,
-			          "rank %d: exchange service at %s: refused a request from %s (rank "
-			          "%u of job %016llx epoch %llu, for rank %u): this is rank %d of "
-			          "job %016llx epoch %llu (%lu more not shown)",
-			          t->rank, s->self_text, text, h.from, (unsigned long long)h.job,
-			          (unsigned long long)h.epoch, h.to, t->rank,
-			          (unsigned long long)t->job, (unsigned long long)s->epoch, quiet);
+			HPCT_WARN(
+			        HPCT_SUB_COLL,
+			        "rank %d: exchange service at %s: refused a request from %s (rank "
+			        "%u of job %016llx epoch %llu, for rank %u): this is rank %d of "
+			        "job %016llx epoch %llu (%lu more not shown)",
+			        t->rank, s->self_text, text, h.from, (unsigned long long)h.job,
+			        (unsigned long long)h.epoch, h.to, t->rank,
+			        (unsigned long long)t->job, (unsigned long long)s->epoch, quiet);
 		}
 		return;
 	}
@@ -235,11 +238,11 @@ static int start(struct xchg_service *s, const struct xchg_addr_ops *ops)
 		int e = errno;
 		close(s->fd);
 		s->fd = -1;
-		return hpct__fail(e == EADDRINUSE ? HPCT_EADDRINUSE : -e, HPCT_SUB_COLL,
-		                  "rank %d: the exchange service cannot listen on %s (UDP, the port "
-		                  "of its TCP listener, epoch %llu): %s",
-		                  w->topo.rank, s->self_text, (unsigned long long)w->topo.epoch,
-		                  strerror(e));
+		return hpct__fail(
+		        e == EADDRINUSE ? HPCT_EADDRINUSE : -e, HPCT_SUB_COLL,
+		        "rank %d: the exchange service cannot listen on %s (UDP, the port "
+		        "of its TCP listener, epoch %llu): %s",
+		        w->topo.rank, s->self_text, (unsigned long long)w->topo.epoch, strerror(e));
 	}
 	sl = sizeof(ss);
 	if (getsockname(s->fd, (struct sockaddr *)&ss, &sl) == 0)

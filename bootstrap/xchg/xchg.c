@@ -104,10 +104,11 @@ HPCT_API int hpct_xchg_create(hpct_group *g, const char *name, size_t item_size,
 		                  "('%.80s')",
 		                  w->topo.rank, HPCT_XCHG_NAMELEN - 1, name);
 	if (item_size < 1 || item_size > HPCT_XCHG_MAX_ITEM)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-		                  "rank %d: hpct_xchg_create '%s': item_size %zu is not within 1..%d "
-		                  "(an item travels in one datagram)",
-		                  w->topo.rank, name, item_size, HPCT_XCHG_MAX_ITEM);
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_COLL,
+		        "rank %d: hpct_xchg_create '%s': item_size %zu is not within 1..%d "
+		        "(an item travels in one datagram)",
+		        w->topo.rank, name, item_size, HPCT_XCHG_MAX_ITEM);
 	if (g->failed)
 		return hpct__fail(g->failed, HPCT_SUB_COLL, "%s", g->failure);
 	struct hpct_xchg *x = calloc(1, sizeof(*x));
@@ -255,7 +256,8 @@ static int take(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np,
 		return 0;
 	struct pend *p = NULL;
 	for (int i = 0; i < np && !p; i++)
-		if (!ps[i].done && ps[i].nonce == h.nonce && (uint32_t)x->members[ps[i].j] == h.from)
+		if (!ps[i].done && ps[i].nonce == h.nonce &&
+		    (uint32_t)x->members[ps[i].j] == h.from)
 			p = &ps[i];
 	if (!p)
 		return 0; /* a duplicate, or an answer to an earlier call */
@@ -273,8 +275,9 @@ static int take(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np,
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_COLL,
 		                  "rank %d: exchange '%s' (epoch %llu): rank %u at %s no longer "
 		                  "holds version %llu (it holds %llu..%llu, %d at most)",
-		                  world_rank(x), x->name, (unsigned long long)x->epoch, h.from, text,
-		                  (unsigned long long)version, (unsigned long long)hpct__get64(pl),
+		                  world_rank(x), x->name, (unsigned long long)x->epoch, h.from,
+		                  text, (unsigned long long)version,
+		                  (unsigned long long)hpct__get64(pl),
 		                  (unsigned long long)hpct__get64(pl + 8), HPCT_XCHG_HISTORY);
 	if (h.type == XW_MISMATCH)
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
@@ -368,10 +371,11 @@ HPCT_API int hpct_xchg_fetch(hpct_xchg *x, uint64_t version, const int *peers, i
 		int j = peers[k];
 		unsigned char *dst = (unsigned char *)out + (size_t)k * x->item_size;
 		if (j < 0 || j >= x->size) {
-			rc = hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-			                "rank %d: hpct_xchg_fetch '%s': peers[%d] = %d is not a rank "
-			                "of the group (size %d)",
-			                world_rank(x), x->name, k, j, x->size);
+			rc = hpct__fail(
+			        HPCT_EINVAL, HPCT_SUB_COLL,
+			        "rank %d: hpct_xchg_fetch '%s': peers[%d] = %d is not a rank "
+			        "of the group (size %d)",
+			        world_rank(x), x->name, k, j, x->size);
 			break;
 		}
 		int c = j * HPCT_XCHG_HISTORY + (int)(version % HPCT_XCHG_HISTORY);
@@ -379,15 +383,17 @@ HPCT_API int hpct_xchg_fetch(hpct_xchg *x, uint64_t version, const int *peers, i
 			pthread_mutex_lock(&s->mu);
 			int slot = hpct__xchg_slot(x, version);
 			if (slot >= 0)
-				memcpy(dst, x->hist + ((size_t)slot * (size_t)x->size + (size_t)j) *
-				                            x->item_size,
+				memcpy(dst,
+				       x->hist + ((size_t)slot * (size_t)x->size + (size_t)j) *
+				                         x->item_size,
 				       x->item_size);
 			pthread_mutex_unlock(&s->mu);
 			if (slot < 0)
-				rc = hpct__fail(HPCT_ESTATE, HPCT_SUB_COLL,
-				                "rank %d: hpct_xchg_fetch '%s': this rank asked itself "
-				                "for version %llu, which it does not hold",
-				                world_rank(x), x->name, (unsigned long long)version);
+				rc = hpct__fail(
+				        HPCT_ESTATE, HPCT_SUB_COLL,
+				        "rank %d: hpct_xchg_fetch '%s': this rank asked itself "
+				        "for version %llu, which it does not hold",
+				        world_rank(x), x->name, (unsigned long long)version);
 			hits++;
 		} else if (x->cache_ver[c] == version) {
 			memcpy(dst, x->cache + (size_t)c * x->item_size, x->item_size);

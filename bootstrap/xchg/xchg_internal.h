@@ -109,8 +109,8 @@ struct hpct_xchg {
 	/* the fetching side: one thread at a time */
 	struct sockaddr_storage *addrs; /* members' services */
 	socklen_t *addrlens;
-	int fd; /* where answers come */
-	int window; /* requests in flight at most: what fd can hold */
+	int fd;              /* where answers come */
+	int window;          /* requests in flight at most: what fd can hold */
 	uint64_t *cache_ver; /* size x HISTORY, 0: empty */
 	unsigned char *cache;
 };

@@ -204,9 +204,12 @@ HPCT_API int hpct_alltoall(hpct_group *group, const void *items, size_t item_siz
  * a cached item is never stale.  A request for a version the peer has not
  * published yet is held by the peer (parked) and answered the moment it
  * publishes it; so a rank that runs ahead reads its peers' current
- * versions, never older ones.  A peer keeps its HPCT_XCHG_HISTORY newest
- * versions, so a rank that is behind by a few still gets the version it
- * asks for; an older one fails HPCT_ESTATE, never a newer item.
+ * versions, never older ones.  A peer keeps the versions within
+ * HPCT_XCHG_HISTORY of its newest (newest - 3 .. newest), so a rank that is
+ * behind by a few still gets the version it asks for; an older one fails
+ * HPCT_ESTATE, never another version's item.  A rank that destroys an
+ * exchange (or its world) while a peer still needs its items leaves that
+ * peer to time out: nothing here tells a rank that its peers are done.
  *
  * Each world runs one service thread for its exchanges (from the first
  * hpct_xchg_create until hpct_world_destroy): it answers peers while this
