@@ -93,11 +93,23 @@ static int one(hpct_group *g, const char *name, size_t len, int sources, uint64_
 		memset(buf, 0x5a, len);
 	struct hpct_fanout_stats st;
 	int rc = hpct_fanout(g, name, v, held, buf, len, o, &st);
+	/* the plan's shape: waves double the sources (ceil(log2(n / S))), pull
+	 * is one wave, the tree a binomial one over the root and receivers */
+	int n = hpct_group_size(g), plan = o ? (int)o->plan : HPCT_FANOUT_WAVES, waves = 0;
+	for (int have = plan == HPCT_FANOUT_TREE ? 1 : sources,
+	         all = plan == HPCT_FANOUT_TREE ? n - sources + 1 : n;
+	     have < all; have *= 2)
+		waves++;
+	if (plan == HPCT_FANOUT_PULL)
+		waves = 1;
 	int ok = rc == 0 && exact(buf, len, v) && st.sources_first == sources &&
-	         st.bytes_recv == (held ? 0 : len);
+	         st.bytes_recv == (held ? 0 : len) && st.waves == waves &&
+	         (held || len == 0 || st.peers >= 1);
 	if (!ok)
-		fprintf(stderr, "rank %d: %s len %zu sources %d: rc %d (%s) st.recv %llu\n", r,
-		        name, len, sources, rc, hpct_last_error(), (unsigned long long)st.bytes_recv);
+		fprintf(stderr,
+		        "rank %d: %s len %zu sources %d: rc %d (%s) recv %llu waves %d/%d\n", r,
+		        name, len, sources, rc, hpct_last_error(),
+		        (unsigned long long)st.bytes_recv, st.waves, waves);
 	free(buf);
 	return ok;
 }
@@ -116,7 +128,8 @@ static int sizes(int r, void *arg)
 		for (int pipe = 0; pipe < 2; pipe++)
 			for (int s = 1; s <= 2; s++)
 				for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-					struct hpct_fanout_opts o = { CHUNK, (enum hpct_fanout_plan)plan,
+					struct hpct_fanout_opts o = { CHUNK,
+						                      (enum hpct_fanout_plan)plan,
 						                      pipe };
 					char name[32];
 					snprintf(name, sizeof(name), "s%d", k++);
@@ -274,8 +287,9 @@ static int lost_all(int r, void *arg)
 
 Test(fanout, source_killed_mid_wave)
 {
-	struct cfg c = { .n = N, .slot = 5, .rootless = 1, .timeout = 60, .kill_member = 0,
-		         .kill_after = 6 };
+	struct cfg c = {
+		.n = N, .slot = 5, .rootless = 1, .timeout = 60, .kill_member = 0, .kill_after = 6
+	};
 	int expect[N] = { 128 + SIGKILL };
 	run(&c, killed, expect);
 	cr_assert_eq(ht_event_try(&c.replanned), 1, "no survivor re-planned");
@@ -283,8 +297,9 @@ Test(fanout, source_killed_mid_wave)
 
 Test(fanout, only_source_killed_is_named)
 {
-	struct cfg c = { .n = N, .slot = 6, .rootless = 1, .timeout = 60, .kill_member = 0,
-		         .kill_after = 6 };
+	struct cfg c = {
+		.n = N, .slot = 6, .rootless = 1, .timeout = 60, .kill_member = 0, .kill_after = 6
+	};
 	int expect[N] = { 128 + SIGKILL };
 	run(&c, lost_all, expect);
 }

@@ -64,7 +64,9 @@ Test(plan, waves_double_every_wave)
 	for (int n = 1; n <= 257; n += (n < 20 ? 1 : 37))
 		for (int S = 1; S <= n && S <= 9; S++) {
 			for (int j = 0; j < n; j++)
-				held[j] = (j * 7919) % n < S ? 5 : (uint64_t)(j % 3); /* spread sources */
+				held[j] = (j * 7919) % n < S
+				                  ? 5
+				                  : (uint64_t)(j % 3); /* spread sources */
 			int count = 0;
 			for (int j = 0; j < n; j++)
 				count += held[j] == 5;
@@ -92,8 +94,9 @@ Test(plan, waves_spread_by_identity)
 	}
 	for (int r = 0; r < 2; r++)
 		for (int k = 0; k < 2; k++)
-			cr_assert_gt(pair[r][k], 40, "receiver %d served by %d only %d times of 199",
-			             r + 2, k, pair[r][k]);
+			cr_assert_gt(pair[r][k], 40,
+			             "receiver %d served by %d only %d times of 199", r + 2, k,
+			             pair[r][k]);
 }
 
 Test(plan, pull_uses_first_sources_only)

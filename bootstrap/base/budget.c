@@ -74,8 +74,7 @@ static int fits(uint64_t bytes, uint64_t transfers)
 	return used_bytes + bytes <= limit_bytes && used_transfers + transfers <= limit_transfers;
 }
 
-int hpct__inflight_take(uint64_t bytes, uint64_t transfers, double deadline,
-                        uint64_t *granted_out)
+int hpct__inflight_take(uint64_t bytes, uint64_t transfers, double deadline, uint64_t *granted_out)
 {
 	pthread_mutex_lock(&mu);
 	int rc = load();
@@ -127,7 +126,8 @@ void hpct__inflight_give(uint64_t bytes, uint64_t transfers)
 HPCT_API int hpct_inflight_get_stats(struct hpct_inflight_stats *out)
 {
 	if (!out)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET, "hpct_inflight_get_stats: NULL argument");
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
+		                  "hpct_inflight_get_stats: NULL argument");
 	pthread_mutex_lock(&mu);
 	int rc = load();
 	if (rc == 0) {

@@ -15,9 +15,10 @@ static int rl_bind_addr(struct hpct_world *w, struct sockaddr_storage *ss, sockl
 {
 	int rc = hpct__world_node_addr(w, w->topo.rank, ss, len);
 	if (rc < 0)
-		return hpct__fail(rc, HPCT_SUB_COLL,
-		                  "rank %d: fan-out: this rank's node address does not resolve (%s)",
-		                  w->topo.rank, hpct_strerror(rc));
+		return hpct__fail(
+		        rc, HPCT_SUB_COLL,
+		        "rank %d: fan-out: this rank's node address does not resolve (%s)",
+		        w->topo.rank, hpct_strerror(rc));
 	return 0;
 }
 

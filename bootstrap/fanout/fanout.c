@@ -79,7 +79,7 @@ static int agree(struct fo *f, const unsigned char *all)
 	static const struct {
 		int off;
 		const char *what;
-	} fields[] = { { 0, "name" },  { 8, "want" },  { 24, "len" },
+	} fields[] = { { 0, "name" },   { 8, "want" },  { 24, "len" },
 		       { 32, "chunk" }, { 40, "plan" }, { 44, "no_pipeline" } };
 	for (int j = 1; j < f->n; j++)
 		for (size_t k = 0; k < sizeof(fields) / sizeof(fields[0]); k++) {
@@ -177,11 +177,12 @@ static int pull_chunk(struct fo *f, struct pull *p, uint32_t i)
 	uint64_t granted;
 	int rc = hpct__inflight_take(n, 1, dl, &granted);
 	if (rc == HPCT_ETIMEDOUT)
-		return hpct__fail(rc, HPCT_SUB_COLL,
-		                  "rank %d: fan-out '%s': chunk %u (%zu bytes) waited %g s for this "
-		                  "process's in-flight budget (HPCT_INFLIGHT_BYTES, "
-		                  "HPCT_INFLIGHT_TRANSFERS)",
-		                  wrank(f), f->name, i, n, f->timeout_s);
+		return hpct__fail(
+		        rc, HPCT_SUB_COLL,
+		        "rank %d: fan-out '%s': chunk %u (%zu bytes) waited %g s for this "
+		        "process's in-flight budget (HPCT_INFLIGHT_BYTES, "
+		        "HPCT_INFLIGHT_TRANSFERS)",
+		        wrank(f), f->name, i, n, f->timeout_s);
 	if (rc < 0)
 		return rc;
 	rc = hpct__fo_send_msg(f, p->fd, FO_GET, i, 0, 0, dl);
@@ -233,13 +234,14 @@ static int replan(struct fo *f, struct pull *p, int err, uint32_t i, uint64_t se
 	free(held);
 	if (next < 0) {
 		int d = p->first_dead >= 0 ? p->first_dead : p->src;
-		return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_COLL,
-		                  "rank %d: fan-out '%s' of group %016llx, epoch %llu: version %llu "
-		                  "lost at chunk %u of %u: rank %d at %s died (%s), and so did every "
-		                  "other member holding it",
-		                  wrank(f), f->name, (unsigned long long)f->group,
-		                  (unsigned long long)f->epoch, (unsigned long long)f->want, i,
-		                  f->nchunks, f->m[d].world_rank, f->m[d].text, hpct_strerror(err));
+		return hpct__fail(
+		        HPCT_EPEERDEAD, HPCT_SUB_COLL,
+		        "rank %d: fan-out '%s' of group %016llx, epoch %llu: version %llu "
+		        "lost at chunk %u of %u: rank %d at %s died (%s), and so did every "
+		        "other member holding it",
+		        wrank(f), f->name, (unsigned long long)f->group,
+		        (unsigned long long)f->epoch, (unsigned long long)f->want, i, f->nchunks,
+		        f->m[d].world_rank, f->m[d].text, hpct_strerror(err));
 	}
 	p->src = next;
 	p->replanned++;
@@ -289,8 +291,8 @@ static int setup(struct fo *f, hpct_group *g, uint64_t held, uint32_t plan, uint
                  int *waves_out, int *last_out)
 {
 	struct hpct_world *w = g->world;
-	const struct fo_addr_ops *ao =
-	        w->ops->path == HPCT_PATH_ROOTLESS ? &hpct__fo_addr_rootless : &hpct__fo_addr_standard;
+	const struct fo_addr_ops *ao = w->ops->path == HPCT_PATH_ROOTLESS ? &hpct__fo_addr_rootless
+	                                                                  : &hpct__fo_addr_standard;
 	struct sockaddr_storage at, bound;
 	socklen_t al, bl;
 	int rc = ao->bind_addr(w, &at, &al);
@@ -299,8 +301,9 @@ static int setup(struct fo *f, hpct_group *g, uint64_t held, uint32_t plan, uint
 	if ((rc = f->xo->listen(&at, al, &f->lfd, &bound, &bl)) < 0) {
 		char t[HPCT_ADDRSTRLEN];
 		hpct__addr_str((struct sockaddr *)&at, t, sizeof(t));
-		return hpct__fail(rc, HPCT_SUB_COLL, "rank %d: fan-out '%s': cannot listen at %s: %s",
-		                  w->topo.rank, f->name, t, hpct_strerror(rc));
+		return hpct__fail(rc, HPCT_SUB_COLL,
+		                  "rank %d: fan-out '%s': cannot listen at %s: %s", w->topo.rank,
+		                  f->name, t, hpct_strerror(rc));
 	}
 	unsigned char mine[ITEM], *all = malloc((size_t)f->n * ITEM);
 	if (!all)
@@ -340,12 +343,13 @@ HPCT_API int hpct_fanout(hpct_group *g, const char *name, uint64_t want, uint64_
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "hpct_fanout: NULL argument");
 	int wr = g->world->topo.rank;
 	if (!*name || strlen(name) >= sizeof(((struct fo *)0)->name))
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-		                  "rank %d: hpct_fanout: the name must have 1 to 63 bytes ('%.80s')", wr,
-		                  name);
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_COLL,
+		        "rank %d: hpct_fanout: the name must have 1 to 63 bytes ('%.80s')", wr,
+		        name);
 	if ((!buf && len > 0) || want == 0)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-		                  "rank %d: hpct_fanout '%s': %s", wr, name,
+		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL, "rank %d: hpct_fanout '%s': %s", wr,
+		                  name,
 		                  want == 0 ? "version 0 means none: want must be > 0"
 		                            : "NULL buf with len > 0");
 	struct hpct_fanout_opts o = { 0, HPCT_FANOUT_WAVES, 0 };
@@ -353,18 +357,19 @@ HPCT_API int hpct_fanout(hpct_group *g, const char *name, uint64_t want, uint64_
 		o = *opts;
 	if (o.chunk == 0) {
 		long c;
-		int rc = hpct__env_int(hpct__env_process(), "HPCT_FANOUT_CHUNK", 1, 1L << 30, 4 << 20,
-		                       &c, NULL);
+		int rc = hpct__env_int(hpct__env_process(), "HPCT_FANOUT_CHUNK", 1, 1L << 30,
+		                       4 << 20, &c, NULL);
 		if (rc < 0)
 			return rc;
 		o.chunk = (size_t)c;
 	}
 	if ((unsigned)o.plan > HPCT_FANOUT_TREE || o.chunk > (1u << 30) ||
 	    len / o.chunk >= UINT32_MAX - 1)
-		return hpct__fail(HPCT_EINVAL, HPCT_SUB_COLL,
-		                  "rank %d: hpct_fanout '%s': plan %d or chunk %zu out of range (plans "
-		                  "0..2, chunks of 1 byte to 1 GiB, fewer than 2^32 of them)",
-		                  wr, name, (int)o.plan, o.chunk);
+		return hpct__fail(
+		        HPCT_EINVAL, HPCT_SUB_COLL,
+		        "rank %d: hpct_fanout '%s': plan %d or chunk %zu out of range (plans "
+		        "0..2, chunks of 1 byte to 1 GiB, fewer than 2^32 of them)",
+		        wr, name, (int)o.plan, o.chunk);
 	if (g->failed)
 		return hpct__fail(g->failed, HPCT_SUB_COLL, "%s", g->failure);
 	struct fo f = { .xo = &hpct__fo_xfer_tcp, .lfd = -1, .wake = { -1, -1 } };

@@ -52,8 +52,8 @@ struct fo_msg {
 /* What every member knows alike after the first allgather, and what the
  * plan has decided so far. */
 struct fo_plan_in {
-	int n;                         /* members */
-	const uint64_t *held;          /* version each member held at the start */
+	int n;                /* members */
+	const uint64_t *held; /* version each member held at the start */
 	uint64_t want;
 	uint64_t seed;                 /* the fan-out's identity: spreads receivers */
 	const unsigned char *finished; /* holds `want` in full by the start of this wave */
@@ -78,8 +78,7 @@ extern const struct fo_planner hpct__fo_planners[3];
  * nobody holds `want` (receivers remain and no wave takes any).  *waves,
  * *sources_last: the plan's waves and its last wave's sources. */
 int hpct__fo_schedule(const struct fo_planner *p, int n, const uint64_t *held, uint64_t want,
-                      uint64_t seed, int *src, int *wave_of, int *waves_out,
-                      int *sources_last_out);
+                      uint64_t seed, int *src, int *wave_of, int *waves_out, int *sources_last_out);
 
 /* A receiver's next source once `dead` sources died: a first source still
  * alive, chosen by the receiver's identity, the `attempt`-th one after
@@ -143,13 +142,13 @@ struct fo {
 	int lfd;
 	/* shared with the server thread, under mu */
 	pthread_mutex_t mu;
-	uint32_t have;             /* chunks of `want` this member holds */
-	unsigned char *status;     /* by member: enum fo_status */
-	unsigned char *dead;       /* by member: known dead (the receiving side's) */
-	unsigned char *talked;     /* by member: exchanged chunks with it */
-	int stop;                  /* the receiving side failed: serve no more */
-	int wake[2];               /* a byte: have grew, or stop */
-	int serve_rc;              /* the server's result */
+	uint32_t have;         /* chunks of `want` this member holds */
+	unsigned char *status; /* by member: enum fo_status */
+	unsigned char *dead;   /* by member: known dead (the receiving side's) */
+	unsigned char *talked; /* by member: exchanged chunks with it */
+	int stop;              /* the receiving side failed: serve no more */
+	int wake[2];           /* a byte: have grew, or stop */
+	int serve_rc;          /* the server's result */
 	uint64_t bytes_sent, bytes_recv;
 };
 
@@ -163,8 +162,8 @@ static inline size_t fo_chunk_len(const struct fo *f, uint32_t i)
 int hpct__fo_first_source(const struct fo *f, int j);
 void hpct__fo_encode(const struct fo_msg *m, unsigned char *p);
 int hpct__fo_decode(const unsigned char *p, struct fo_msg *m);
-int hpct__fo_send_msg(const struct fo *f, int fd, uint8_t type, uint32_t a, uint32_t b,
-                      uint64_t c, double deadline);
+int hpct__fo_send_msg(const struct fo *f, int fd, uint8_t type, uint32_t a, uint32_t b, uint64_t c,
+                      double deadline);
 /* A short connection to member j carrying one control message (DONE or
  * DEAD); best effort: a dead member is no error. */
 void hpct__fo_tell(struct fo *f, int j, uint8_t type, uint32_t who);

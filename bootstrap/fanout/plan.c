@@ -119,8 +119,7 @@ const struct fo_planner hpct__fo_planners[3] = {
 };
 
 int hpct__fo_schedule(const struct fo_planner *p, int n, const uint64_t *held, uint64_t want,
-                      uint64_t seed, int *src, int *wave_of, int *waves_out,
-                      int *sources_last_out)
+                      uint64_t seed, int *src, int *wave_of, int *waves_out, int *sources_last_out)
 {
 	unsigned char *fin = calloc((size_t)n, 1);
 	int *assign = malloc((size_t)n * sizeof(int));

@@ -50,8 +50,8 @@ int hpct__fo_decode(const unsigned char *p, struct fo_msg *m)
 	return 0;
 }
 
-int hpct__fo_send_msg(const struct fo *f, int fd, uint8_t type, uint32_t a, uint32_t b,
-                      uint64_t c, double deadline)
+int hpct__fo_send_msg(const struct fo *f, int fd, uint8_t type, uint32_t a, uint32_t b, uint64_t c,
+                      double deadline)
 {
 	unsigned char p[FO_HDR];
 	struct fo_msg m = { type, a, b, c };
@@ -217,13 +217,14 @@ void *hpct__fo_serve(void *arg)
 			if (now > idle_until) {
 				char who[512];
 				int k = pending_text(f, who, sizeof(who));
-				rc = hpct__fail(HPCT_ETIMEDOUT, HPCT_SUB_COLL,
-				                "rank %d: fan-out '%s' of group %016llx, epoch %llu: "
-				                "no word for %g s from%s (member %d first), which "
-				                "this rank serves",
-				                f->m[f->me].world_rank, f->name,
-				                (unsigned long long)f->group,
-				                (unsigned long long)f->epoch, f->timeout_s, who, k);
+				rc = hpct__fail(
+				        HPCT_ETIMEDOUT, HPCT_SUB_COLL,
+				        "rank %d: fan-out '%s' of group %016llx, epoch %llu: "
+				        "no word for %g s from%s (member %d first), which "
+				        "this rank serves",
+				        f->m[f->me].world_rank, f->name,
+				        (unsigned long long)f->group, (unsigned long long)f->epoch,
+				        f->timeout_s, who, k);
 			}
 			continue;
 		}

@@ -42,9 +42,9 @@ enum hpct_fanout_plan {
 
 /* NULL means: chunk HPCT_FANOUT_CHUNK (default 4 MiB), WAVES, pipelined. */
 struct hpct_fanout_opts {
-	size_t chunk;              /* bytes of a chunk; 0: HPCT_FANOUT_CHUNK */
+	size_t chunk; /* bytes of a chunk; 0: HPCT_FANOUT_CHUNK */
 	enum hpct_fanout_plan plan;
-	int no_pipeline;           /* 1: a receiver serves nothing before it has it all */
+	int no_pipeline; /* 1: a receiver serves nothing before it has it all */
 };
 
 /* What one member saw of one fan-out. */
