@@ -31,7 +31,7 @@ struct cfg {
 	const char *budget;
 	int kill_member;
 	uint32_t kill_after;
-	struct ht_event replanned, waited;
+	struct ht_event replanned, waited, token;
 };
 
 static int port_of(const struct cfg *c, int world)
@@ -71,11 +71,22 @@ static void run(struct cfg *c, ht_rank_fn fn, const int *expect)
 {
 	ht_event_init(&c->replanned);
 	ht_event_init(&c->waited);
+	ht_event_init(&c->token);
+	ht_event_post(&c->token, 1);
 	int codes[N];
 	ht_spawn(c->n, env_cb, fn, c, 240, NULL, codes);
+	if (!expect) {
+		/* a forwarder killed: exactly one, and every other exits 0 */
+		int killed = 0;
+		for (int r = 0; r < c->n; r++)
+			killed += codes[r] == 128 + SIGKILL;
+		cr_assert_eq(killed, c->kill_member < 0 ? 1 : 0, "%s", ht_describe(codes, c->n));
+	}
 	for (int r = 0; r < c->n; r++)
-		cr_assert_eq(codes[r], expect ? expect[r] : 0, "%s: rank %d: %s",
-		             c->rootless ? "rootless" : "standard", r, ht_describe(codes, c->n));
+		cr_assert(codes[r] == (expect ? expect[r] : 0) ||
+		                  (!expect && c->kill_member < 0 && codes[r] == 128 + SIGKILL),
+		          "%s: rank %d: %s", c->rootless ? "rootless" : "standard", r,
+		          ht_describe(codes, c->n));
 }
 
 /* One fan-out: the first `sources` ranks hold v; all check all bytes. */
@@ -221,11 +232,16 @@ Test(fanout, mixed_versions_never_mixed)
 	run(&c, mixed, NULL);
 }
 
-/* The member c->kill_member dies after it sent chunk c->kill_after. */
+/* The member c->kill_member dies after it sent chunk c->kill_after; with
+ * kill_member -1, the first receiver to forward that chunk and take the
+ * one token of c->token dies. */
 static struct cfg *hook_cfg;
 static void kill_hook(int member, uint32_t chunk)
 {
-	if (member == hook_cfg->kill_member && chunk >= hook_cfg->kill_after)
+	if (chunk < hook_cfg->kill_after)
+		return;
+	if (member == hook_cfg->kill_member ||
+	    (hook_cfg->kill_member < 0 && member >= 2 && ht_event_try(&hook_cfg->token) == 1))
 		raise(SIGKILL);
 }
 
@@ -292,6 +308,17 @@ Test(fanout, source_killed_mid_wave)
 	};
 	int expect[N] = { 128 + SIGKILL };
 	run(&c, killed, expect);
+	cr_assert_eq(ht_event_try(&c.replanned), 1, "no survivor re-planned");
+}
+
+/* A receiver that forwards dies mid-wave: its receivers move to a first
+ * source, and the first sources, told by its own source that it left
+ * without BYE, wait for it no longer. */
+Test(fanout, forwarder_killed_mid_wave)
+{
+	struct cfg c = { .n = N, .slot = 9, .rootless = 1, .timeout = 60, .kill_member = -1,
+		         .kill_after = 6 };
+	run(&c, killed, NULL);
 	cr_assert_eq(ht_event_try(&c.replanned), 1, "no survivor re-planned");
 }
 
