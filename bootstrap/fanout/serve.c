@@ -99,9 +99,13 @@ static void lost(struct fo *f, int j)
 	f->status[j] = FO_GONE;
 	HPCT_INFO(HPCT_SUB_COLL, "rank %d: fan-out '%s': member %d (rank %d) left without BYE",
 	          f->m[f->me].world_rank, f->name, j, f->m[j].world_rank);
-	for (int k = 0; k < f->n; k++)
-		if (k != f->me && hpct__fo_first_source(f, k) && !f->dead[k])
+	for (int k = 0; k < f->n; k++) {
+		pthread_mutex_lock(&f->mu); /* the receiving side writes dead[] */
+		int dead = f->dead[k];
+		pthread_mutex_unlock(&f->mu);
+		if (k != f->me && hpct__fo_first_source(f, k) && !dead)
 			hpct__fo_tell(f, k, FO_DEAD, (uint32_t)j);
+	}
 }
 
 /* One request on c; <0 closes it. */
