@@ -134,7 +134,7 @@ static int sizes(int r, void *arg)
 		return 2;
 	hpct_group *g = hpct_world_group(w);
 	static const size_t lens[] = { 0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 5 * CHUNK + 3 };
-	int k = 0;
+	int k = 0, fds = -1;
 	for (int plan = 0; plan < 3; plan++)
 		for (int pipe = 0; pipe < 2; pipe++)
 			for (int s = 1; s <= 2; s++)
@@ -146,7 +146,12 @@ static int sizes(int r, void *arg)
 					snprintf(name, sizeof(name), "s%d", k++);
 					if (!one(g, name, lens[i], s, (uint64_t)k, &o))
 						return 3;
+					if (k == 12) /* the world's links are up by now */
+						fds = ht_open_fds();
 				}
+	/* a fan-out leaves no descriptor behind */
+	if (ht_open_fds() != fds)
+		return 5;
 	if (hpct_barrier(g) != 0)
 		return 4;
 	hpct_world_destroy(w);
@@ -316,8 +321,9 @@ Test(fanout, source_killed_mid_wave)
  * without BYE, wait for it no longer. */
 Test(fanout, forwarder_killed_mid_wave)
 {
-	struct cfg c = { .n = N, .slot = 9, .rootless = 1, .timeout = 60, .kill_member = -1,
-		         .kill_after = 6 };
+	struct cfg c = {
+		.n = N, .slot = 9, .rootless = 1, .timeout = 60, .kill_member = -1, .kill_after = 6
+	};
 	run(&c, killed, NULL);
 	cr_assert_eq(ht_event_try(&c.replanned), 1, "no survivor re-planned");
 }
