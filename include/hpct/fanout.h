@@ -89,7 +89,7 @@ struct hpct_inflight_stats {
 	uint64_t transfers_limit; /* HPCT_INFLIGHT_TRANSFERS */
 	uint64_t bytes_peak;      /* most bytes in flight at once since the process began */
 	uint64_t transfers_peak;  /* most transfers in flight at once */
-	uint64_t waits;           /* takes that had to wait for the budget */
+	uint64_t waits;           /* takes that had to wait (the store: were refused) */
 };
 
 /* Fills *out (process-wide; reads the settings on first use).  HPCT_EINVAL
