@@ -137,7 +137,8 @@ struct pull {
 	int src, fd, attempt;
 	uint32_t known; /* chunks the source said it holds */
 	int replanned;
-	int first_dead; /* a first source found dead, for the message */
+	int first_dead;  /* a first source found dead, for the message */
+	int budget_late; /* the budget's wait failed: no source is to blame */
 };
 
 static int open_source(struct fo *f, struct pull *p, double deadline)
@@ -176,6 +177,7 @@ static int pull_chunk(struct fo *f, struct pull *p, uint32_t i)
 	size_t n = fo_chunk_len(f, i);
 	uint64_t granted;
 	int rc = hpct__inflight_take(n, 1, dl, &granted);
+	p->budget_late = rc < 0;
 	if (rc == HPCT_ETIMEDOUT)
 		return hpct__fail(
 		        rc, HPCT_SUB_COLL,
@@ -263,7 +265,7 @@ static int receive(struct fo *f, uint64_t seed, int *replanned_out)
 		if (p.fd >= 0)
 			f->xo->close(p.fd);
 		p.fd = -1;
-		if (rc == HPCT_EPROTO || rc == HPCT_ENOMEM || rc == HPCT_EBADENV ||
+		if (rc == HPCT_EPROTO || rc == HPCT_ENOMEM || p.budget_late ||
 		    (rc = replan(f, &p, rc, i, seed)) < 0)
 			break;
 	}
