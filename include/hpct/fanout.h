@@ -65,9 +65,9 @@ struct hpct_fanout_stats {
  * only serve; every other member receives version `want` into buf (len
  * bytes, owned by the caller; what it held before is never served) and
  * serves it on as the plan says.  Blocks until this member's part is done:
- * a receiver has all len bytes of version `want`; a source has served every
- * receiver the plan gave it (a first source: until every receiver is done
- * or dead), or they died.  Starts with one allgather over the group (who
+ * it holds all len bytes of version `want`, and every receiver the plan
+ * gave it has them too or died (a first source: every receiver of the
+ * fan-out, since a receiver whose source died comes to one).  Starts with one allgather over the group (who
  * holds what, where each member's data listener is).
  *
  * Faults: a receiver whose source dies takes the rest of the buffer from
