@@ -67,8 +67,9 @@ struct hpct_fanout_stats {
  * serves it on as the plan says.  Blocks until this member's part is done:
  * it holds all len bytes of version `want`, and every receiver the plan
  * gave it has them too or died (a first source: every receiver of the
- * fan-out, since a receiver whose source died comes to one).  Starts with one allgather over the group (who
- * holds what, where each member's data listener is).
+ * fan-out, since a receiver whose source died comes to one).  Starts
+ * with one allgather over the group (who holds what, where each member's
+ * data listener is).
  *
  * Faults: a receiver whose source dies takes the rest of the buffer from
  * another first source, from the chunk it lacked (stats.replanned); a
