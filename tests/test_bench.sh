@@ -199,6 +199,18 @@ grep -Eq "\"budget\":\"1M\",[^}]*\"fds_sampled\":true,\"inflight_peak_bytes\":(1
 	"$dir/c.json" || fail "over the 1 MiB budget, or not every byte received: $(cat "$dir/c.json")"
 grep -q "descriptors: the most of a rank, sampled every 1 ms during the fan-outs" "$dir/c.out" ||
 	fail "the sampling of descriptors was not said"
+# --link: every node its own link (tc on lo, in a namespace of the run's
+# own); the pair's bandwidth is measured through one of them
+if "$bench" --scenario fanout --bytes 1M --sources 1 --receivers 3 --link 800mbit --repeat 1 \
+	--port 16600 >"$dir/l.out" 2>"$dir/l.err"; then
+	grep -Eq "^links: every one of the 4 loopback nodes sends at most 800mbit \(tc htb on lo" "$dir/l.out" ||
+		fail "the links were not said: $(cat "$dir/l.out")"
+	grep -Eq "^1M +1 +3 +pull +default +1 +1 +[0-9.]+ " "$dir/l.out" || fail "no row over links: $(cat "$dir/l.out")"
+	bw=$(sed -n 's/^loopback TCP bandwidth, .*one pair of processes \([0-9]*\) MB\/s (through one node.s link.*/\1/p' "$dir/l.out")
+	[ -n "$bw" ] && [ "$bw" -le 110 ] || fail "a node's link of 800mbit (100 MB/s) carried ${bw:-?} MB/s"
+elif ! grep -q "cannot make a network namespace\|tc.*failed" "$dir/l.err"; then
+	fail "the --link run failed: $(cat "$dir/l.err")"
+fi
 if "$bench" --scenario fanout --plan waves,ring >/dev/null 2>"$dir/f2.err"; then
 	fail "--plan ring was accepted"
 fi

@@ -33,7 +33,15 @@
  * leaves one of the S sources).  fraction = bound / median.  On this
  * machine every receiver's bytes cross the same loopback and the same
  * cores, so a second figure, copy_ms = R x C x B / (the bandwidth of as
- * many pairs at once as there are cores), is what the machine can do. */
+ * many pairs at once as there are cores), is what the machine can do.
+ *
+ * --link RATE (tc's units: 2gbit) gives every loopback node a link of its
+ * own, as a cluster's nodes have: the run goes into a network namespace of
+ * its own, where an htb class per node address caps what leaves it at
+ * RATE (tc on lo, classed by source address; rootless ranks serve their
+ * chunks from their node's address), one rank per node unless --nodes
+ * says otherwise.  bw is then measured through node 0's link, and the
+ * machine's bandwidth before the classes are made. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -330,6 +339,57 @@ int bench_fanout_rank(hpct_world *w)
 
 /* ------------------------------------------------------- launcher side */
 
+/* Runs tc with `args` (a NULL-ended list after "tc"); 0 or -1, said. */
+static int run_tc(const char *const *args)
+{
+	const char *argv[24] = { "tc" };
+	int n = 1;
+	for (; args[n - 1] && n < 23; n++)
+		argv[n] = args[n - 1];
+	argv[n] = NULL;
+	pid_t pid = fork();
+	if (pid == 0) { /* its warnings (htb's quantum) are not this run's */
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		if (null >= 0)
+			dup2(null, 2);
+		execvp("tc", (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	fprintf(stderr, "hpct-bench: --link: tc");
+	for (int i = 1; i < n; i++)
+		fprintf(stderr, " %s", argv[i]);
+	fprintf(stderr, " failed (iproute2's tc, in this run's own network namespace)\n");
+	return -1;
+}
+
+/* --link: every node's egress on lo capped at `rate`, in a network
+ * namespace of this process's own; 0 or -1, said. */
+static int make_links(const char *rate, int nodes)
+{
+	if (bench_enter_netns() < 0)
+		return -1;
+	const char *root[] = { "qdisc", "add", "dev",     "lo",   "root", "handle",
+		               "1:",    "htb", "default", "ffff", NULL };
+	if (run_tc(root) < 0)
+		return -1;
+	for (int k = 0; k < nodes; k++) {
+		char id[16], src[32];
+		snprintf(id, sizeof(id), "1:%x", k + 1);
+		snprintf(src, sizeof(src), "127.0.0.%d/32", k + 1);
+		const char *cls[] = { "class", "add", "dev",  "lo", "parent", "1:",   "classid",
+			              id,      "htb", "rate", rate, "burst",  "256k", NULL };
+		const char *flt[] = { "filter",   "add", "dev",  "lo",     "parent", "1:",
+			              "protocol", "ip",  "prio", "1",      "u32",    "match",
+			              "ip",       "src", src,    "flowid", id,       NULL };
+		if (run_tc(cls) < 0 || run_tc(flt) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* One row: (bytes, sources, receivers, budget, plan). */
 struct fan_row {
 	uint64_t bytes;
@@ -472,6 +532,8 @@ static void usage(FILE *f)
 	           "                  [--nodes K] [--chunk SIZE] [--concurrent C]\n"
 	           "                  [--budget default,none,SIZE] [--json FILE] [--port P] "
 	           "[--timeout S]\n"
+	           "                  [--link RATE] (every node its own link of RATE, 2gbit: "
+	           "tc on lo)\n"
 	           "B bytes from S sources to R receivers with hpct_fanout, each plan in the "
 	           "same processes;\n"
 	           "a combination whose buffers would pass 60%% of MemTotal is not run, and "
@@ -507,7 +569,8 @@ int bench_fanout_main(int argc, char **argv)
 	int64_t budgets[MAX_LIST] = { -1 };
 	uint64_t chunk = 4u << 20;
 	double timeout = 120;
-	const char *json = NULL;
+	const char *json = NULL, *link = NULL;
+	int nodes_set = 0;
 	static const struct option opts[] = {
 		{ "scenario", required_argument, NULL, 's' },
 		{ "bytes", required_argument, NULL, 'b' },
@@ -522,11 +585,12 @@ int bench_fanout_main(int argc, char **argv)
 		{ "json", required_argument, NULL, 'j' },
 		{ "port", required_argument, NULL, 'P' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "link", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "s:b:S:R:p:r:k:c:C:B:j:P:t:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:b:S:R:p:r:k:c:C:B:j:P:t:L:h", opts, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 's':
@@ -545,9 +609,6 @@ int bench_fanout_main(int argc, char **argv)
 			break;
 		case 'r':
 			repeat = atoi(optarg);
-			break;
-		case 'k':
-			nodes = atoi(optarg);
 			break;
 		case 'c':
 			bad = !(chunk = bench_parse_size(optarg));
@@ -568,6 +629,21 @@ int bench_fanout_main(int argc, char **argv)
 		case 't':
 			timeout = atof(optarg);
 			break;
+		case 'L':
+			link = optarg;
+			bad = strspn(optarg, "0123456789.") == 0 ||
+			      (strcmp(optarg + strspn(optarg, "0123456789."), "mbit") != 0 &&
+			       strcmp(optarg + strspn(optarg, "0123456789."), "gbit") != 0);
+			if (bad)
+				fprintf(stderr,
+				        "hpct-bench: --link %s: want a rate in mbit or gbit "
+				        "(2gbit)\n",
+				        optarg);
+			break;
+		case 'k':
+			nodes = atoi(optarg);
+			nodes_set = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -575,7 +651,7 @@ int bench_fanout_main(int argc, char **argv)
 			bad = 1;
 		}
 		if (bad) {
-			if (c != 'b' && c != 'S' && c != 'R' && c != 'p' && c != 'B')
+			if (c != 'b' && c != 'S' && c != 'R' && c != 'p' && c != 'B' && c != 'L')
 				usage(stderr);
 			return 2;
 		}
@@ -596,8 +672,17 @@ int bench_fanout_main(int argc, char **argv)
 	int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN), fd[2];
 	double rtt = loopback_pair(fd) == 0 ? echo_round_trip(fd[0], fd[0], fd[1], fd[1], 200) : -1;
 	double fork_exec = fork_exec_cost("/bin/true", 200);
-	double bw1 = loopback_bandwidth(1, 256u << 20, (size_t)chunk, 5);
-	double bwall = ncpu > 1 ? loopback_bandwidth(ncpu, 256u << 20, (size_t)chunk, 5) : bw1;
+	double bwall = loopback_bandwidth(ncpu > 1 ? ncpu : 1, 256u << 20, (size_t)chunk, 5);
+	int most = 0; /* --link: a node per rank of the largest run */
+	for (int i = 0; i < nsrcs; i++)
+		for (int j = 0; j < nrcvs; j++)
+			most = srcs[i] + rcvs[j] > most ? srcs[i] + rcvs[j] : most;
+	if (link && !nodes_set)
+		nodes = most > 254 ? 254 : most;
+	if (link && make_links(link, nodes) < 0)
+		return 1;
+	/* through a node's link with --link: 32 MiB, not 256, at its rate */
+	double bw1 = loopback_bandwidth(1, link ? 32u << 20 : 256u << 20, (size_t)chunk, 5);
 	uint64_t limit = bench_mem_total() / 10 * 6;
 
 	int nrows = nsizes * nsrcs * nrcvs * nbudgets * nplans, run_id = 0, failed = 0;
@@ -669,8 +754,9 @@ int bench_fanout_main(int argc, char **argv)
 	if (jf)
 		fprintf(jf,
 		        "{\"rtt_ms\":%.4f,\"fork_exec_ms\":%.4f,\"bw_pair_mbs\":%.1f,"
-		        "\"bw_all_mbs\":%.1f,\"cpus\":%d,\"results\":[",
-		        rtt * 1000, fork_exec * 1000, bw1 / 1e6, bwall / 1e6, ncpu);
+		        "\"bw_all_mbs\":%.1f,\"cpus\":%d,\"link\":\"%s\",\"results\":[",
+		        rtt * 1000, fork_exec * 1000, bw1 / 1e6, bwall / 1e6, ncpu,
+		        link ? link : "loopback");
 	printf("%-7s %3s %4s %-5s %-7s %4s %6s %10s %10s %10s %6s %9s %8s %9s %5s %5s %10s "
 	       "%7s\n",
 	       "bytes", "S", "R", "plan", "budget", "conc", "repeat", "median_ms", "min_ms",
@@ -700,6 +786,7 @@ int bench_fanout_main(int argc, char **argv)
 			fprintf(jf,
 			        "%s{\"scenario\":\"fanout\",\"path\":\"rootless\",\"plan\":\"%s\","
 			        "\"bytes\":%llu,\"sources\":%d,\"receivers\":%d,\"ranks\":%d,"
+			        "\"nodes\":%d,"
 			        "\"concurrent\":%d,\"budget\":\"%s\",\"chunk\":%llu,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
 			        "\"rounds\":%.3f,\"bound_ms\":%.3f,\"fraction\":%.4f,"
@@ -708,9 +795,10 @@ int bench_fanout_main(int argc, char **argv)
 			        "\"inflight_peak_bytes\":%ld,\"inflight_waits\":%ld,"
 			        "\"bytes_received\":%ld}",
 			        nj++ ? "," : "", plans[r->plan].name, (unsigned long long)r->bytes,
-			        r->s, r->r, r->s + r->r, conc, budget, (unsigned long long)chunk,
-			        med, r->ms[0], r->ms[r->ok - 1], r->ok, rounds, bound, bound / med,
-			        copy, r->most.max_waves, r->most.max_peers, r->most.max_rss,
+			        r->s, r->r, r->s + r->r, nodes < r->s + r->r ? nodes : r->s + r->r,
+			        conc, budget, (unsigned long long)chunk, med, r->ms[0],
+			        r->ms[r->ok - 1], r->ok, rounds, bound, bound / med, copy,
+			        r->most.max_waves, r->most.max_peers, r->most.max_rss,
 			        r->most.max_fds, sample ? "true" : "false", r->most.inflight_peak,
 			        r->most.inflight_waits, r->most.bytes);
 	}
@@ -746,12 +834,18 @@ int bench_fanout_main(int argc, char **argv)
 			       size_name(rows[i].bytes, sz, sizeof(sz)), rows[i].s, rows[i].r,
 			       rows[i].not_run);
 	}
-	printf("loopback TCP bandwidth, %llu KiB writes: one pair of processes %.0f MB/s; "
+	printf("loopback TCP bandwidth, %llu KiB writes: one pair of processes %.0f MB/s%s; "
 	       "%d pairs at once (this machine's %d cores) %.0f MB/s in all (median of 5 of "
 	       "256 MiB each); bound_ms = C x B / (one pair's) x rounds (waves "
 	       "ceil(log2((S+R)/S)), tree ceil(log2(S+R)), pull R/S); copy_ms = R x C x B / "
 	       "(all pairs')\n",
-	       (unsigned long long)(chunk >> 10), bw1 / 1e6, ncpu, ncpu, bwall / 1e6);
+	       (unsigned long long)(chunk >> 10), bw1 / 1e6,
+	       link ? " (through one node's link, 32 MiB each)" : "", ncpu, ncpu, bwall / 1e6);
+	if (link)
+		printf("links: every one of the %d loopback nodes sends at most %s (tc htb on lo, "
+		       "by source address, in a network namespace of this run's own); %d ranks a "
+		       "node at most\n",
+		       nodes, link, (most + nodes - 1) / nodes);
 	printf("each launch ran one untimed round of its plans first; peak resident memory: "
 	       "VmHWM, reset before each phase; descriptors: %s\n",
 	       sample ? "the most of a rank, sampled every 1 ms during the fan-outs"
