@@ -179,10 +179,14 @@ for s in 1 2; do
 			"$dir/f.out" || fail "the refusal of 64G S=$s R=$r was not said: $(grep '^fanout' "$dir/f.out")"
 	done
 done
-# the waves' rounds: ceil(log2((S+R)/S)); tree ceil(log2(S+R)); pull R/S
-grep -Eq "^1M +1 +3 +waves .* 2\.00 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ " "$dir/f.out" || fail "waves S=1 R=3: not 2 rounds"
-grep -Eq "^1M +2 +3 +pull .* 1\.50 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ " "$dir/f.out" || fail "pull S=2 R=3: not 1.5 rounds"
-grep -Eq "^1M +2 +3 +tree .* 3\.00 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ " "$dir/f.out" || fail "tree S=2 R=3: not 3 rounds"
+# the rounds: waves ceil(log2((S+R)/S)); tree ceil(log2(R+1)); pull ceil(R/S)
+for row in 1:3:waves:2 2:3:waves:2 2:1:waves:1 1:3:pull:3 2:3:pull:2 1:3:tree:2 2:3:tree:2 2:1:tree:1; do
+	s=${row%%:*} row=${row#*:}
+	r=${row%%:*} row=${row#*:}
+	p=${row%%:*} k=${row#*:}
+	grep -Eq "^1M +$s +$r +$p +default +1 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +$k\.00 " "$dir/f.out" ||
+		fail "$p S=$s R=$r: not $k rounds: $(grep "^1M +$s +$r +$p" "$dir/f.out")"
+done
 grep -Eq "^loopback TCP bandwidth, 4096 KiB writes: one pair of processes [0-9]+ MB/s; [0-9]+ pairs at once" "$dir/f.out" ||
 	fail "no bandwidth line: $(cat "$dir/f.out")"
 grep -Eq '^\{"rtt_ms":[0-9.]+,"fork_exec_ms":[0-9.]+,"bw_pair_mbs":[0-9.]+,' "$dir/f.json" || fail "no bandwidth in the JSON"

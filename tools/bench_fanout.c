@@ -29,8 +29,9 @@
  * each way): B / bw x rounds, bw the loopback TCP bandwidth of one pair of
  * processes measured in the same run, rounds what the plan needs at
  * least: waves ceil(log2((S+R)/S)) (the holders double each wave), tree
- * ceil(log2(S+R)) (one source's binomial tree), pull R/S (every copy
- * leaves one of the S sources).  fraction = bound / median.  On this
+ * ceil(log2(R+1)) (the lowest source's binomial tree; the others idle),
+ * pull ceil(R/S) (each receiver takes the whole buffer from one of the S
+ * sources, round robin).  fraction = bound / median.  On this
  * machine every receiver's bytes cross the same loopback and the same
  * cores, so a second figure, copy_ms = R x C x B / (the bandwidth of as
  * many pairs at once as there are cores), is what the machine can do.
@@ -82,12 +83,13 @@ static double waves_rounds(int s, int r)
 
 static double tree_rounds(int s, int r)
 {
-	return waves_rounds_i(1, s + r - 1);
+	(void)s; /* the tree is the lowest source and the receivers; the others idle */
+	return waves_rounds_i(1, r);
 }
 
 static double pull_rounds(int s, int r)
 {
-	return (double)r / s;
+	return (r + s - 1) / s; /* each receiver takes it all from one source */
 }
 
 /* The plans, and the least rounds of B / bw each needs with one link per
@@ -837,7 +839,7 @@ int bench_fanout_main(int argc, char **argv)
 	printf("loopback TCP bandwidth, %llu KiB writes: one pair of processes %.0f MB/s%s; "
 	       "%d pairs at once (this machine's %d cores) %.0f MB/s in all (median of 5 of "
 	       "256 MiB each); bound_ms = C x B / (one pair's) x rounds (waves "
-	       "ceil(log2((S+R)/S)), tree ceil(log2(S+R)), pull R/S); copy_ms = R x C x B / "
+	       "ceil(log2((S+R)/S)), tree ceil(log2(R+1)), pull ceil(R/S)); copy_ms = R x C x B / "
 	       "(all pairs')\n",
 	       (unsigned long long)(chunk >> 10), bw1 / 1e6,
 	       link ? " (through one node's link, 32 MiB each)" : "", ncpu, ncpu, bwall / 1e6);
