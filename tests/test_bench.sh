@@ -143,7 +143,7 @@ for rec in full inprocess; do
 		done
 	done
 done
-grep -Eq "^state: 0 MiB per rank .*at most 4 ranks x 0 MiB = 0.00 GiB held at once; in-process: the survivors deliver it" "$dir/st.out" ||
+grep -Eq "^state: 64K per rank .*at most 4 ranks x 64K = 0.00 GiB held at once; in-process: the survivors deliver it" "$dir/st.out" ||
 	fail "the state's line is missing: $(grep '^state' "$dir/st.out")"
 grep -Eq "^state: before each of the 4 full restarts its pages left the page cache by posix_fadvise.*at most [0-9]+ of its 16 pages were still resident" \
 	"$dir/st.out" || fail "the drop of the state's pages was not said: $(grep '^state' "$dir/st.out")"

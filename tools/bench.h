@@ -177,6 +177,8 @@ extern const char nccl_stagger_note[];
 /* A size: digits with K, M or G (powers of 1024) after them, or none;
  * 0 when it is not one. */
 uint64_t bench_parse_size(const char *s);
+/* The other way: 64K, 64M, 2G (the largest unit that divides it), in buf. */
+const char *bench_size_name(uint64_t b, char *buf, size_t len);
 
 /* MemTotal of /proc/meminfo, bytes; 0 if unknown. */
 uint64_t bench_mem_total(void);
@@ -224,6 +226,7 @@ int bench_state_get(hpct_world *w, void *held, size_t len, double *done);
 /* --scenario fanout (bench_fanout.c): its own options, table and JSON;
  * the exit status.  bench_fanout_rank plays one of its ranks. */
 int bench_fanout_main(int argc, char **argv);
+#define BENCH_FANOUT_MAX_CONC 8 /* --concurrent at most */
 int bench_fanout_rank(hpct_world *w);
 
 /* --nccl LIB,LIB: nccl-root against each release, one table (see

@@ -24,6 +24,7 @@
  * (HPCT_INFLIGHT_BYTES): default leaves the library's, none sets it and
  * HPCT_INFLIGHT_TRANSFERS out of reach, SIZE sets the bytes; a launch each.
  * Peak resident memory is VmHWM, reset (clear_refs) before each phase.
+ * The ranks' side is bench_fanout_rank.c.
  *
  * The bound of a plan, in the units a cluster has (one link per process,
  * each way): B / bw x rounds, bw the loopback TCP bandwidth of one pair of
@@ -43,17 +44,14 @@
  * chunks from their node's address), one rank per node unless --nodes
  * says otherwise.  bw is then measured through node 0's link, and the
  * machine's bandwidth before the classes are made. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "hpct/fanout.h"
@@ -61,10 +59,8 @@
 #include "tools/bench.h"
 #include "tools/bench_env.h"
 #include "tools/bench_measure.h"
-#include "tools/bench_rank.h"
 
 #define MAX_LIST   8
-#define MAX_CONC   8
 #define MAX_REPEAT 32
 #define MAX_PLANS  3
 
@@ -103,243 +99,6 @@ static const struct plan {
 	{ "pull", HPCT_FANOUT_PULL, pull_rounds },
 	{ "tree", HPCT_FANOUT_TREE, tree_rounds },
 };
-
-/* ------------------------------------------------------------ rank side */
-
-static size_t env_size(const char *name, size_t dflt)
-{
-	const char *v = getenv(name);
-	return v && *v ? (size_t)strtoull(v, NULL, 10) : dflt;
-}
-
-/* This process's open descriptors (the directory's own left out). */
-static long count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	long n = 0;
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		n += e->d_name[0] != '.';
-	if (d)
-		closedir(d);
-	return n - 1;
-}
-
-static long vm_hwm_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmHWM: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
-/* VmHWM back to the resident memory now (Linux 4.0 and later). */
-static void reset_hwm(void)
-{
-	int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		(void)!write(fd, "5", 1);
-		close(fd);
-	}
-}
-
-struct sampler {
-	pthread_t t;
-	volatile int stop;
-	long max;
-};
-
-static void *sample_fds(void *arg)
-{
-	struct sampler *s = arg;
-	struct timespec ms = { 0, 1000000 };
-	while (!s->stop) {
-		long n = count_fds();
-		if (n > s->max)
-			s->max = n;
-		nanosleep(&ms, NULL);
-	}
-	return NULL;
-}
-
-/* One fan-out of a phase: its group, buffer and outcome. */
-struct fan_job {
-	hpct_group *g;
-	char name[32];
-	uint64_t want, held;
-	void *buf;
-	size_t len;
-	struct hpct_fanout_opts opts;
-	struct hpct_fanout_stats st;
-	int rc;
-};
-
-static void *fan_run(void *arg)
-{
-	struct fan_job *j = arg;
-	j->rc = hpct_fanout(j->g, j->name, j->want, j->held, j->buf, j->len, &j->opts, &j->st);
-	if (j->rc)
-		fprintf(stderr, "hpct-bench: rank %d: fan-out %s (%s, %zu bytes): %s\n",
-		        hpct_group_rank(j->g), j->name, plans[j->opts.plan].name, j->len,
-		        hpct_last_error());
-	return NULL;
-}
-
-/* Rank j * n / s for j < s is a source. */
-static int is_source(int me, int n, int s)
-{
-	for (int j = 0; j < s; j++)
-		if ((long)j * n / s == me)
-			return 1;
-	return 0;
-}
-
-/* World c > 0 of a rank's C: the launcher's, moved c blocks of ports up
- * (HPCT_BENCH_FANOUT_STRIDE), a job of its own; 0 or an error. */
-static int extra_world(int c, hpct_world **out)
-{
-	static char job[128];
-	static long master;
-	if (!job[0]) {
-		snprintf(job, sizeof(job), "%s",
-		         getenv("HPCT_JOB_ID") ? getenv("HPCT_JOB_ID") : "");
-		master = atol(getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
-	}
-	long stride = (long)env_size("HPCT_BENCH_FANOUT_STRIDE", 0);
-	char v[160];
-	snprintf(v, sizeof(v), "%s-%d", job, c);
-	setenv("HPCT_JOB_ID", v, 1);
-	snprintf(v, sizeof(v), "%ld", master + c * stride);
-	setenv("MASTER_PORT", v, 1);
-	snprintf(v, sizeof(v), "%ld", master + c * stride + 1);
-	setenv("HPCT_PORT_BASE", v, 1);
-	return stride > 0 ? hpct_world_create(out) : HPCT_EBADENV;
-}
-
-/* One phase: the barrier, the C fan-outs, the check; its record. */
-static int phase(hpct_world *w, struct fan_job *jobs, int conc, int source, int sample,
-                 struct record *rec)
-{
-	hpct_group *world = hpct_world_group(w);
-	struct sampler smp = { .max = 0 };
-	for (int c = 0; c < conc && source; c++) /* the phase's version, not timed */
-		bench_pattern_fill(jobs[c].buf, jobs[c].len, jobs[c].want * MAX_CONC + (uint64_t)c);
-	reset_hwm();
-	if (sample && pthread_create(&smp.t, NULL, sample_fds, &smp) != 0)
-		sample = 0;
-	int rc = hpct_barrier(world);
-	rec->start = mono();
-	pthread_t t[MAX_CONC];
-	int started = 1;
-	for (; started < conc && rc == 0; started++)
-		if (pthread_create(&t[started], NULL, fan_run, &jobs[started]) != 0) {
-			rc = HPCT_ENOMEM;
-			break;
-		}
-	if (rc == 0)
-		fan_run(&jobs[0]);
-	for (int c = 1; c < started; c++)
-		pthread_join(t[c], NULL);
-	rec->done = mono();
-	if (sample) {
-		smp.stop = 1;
-		pthread_join(smp.t, NULL);
-	}
-	rec->fds = sample ? smp.max : count_fds();
-	for (int c = 0; c < conc && rc == 0; c++) {
-		rc = jobs[c].rc;
-		size_t bad = rc || source
-		                     ? 0
-		                     : bench_pattern_check(jobs[c].buf, jobs[c].len,
-		                                           jobs[c].want * MAX_CONC + (uint64_t)c);
-		if (bad) {
-			fprintf(stderr,
-			        "hpct-bench: rank %d: fan-out %s (%s) delivered wrong "
-			        "bytes at %zu\n",
-			        hpct_group_rank(world), jobs[c].name, plans[jobs[c].opts.plan].name,
-			        bad - 1);
-			rc = HPCT_EPROTO;
-		}
-		if (jobs[c].st.waves > rec->waves)
-			rec->waves = jobs[c].st.waves;
-		rec->peers += jobs[c].st.peers;
-		rec->bytes_exchanged += (long)jobs[c].st.bytes_recv;
-	}
-	struct hpct_inflight_stats in;
-	if (hpct_inflight_get_stats(&in) == 0) {
-		rec->inflight_peak = (long)in.bytes_peak;
-		rec->inflight_waits = (long)in.waits;
-	}
-	rec->rss_kb = vm_hwm_kb();
-	rec->rc = rc;
-	rec->conns = conns_of(w);
-	return rc;
-}
-
-int bench_fanout_rank(hpct_world *w)
-{
-	hpct_group *world = hpct_world_group(w);
-	int n = hpct_group_size(world), me = hpct_group_rank(world);
-	size_t len = env_size("HPCT_BENCH_FANOUT_BYTES", 0);
-	int s = (int)env_size("HPCT_BENCH_FANOUT_SOURCES", 1);
-	int conc = (int)env_size("HPCT_BENCH_FANOUT_CONC", 1);
-	int phases = (int)env_size("HPCT_BENCH_FANOUT_PHASES", 0);
-	int sample = (int)env_size("HPCT_BENCH_FANOUT_SAMPLE", 0);
-	const char *order = getenv("HPCT_BENCH_FANOUT_PLANS"); /* "012": plan per phase, cycled */
-	size_t chunk = env_size("HPCT_BENCH_FANOUT_CHUNK", 4u << 20);
-	if (!len || !order || !*order || conc < 1 || conc > MAX_CONC || phases < 1)
-		return settle(w, HPCT_EBADENV);
-	int source = is_source(me, n, s), rc = 0;
-	struct fan_job jobs[MAX_CONC];
-	hpct_world *worlds[MAX_CONC] = { w };
-	memset(jobs, 0, sizeof(jobs));
-	for (int c = 0; c < conc && rc == 0; c++) {
-		if (c > 0) /* a world each: the fan-outs run at once */
-			rc = extra_world(c, &worlds[c]);
-		jobs[c].g = rc == 0 ? hpct_world_group(worlds[c]) : NULL;
-		jobs[c].len = len;
-		jobs[c].buf = rc == 0 ? malloc(len) : NULL;
-		if (rc == 0 && !jobs[c].buf)
-			rc = HPCT_ENOMEM;
-		if (rc == 0) /* resident from the start, in every plan alike */
-			memset(jobs[c].buf, 0, len);
-	}
-	int ran = 0;
-	for (int p = 0; p < phases && rc == 0; p++, ran++) {
-		struct record rec = { .rc = 0 };
-		for (int c = 0; c < conc; c++) {
-			struct fan_job *j = &jobs[c];
-			j->opts = (struct hpct_fanout_opts){
-				.chunk = chunk,
-				.plan = plans[order[p % strlen(order)] - '0'].plan,
-			};
-			snprintf(j->name, sizeof(j->name), "bench-fan-%d", c);
-			j->want = (uint64_t)p + 1;
-			j->held = source ? j->want : 0;
-			memset(&j->st, 0, sizeof(j->st));
-			j->rc = 0;
-		}
-		rc = phase(w, jobs, conc, source, sample, &rec);
-		if (report_record(&rec) != 0)
-			rc = 3;
-	}
-	if (rc && !ran) /* no phase reported: the launcher learns it here */
-		report(rc, 0, 0);
-	wait_release();
-	for (int c = 0; c < conc; c++) {
-		free(jobs[c].buf);
-		if (c > 0)
-			hpct_world_destroy(worlds[c]);
-	}
-	return rc;
-}
-
-/* ------------------------------------------------------- launcher side */
 
 /* Runs tc with `args` (a NULL-ended list after "tc"); 0 or -1, said. */
 static int run_tc(const char *const *args)
@@ -483,11 +242,9 @@ static int parse_plans(const char *arg, int *out)
 }
 
 /* A budget of --budget: default (-1: the library's), none (0) or bytes. */
-static const char *size_name(uint64_t b, char *buf, size_t len);
-
 static const char *budget_name(int64_t b, char *buf, size_t len)
 {
-	return b < 0 ? "default" : b == 0 ? "none" : size_name((uint64_t)b, buf, len);
+	return b < 0 ? "default" : b == 0 ? "none" : bench_size_name((uint64_t)b, buf, len);
 }
 
 static int parse_budgets(const char *arg, int64_t *out)
@@ -540,21 +297,6 @@ static void usage(FILE *f)
 	           "same processes;\n"
 	           "a combination whose buffers would pass 60%% of MemTotal is not run, and "
 	           "said.\n");
-}
-
-/* 64K, 64M, 2G: the largest unit that divides it */
-static const char *size_name(uint64_t b, char *buf, size_t len)
-{
-	static const char units[] = "GMK";
-	for (int i = 0; i < 3; i++) {
-		uint64_t u = 1ull << (30 - 10 * i);
-		if (b >= u && b % u == 0) {
-			snprintf(buf, len, "%llu%c", (unsigned long long)(b / u), units[i]);
-			return buf;
-		}
-	}
-	snprintf(buf, len, "%llu", (unsigned long long)b);
-	return buf;
 }
 
 static double median_ms(struct fan_row *r)
@@ -659,7 +401,7 @@ int bench_fanout_main(int argc, char **argv)
 		}
 	}
 	if (repeat < 1 || repeat > MAX_REPEAT || nodes < 1 || nodes > 254 || conc < 1 ||
-	    conc > MAX_CONC || port < 1024 || port > 60000 || timeout <= 0) {
+	    conc > BENCH_FANOUT_MAX_CONC || port < 1024 || port > 60000 || timeout <= 0) {
 		usage(stderr);
 		return 2;
 	}
@@ -691,8 +433,8 @@ int bench_fanout_main(int argc, char **argv)
 	int nrows = nsizes * nsrcs * nrcvs * nbudgets * nplans, run_id = 0, failed = 0;
 	struct fan_row *rows = calloc((size_t)nrows, sizeof(*rows));
 	char plan_order[MAX_PLANS + 1] = "";
-	for (int i = 0; i < nplans; i++)
-		plan_order[i] = (char)('0' + order[i]);
+	for (int i = 0; i < nplans; i++) /* the ranks' word for a plan: its enum value */
+		plan_order[i] = (char)('0' + plans[order[i]].plan);
 	setenv_int("HPCT_BENCH_FANOUT_CONC", conc);
 	setenv_int("HPCT_BENCH_FANOUT_SAMPLE", sample);
 	setenv_int("HPCT_BENCH_FANOUT_CHUNK", (long)chunk);
@@ -770,7 +512,7 @@ int bench_fanout_main(int argc, char **argv)
 		struct fan_row *r = &rows[i];
 		char bname[24], bb[24];
 		const char *budget = budget_name(budgets[r->budget], bb, sizeof(bb));
-		size_name(r->bytes, bname, sizeof(bname));
+		bench_size_name(r->bytes, bname, sizeof(bname));
 		if (!r->ok) {
 			printf("%-7s %3d %4d %-5s %-7s %4d %6d %10s\n", bname, r->s, r->r,
 			       plans[r->plan].name, budget, conc, 0,
@@ -818,8 +560,9 @@ int bench_fanout_main(int argc, char **argv)
 		if (!w || nplans < 2)
 			continue;
 		char bb[24], sz[24];
-		printf("fanout %s S=%d R=%d budget %s: median", size_name(w->bytes, sz, sizeof(sz)),
-		       w->s, w->r, budget_name(budgets[w->budget], bb, sizeof(bb)));
+		printf("fanout %s S=%d R=%d budget %s: median",
+		       bench_size_name(w->bytes, sz, sizeof(sz)), w->s, w->r,
+		       budget_name(budgets[w->budget], bb, sizeof(bb)));
 		for (int p = 0, first = 1; p < nplans; p++)
 			if (rows[i + p].ok && rows[i + p].plan != 0) {
 				printf("%s %s/waves %.2f", first ? "" : ",",
@@ -834,7 +577,7 @@ int bench_fanout_main(int argc, char **argv)
 		char sz[24];
 		if (rows[i].not_run[0])
 			printf("fanout %s S=%d R=%d: not run: %s\n",
-			       size_name(rows[i].bytes, sz, sizeof(sz)), rows[i].s, rows[i].r,
+			       bench_size_name(rows[i].bytes, sz, sizeof(sz)), rows[i].s, rows[i].r,
 			       rows[i].not_run);
 	}
 	printf("loopback TCP bandwidth, %llu KiB writes: one pair of processes %.0f MB/s%s; "

@@ -40,6 +40,21 @@ uint64_t bench_parse_size(const char *s)
 	return (uint64_t)v << shift;
 }
 
+/* 64K, 64M, 2G: the largest unit that divides it */
+const char *bench_size_name(uint64_t b, char *buf, size_t len)
+{
+	static const char units[] = "GMK";
+	for (int i = 0; i < 3; i++) {
+		uint64_t u = 1ull << (30 - 10 * i);
+		if (b >= u && b % u == 0) {
+			snprintf(buf, len, "%llu%c", (unsigned long long)(b / u), units[i]);
+			return buf;
+		}
+	}
+	snprintf(buf, len, "%llu", (unsigned long long)b);
+	return buf;
+}
+
 /* word i of the pattern: every word differs, and a chunk put at the wrong
  * offset or taken from another seed does not match */
 static inline uint64_t word_at(uint64_t i, uint64_t seed)
@@ -196,12 +211,14 @@ void bench_state_finish(int max_ranks)
 {
 	if (!bench_state.bytes)
 		return;
-	double mib = bench_state.bytes / 1048576.0;
-	printf("state: %.0f MiB per rank (pattern checked by every rank that got it), at most "
-	       "%d ranks x %.0f MiB = %.2f GiB held at once; in-process: the survivors deliver "
-	       "it to the replacements with hpct_fanout (waves), inside the time; full: every "
-	       "rank reads it from %s, inside the time\n",
-	       mib, max_ranks, mib, max_ranks * mib / 1024, bench_state.file);
+	char sz[24];
+	bench_size_name(bench_state.bytes, sz, sizeof(sz));
+	printf("state: %s per rank (pattern checked by every rank that got it), at most %d ranks "
+	       "x %s = %.2f GiB held at once; in-process: the survivors deliver it to the "
+	       "replacements with hpct_fanout (waves), inside the time; full: every rank reads it "
+	       "from %s, inside the time\n",
+	       sz, max_ranks, sz, (double)max_ranks * bench_state.bytes / 1073741824.0,
+	       bench_state.file);
 	if (bench_state.drops)
 		printf("state: before each of the %d full restarts its pages left the page cache "
 		       "by posix_fadvise(POSIX_FADV_DONTNEED) after fdatasync (%d times also by "
