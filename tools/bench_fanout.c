@@ -41,9 +41,9 @@
  * own, as a cluster's nodes have: the run goes into a network namespace of
  * its own, where an htb class per node address caps what leaves it at
  * RATE (tc on lo, classed by source address; rootless ranks serve their
- * chunks from their node's address), one rank per node unless --nodes
- * says otherwise.  bw is then measured through node 0's link, and the
- * machine's bandwidth before the classes are made. */
+ * chunks from their node's address; packets under 512 bytes pass
+ * unshaped), one rank per node unless --nodes says otherwise.  bw is then measured through node 0's
+ * link, and the machine's bandwidth before the classes are made. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -134,7 +134,14 @@ static int make_links(const char *rate, int nodes)
 		return -1;
 	const char *root[] = { "qdisc", "add", "dev",     "lo",   "root", "handle",
 		               "1:",    "htb", "default", "ffff", NULL };
-	if (run_tc(root) < 0)
+	/* packets under 512 bytes (acks, the pull's requests, SYNs) pass
+	 * unshaped (1:0, the qdisc itself: htb sends them directly): a socket
+	 * that did not bind sends from 127.0.0.1, node 0's address, and they
+	 * would queue behind node 0's chunks in its class */
+	const char *small[] = { "filter", "add",  "dev", "lo",     "parent", "1:",  "protocol",
+		                "ip",     "prio", "1",   "u32",    "match",  "u16", "0x0000",
+		                "0xfe00", "at",   "2",   "flowid", "1:0",    NULL };
+	if (run_tc(root) < 0 || run_tc(small) < 0)
 		return -1;
 	for (int k = 0; k < nodes; k++) {
 		char id[16], src[32];
@@ -143,7 +150,7 @@ static int make_links(const char *rate, int nodes)
 		const char *cls[] = { "class", "add", "dev",  "lo", "parent", "1:",   "classid",
 			              id,      "htb", "rate", rate, "burst",  "256k", NULL };
 		const char *flt[] = { "filter",   "add", "dev",  "lo",     "parent", "1:",
-			              "protocol", "ip",  "prio", "1",      "u32",    "match",
+			              "protocol", "ip",  "prio", "2",      "u32",    "match",
 			              "ip",       "src", src,    "flowid", id,       NULL };
 		if (run_tc(cls) < 0 || run_tc(flt) < 0)
 			return -1;
