@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,7 @@ static void reset_hwm(void)
 
 struct sampler {
 	pthread_t t;
-	volatile int stop;
+	atomic_int stop;
 	long max;
 };
 
@@ -77,7 +78,7 @@ static void *sample_fds(void *arg)
 {
 	struct sampler *s = arg;
 	struct timespec ms = { 0, 1000000 };
-	while (!s->stop) {
+	while (!atomic_load(&s->stop)) {
 		long n = count_fds();
 		if (n > s->max)
 			s->max = n;
@@ -167,7 +168,7 @@ static int phase(hpct_world *w, struct fan_job *jobs, int conc, int source, int 
 		pthread_join(t[c], NULL);
 	rec->done = mono();
 	if (sample) {
-		smp.stop = 1;
+		atomic_store(&smp.stop, 1);
 		pthread_join(smp.t, NULL);
 	}
 	rec->fds = sample ? smp.max : count_fds();
