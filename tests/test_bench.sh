@@ -128,6 +128,102 @@ for p in rootless standard; do
 	done
 done
 
+# --state: after the kill every new rank gets the state and checks every
+# byte (a wrong byte fails the run): in-process from the survivors
+# (hpct_fanout), in a full restart from a file whose pages were dropped
+"$bench" --scenario restart --recovery full,inprocess --state 64K --ranks 2,4 --repeat 1 \
+	--port 16600 --json "$dir/st.json" >"$dir/st.out" 2>"$dir/st.err" ||
+	fail "the --state run failed: $(cat "$dir/st.err")"
+for rec in full inprocess; do
+	for p in rootless standard; do
+		for n in 2 4; do
+			grep -Eq "^restart/$rec +$p +$n +" "$dir/st.out" || fail "no --state row restart/$rec $p N=$n"
+			grep -Eq "\"scenario\":\"restart\",\"path\":\"$p\",\"ranks\":$n,[^}]*\"recovery\":\"$rec\",[^}]*\"state_bytes\":65536" \
+				"$dir/st.json" || fail "no state_bytes in the JSON row restart/$rec $p N=$n: $(cat "$dir/st.json")"
+		done
+	done
+done
+grep -Eq "^state: 64K per rank .*at most 4 ranks x 64K = 0.00 GiB held at once; in-process: the survivors deliver it" "$dir/st.out" ||
+	fail "the state's line is missing: $(grep '^state' "$dir/st.out")"
+grep -Eq "^state: before each of the 4 full restarts its pages left the page cache by posix_fadvise.*at most [0-9]+ of its 16 pages were still resident" \
+	"$dir/st.out" || fail "the drop of the state's pages was not said: $(grep '^state' "$dir/st.out")"
+file=$(sed -n 's/^state: .* every rank reads it from \(.*\), inside the time$/\1/p' "$dir/st.out")
+[ -n "$file" ] && [ ! -e "$file" ] || fail "the state's file '$file' was not named, or left behind"
+if "$bench" --scenario restart --state 1024G --ranks 1024 >/dev/null 2>"$dir/st2.err"; then
+	fail "--state 1024G at 1024 ranks was accepted"
+fi
+grep -q "state 1048576 MiB with 1024 ranks: 1024 ranks x 1048576 MiB plus the file's pages = .* GiB, more than 60% of this machine's" "$dir/st2.err" ||
+	fail "the memory --state needs was not named: $(cat "$dir/st2.err")"
+if "$bench" --scenario cold --state 1M --ranks 2 >/dev/null 2>"$dir/st3.err"; then
+	fail "--state with cold was accepted"
+fi
+grep -q -e "--state goes with --scenario restart or kill-root" "$dir/st3.err" || fail "not said: $(cat "$dir/st3.err")"
+
+# fanout: every plan in the same ranks, every receiver checks every byte;
+# the bound and the machine's bandwidth are printed, and a combination too
+# big for this machine's memory is not run, and said
+"$bench" --scenario fanout --bytes 1M,64G --sources 1,2 --receivers 1,3 --repeat 1 --port 16600 \
+	--json "$dir/f.json" >"$dir/f.out" 2>"$dir/f.err" || fail "the fanout run failed: $(cat "$dir/f.err")"
+for s in 1 2; do
+	for r in 1 3; do
+		for p in waves pull tree; do
+			grep -Eq "^1M +$s +$r +$p +default +1 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9]+\$" \
+				"$dir/f.out" || fail "no fanout row 1M S=$s R=$r $p: $(cat "$dir/f.out")"
+			grep -Eq "\"scenario\":\"fanout\",\"path\":\"rootless\",\"plan\":\"$p\",\"bytes\":1048576,\"sources\":$s,\"receivers\":$r,\"ranks\":$((s + r)),[^}]*\"bytes_received\":$((r * 1048576))[,}]" \
+				"$dir/f.json" || fail "no fanout JSON row 1M S=$s R=$r $p with $r MiB received: $(cat "$dir/f.json")"
+			grep -Eq "^64G +$s +$r +$p +default +1 +0 +not run\$" "$dir/f.out" || fail "no not-run row 64G S=$s R=$r $p"
+		done
+		grep -Eq "^fanout 1M S=$s R=$r budget default: median pull/waves [0-9.]+, tree/waves [0-9.]+\$" "$dir/f.out" ||
+			fail "no ratio line for S=$s R=$r: $(grep '^fanout' "$dir/f.out")"
+		grep -Eq "^fanout 64G S=$s R=$r: not run: $((s + r)) processes x 1 x 65536 MiB = [0-9.]+ GiB of buffers, more than 60% of MemTotal" \
+			"$dir/f.out" || fail "the refusal of 64G S=$s R=$r was not said: $(grep '^fanout' "$dir/f.out")"
+	done
+done
+# the rounds: waves ceil(log2((S+R)/S)); tree ceil(log2(R+1)); pull ceil(R/S)
+for row in 1:3:waves:2 2:3:waves:2 2:1:waves:1 1:3:pull:3 2:3:pull:2 1:3:tree:2 2:3:tree:2 2:1:tree:1; do
+	s=${row%%:*} row=${row#*:}
+	r=${row%%:*} row=${row#*:}
+	p=${row%%:*} k=${row#*:}
+	grep -Eq "^1M +$s +$r +$p +default +1 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +$k\.00 " "$dir/f.out" ||
+		fail "$p S=$s R=$r: not $k rounds: $(grep "^1M +$s +$r +$p" "$dir/f.out")"
+done
+grep -Eq "^loopback TCP bandwidth, 4096 KiB writes: one pair of processes [0-9]+ MB/s; [0-9]+ pairs at once" "$dir/f.out" ||
+	fail "no bandwidth line: $(cat "$dir/f.out")"
+grep -Eq '^\{"rtt_ms":[0-9.]+,"fork_exec_ms":[0-9.]+,"bw_pair_mbs":[0-9.]+,' "$dir/f.json" || fail "no bandwidth in the JSON"
+grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms" "$dir/f.out" || fail "no fork cost printed by fanout"
+# two fan-outs at once per rank (a world each), under a 1 MiB budget and
+# with none: the budget holds the bytes in flight
+"$bench" --scenario fanout --bytes 2M --sources 1 --receivers 3 --plan waves --concurrent 2 \
+	--budget 1M,none --repeat 1 --port 16600 --json "$dir/c.json" >"$dir/c.out" 2>"$dir/c.err" ||
+	fail "the concurrent fanout run failed: $(cat "$dir/c.err")"
+for b in 1M none; do
+	grep -Eq "^2M +1 +3 +waves +$b +2 +1 +[0-9.]+ " "$dir/c.out" || fail "no concurrent row, budget $b: $(cat "$dir/c.out")"
+done
+grep -Eq "\"budget\":\"1M\",[^}]*\"fds_sampled\":true,\"inflight_peak_bytes\":(1048576|[0-9]{1,6}),\"inflight_waits\":[0-9]+,\"bytes_received\":$((2 * 3 * 2097152))[,}]" \
+	"$dir/c.json" || fail "over the 1 MiB budget, or not every byte received: $(cat "$dir/c.json")"
+grep -q "descriptors: the most of a rank, sampled every 1 ms during the fan-outs" "$dir/c.out" ||
+	fail "the sampling of descriptors was not said"
+# --link: every node its own link (tc on lo, in a namespace of the run's
+# own); the pair's bandwidth is measured through one of them
+if "$bench" --scenario fanout --bytes 1M --sources 1 --receivers 3 --link 800mbit --repeat 1 \
+	--port 16600 >"$dir/l.out" 2>"$dir/l.err"; then
+	grep -Eq "^links: every one of the 4 loopback nodes sends at most 800mbit \(tc htb on lo" "$dir/l.out" ||
+		fail "the links were not said: $(cat "$dir/l.out")"
+	grep -Eq "^1M +1 +3 +pull +default +1 +1 +[0-9.]+ " "$dir/l.out" || fail "no row over links: $(cat "$dir/l.out")"
+	bw=$(sed -n 's/^loopback TCP bandwidth, .*one pair of processes \([0-9]*\) MB\/s (through one node.s link.*/\1/p' "$dir/l.out")
+	[ -n "$bw" ] && [ "$bw" -le 110 ] || fail "a node's link of 800mbit (100 MB/s) carried ${bw:-?} MB/s"
+elif ! grep -q "cannot make a network namespace\|tc.*failed" "$dir/l.err"; then
+	fail "the --link run failed: $(cat "$dir/l.err")"
+fi
+if "$bench" --scenario fanout --plan waves,ring >/dev/null 2>"$dir/f2.err"; then
+	fail "--plan ring was accepted"
+fi
+grep -q "plan waves,ring: ring: want waves, pull and/or tree, each once" "$dir/f2.err" || fail "not named: $(cat "$dir/f2.err")"
+if "$bench" --scenario cold,fanout --ranks 2 >/dev/null 2>"$dir/f3.err"; then
+	fail "fanout in a list was accepted"
+fi
+grep -q "sim and fanout run on their own" "$dir/f3.err" || fail "not said: $(cat "$dir/f3.err")"
+
 # --gate and --transport: the rows name the transport, with resident memory
 "$bench" --scenario cold --transport tcp --gate --ranks 2,4 --repeat 1 --port 16600 \
 	>"$dir/gate.out" 2>"$dir/gate.err" || fail "a gated run failed: $(cat "$dir/gate.err")"

@@ -15,6 +15,7 @@ allowed() {
 	bootstrap/stdpath) echo "bootstrap/base/ bootstrap/topo/ bootstrap/stdpath/ bootstrap/world.h bootstrap/world_access.h" ;;
 	bootstrap) echo "bootstrap/base/ bootstrap/topo/ transport/transport.h bootstrap/world.h bootstrap/world_access.h" ;;
 	bootstrap/xchg) echo "bootstrap/base/ bootstrap/topo/ bootstrap/xchg/ bootstrap/world.h bootstrap/world_access.h" ;;
+	bootstrap/fanout) echo "bootstrap/base/ bootstrap/topo/ bootstrap/fanout/ bootstrap/world.h bootstrap/world_access.h" ;;
 	bootstrap/store) echo "bootstrap/base/ bootstrap/topo/ bootstrap/store/ bootstrap/world.h bootstrap/world_access.h" ;;
 	bootstrap/nccl) echo "bootstrap/base/ bootstrap/topo/ bootstrap/nccl/ bootstrap/world.h bootstrap/world_access.h" ;;
 	bootstrap/gloo) echo "bootstrap/base/ bootstrap/stdpath/stdpath.h bootstrap/world_access.h bootstrap/gloo/" ;;

@@ -29,6 +29,7 @@
 #include "bootstrap/base/util.h"
 #include "bootstrap/store/store.h"
 #include "bootstrap/world.h"
+#include "hpct/fanout.h"
 #include "hpct/hpct.h"
 #include "tests/harness.h"
 
@@ -869,4 +870,65 @@ static int lists(int rank, void *arg)
 Test(store, list_names_every_key_over_every_rank)
 {
 	run_job(4, 2, env, lists);
+}
+
+/* With HPCT_INFLIGHT_BYTES at 1 MiB, values of 3 MiB still go through
+ * (a request bigger than the budget takes all of it and is read alone),
+ * and the store's servers never held more of the process's budget than
+ * it has. */
+static void env_budget(int r, void *arg)
+{
+	env(r, arg);
+	setenv("HPCT_INFLIGHT_BYTES", "1048576", 1);
+}
+
+static int budgeted(int rank, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(53, &w, &s);
+	if (rc)
+		return rc;
+	size_t len = 3u << 20;
+	char *big = malloc(len), key[32];
+	if (!big)
+		return 12;
+	for (int k = 0; k < 4; k++) {
+		memset(big, 'a' + rank * 4 + k, len);
+		snprintf(key, sizeof(key), "b%d.%d", rank, k);
+		if (hpct__store_set(s, key, big, len) != 0)
+			return 13;
+	}
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 14;
+	for (int r = 0; r < 2; r++)
+		for (int k = 0; k < 4; k++) {
+			void *v = NULL;
+			size_t got = 0;
+			snprintf(key, sizeof(key), "b%d.%d", r, k);
+			if (hpct__store_get(s, key, 5.0, &v, &got) != 0 || got != len)
+				return 15;
+			for (size_t i = 0; i < len; i += 4096)
+				if (((char *)v)[i] != 'a' + r * 4 + k)
+					return 16;
+			free(v);
+		}
+	free(big);
+	struct hpct_inflight_stats st;
+	if (hpct_inflight_get_stats(&st) != 0 || st.bytes_limit != 1048576 ||
+	    st.bytes_peak > st.bytes_limit)
+		return 17;
+	/* every rank's server read 3 MiB requests: each took the whole budget */
+	if (st.bytes_peak != st.bytes_limit)
+		return 18;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 19;
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, big_values_take_from_the_process_budget)
+{
+	run_job(2, 1, env_budget, budgeted);
 }

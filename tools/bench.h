@@ -5,6 +5,7 @@
 #ifndef HPCT_BENCH_H
 #define HPCT_BENCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "hpct/hpct.h"
@@ -136,8 +137,14 @@ struct bench_phase {
 	int max_conns; /* hpct connections the creation opened, the most of a rank */
 	int max_pairs; /* Gloo pairs it made, the most of a rank */
 	long pairs_new, pairs_kept, bytes; /* summed over ranks: pair ends, bytes of
-	                                      pair addresses sent + received */
+	                                      pair addresses sent + received (fanout:
+	                                      bytes received) */
 	long max_rss;
+	/* fanout: the most of a rank (descriptors, waves, peers, in-flight
+	 * bytes at their peak), and the waits for the in-flight budget, summed */
+	long max_fds;
+	int max_waves, max_peers;
+	long inflight_peak, inflight_waits;
 };
 
 /* N ranks of `scenario` that report `nphases` times each, every report of a
@@ -166,6 +173,61 @@ double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *
 
 /* What the nccl-root rows hold besides the bootstrap: NCCL's own stagger. */
 extern const char nccl_stagger_note[];
+
+/* A size: digits with K, M or G (powers of 1024) after them, or none;
+ * 0 when it is not one. */
+uint64_t bench_parse_size(const char *s);
+/* The other way: 64K, 64M, 2G (the largest unit that divides it), in buf. */
+const char *bench_size_name(uint64_t b, char *buf, size_t len);
+
+/* MemTotal of /proc/meminfo, bytes; 0 if unknown. */
+uint64_t bench_mem_total(void);
+
+/* A deterministic pattern of `len` bytes for `seed` (bench_state.c): the
+ * state --state delivers and the buffers of the fanout scenario.  check:
+ * 0, or the offset of the first 8-byte word that differs, plus one. */
+void bench_pattern_fill(void *buf, size_t len, uint64_t seed);
+size_t bench_pattern_check(const void *buf, size_t len, uint64_t seed);
+
+/* restart --state SIZE (bench_state.c): each rank's state, written once
+ * to a file on local disk for a full restart to read.  bytes 0: none. */
+struct bench_state {
+	uint64_t bytes;
+	char file[4096];
+	long pages;        /* the file's pages */
+	long resident_max; /* the most of them still resident after a drop */
+	int drops;         /* drops: posix_fadvise each time, */
+	int dc_drops;      /* and /proc/sys/vm/drop_caches when pages stayed */
+};
+extern struct bench_state bench_state;
+
+/* Writes the file (pattern seed 1, fsync) once, after checking that N
+ * ranks holding `bytes` each fit in this machine's memory (60% of
+ * MemTotal); 0, or -1 with the numbers said. */
+int bench_state_setup(uint64_t bytes, int max_ranks);
+/* Drops the file's pages from the page cache (before each full restart). */
+void bench_state_drop(void);
+/* The environment of a restart's ranks: HPCT_BENCH_STATE (0: unset), and
+ * the file only for ranks that read it (a full restart's). */
+void bench_state_env(int on, int from_file);
+/* What the state rows stand on, printed after the table; removes the file. */
+void bench_state_finish(int max_ranks);
+
+/* The rank side of --state (HPCT_BENCH_STATE): a survivor holds the state
+ * from before the kill (bench_state_hold: NULL when there is none); after
+ * the restart every rank of the new epoch gets it, from the file
+ * (HPCT_BENCH_STATE_FILE, a full restart) or through hpct_fanout from the
+ * survivors (held: this rank's, NULL for a replacement), and verifies it.
+ * *done: when the bytes were in place, before the check.  0 or an error,
+ * said on stderr. */
+void *bench_state_hold(size_t *len);
+int bench_state_get(hpct_world *w, void *held, size_t len, double *done);
+
+/* --scenario fanout (bench_fanout.c): its own options, table and JSON;
+ * the exit status.  bench_fanout_rank plays one of its ranks. */
+int bench_fanout_main(int argc, char **argv);
+#define BENCH_FANOUT_MAX_CONC 8 /* --concurrent at most */
+int bench_fanout_rank(hpct_world *w);
 
 /* --nccl LIB,LIB: nccl-root against each release, one table (see
  * bench_releases.c); 0 when every run succeeded. */

@@ -44,6 +44,9 @@ struct batch {
 	double first;
 	int max_pairs;
 	long pairs_new, pairs_kept, bytes;
+	/* fanout (struct bench_phase) */
+	long max_fds, inflight_peak, inflight_waits;
+	int max_waves, max_peers;
 };
 
 static const struct bench_launch direct_launch, torchrun_launch;
@@ -215,6 +218,15 @@ static void collect(struct batch *b, double deadline)
 		b->pairs_new += rec.pairs_new;
 		b->pairs_kept += rec.pairs_kept;
 		b->bytes += rec.bytes_exchanged;
+		if (rec.fds > b->max_fds)
+			b->max_fds = rec.fds;
+		if (rec.waves > b->max_waves)
+			b->max_waves = rec.waves;
+		if (rec.peers > b->max_peers)
+			b->max_peers = rec.peers;
+		if (rec.inflight_peak > b->inflight_peak)
+			b->inflight_peak = rec.inflight_peak;
+		b->inflight_waits += rec.inflight_waits;
 	}
 }
 
@@ -223,6 +235,8 @@ static void next_phase(struct batch *b)
 {
 	b->got = b->bad = b->max_conns = b->max_pairs = 0;
 	b->msgs = b->max_rss = b->pairs_new = b->pairs_kept = b->bytes = 0;
+	b->max_fds = b->inflight_peak = b->inflight_waits = 0;
+	b->max_waves = b->max_peers = 0;
 	b->last = b->first = 0;
 }
 
@@ -239,6 +253,15 @@ static void phase_add(struct bench_phase *ph, const struct batch *b)
 	ph->pairs_new += b->pairs_new;
 	ph->pairs_kept += b->pairs_kept;
 	ph->bytes += b->bytes;
+	if (b->max_fds > ph->max_fds)
+		ph->max_fds = b->max_fds;
+	if (b->max_waves > ph->max_waves)
+		ph->max_waves = b->max_waves;
+	if (b->max_peers > ph->max_peers)
+		ph->max_peers = b->max_peers;
+	if (b->inflight_peak > ph->inflight_peak)
+		ph->inflight_peak = b->inflight_peak;
+	ph->inflight_waits += b->inflight_waits;
 }
 
 /* Lets the ranks tear down (EOF on their release pipe) without reaping
@@ -372,6 +395,8 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
                           int *max_conns, int *repl_conns, struct bench_phase *phase)
 {
 	static const struct bench_restart_ranks restart_ranks = { "recover", "cold" };
+	/* --state: restart's own ranks hold it and get it after the kill */
+	bench_state_env(!ranks, 0);
 	if (!ranks)
 		ranks = &restart_ranks;
 	int agent[2] = { -1, -1 };
@@ -406,7 +431,17 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 	double last;
 	if (!inprocess) {
 		finish(&a, 1); /* the agent stops the rest: all start again */
-		if (launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout) < 0)
+		/* --state: each new rank reads it from disk, not from the page
+		 * cache (dropped while the old ranks die, not timed) */
+		double t_drop = mono();
+		if (bench_state.bytes && getenv("HPCT_BENCH_STATE")) {
+			bench_state_drop();
+			bench_state_env(1, 1);
+		}
+		t0 += mono() - t_drop;
+		rc = launch(&b, self, "cold", n, nodes, rootless, port, run_id, 1, timeout);
+		bench_state_env(0, 0);
+		if (rc < 0)
 			return -1;
 		collect(&b, 0);
 		*max_conns = b.max_conns;
@@ -424,6 +459,7 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 	}
 	rc = launch_ranks(&b, self, ranks->again, n, nodes, rootless, port, run_id, 1, timeout,
 	                  victims, kills);
+	bench_state_env(0, 0);
 	/* the agent's word to every survivor */
 	struct agent_msg m = { .epoch = 1, .nreplaced = kills };
 	memcpy(m.replaced, victims, (size_t)kills * sizeof(int));

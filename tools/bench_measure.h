@@ -167,4 +167,64 @@ static inline double fork_exec_cost(const char *prog, int reps)
 	return m;
 }
 
+/* Loopback TCP bandwidth, bytes/s, median of `reps`: `pairs` pairs of
+ * processes at once, in each a writer sending `bytes` in writes of `chunk`
+ * to a reader that reads them (chunk at a time), all started together and
+ * timed until the last has exited; the bytes of all pairs over that time.
+ * -1 if it could not be measured. */
+static inline double loopback_bandwidth(int pairs, size_t bytes, size_t chunk, int reps)
+{
+	double *t = calloc((size_t)reps, sizeof(double)), m = -1;
+	pid_t *pids = calloc((size_t)pairs * 2, sizeof(pid_t));
+	int ok = t && pids;
+	for (int i = 0; i < reps && ok; i++) {
+		int go[2], fd[2], np = 0;
+		ok = pipe(go) == 0;
+		for (int p = 0; p < pairs && ok; p++) {
+			ok = loopback_pair(fd) == 0;
+			for (int side = 0; side < 2 && ok; side++) {
+				pid_t pid = fork();
+				if (pid == 0) {
+					char c, *buf = malloc(chunk);
+					close(go[1]);
+					close(fd[!side]);
+					memset(buf, side, chunk);
+					while (read(go[0], &c, 1) < 0)
+						;
+					size_t done = 0;
+					while (buf && done < bytes) {
+						size_t want =
+						        bytes - done < chunk ? bytes - done : chunk;
+						ssize_t k = side ? read(fd[1], buf, want)
+						                 : write(fd[0], buf, want);
+						if (k <= 0)
+							_exit(1);
+						done += (size_t)k;
+					}
+					_exit(buf ? 0 : 1);
+				}
+				ok = pid > 0;
+				if (ok)
+					pids[np++] = pid;
+			}
+			close(fd[0]);
+			close(fd[1]);
+		}
+		double t0 = measure_now();
+		close(go[1]);
+		close(go[0]);
+		for (int k = 0; k < np; k++) {
+			int st;
+			ok = waitpid(pids[k], &st, 0) == pids[k] && WIFEXITED(st) &&
+			     WEXITSTATUS(st) == 0 && ok;
+		}
+		t[i] = (double)bytes * pairs / (measure_now() - t0);
+	}
+	if (ok)
+		m = median_of(t, reps);
+	free(t);
+	free(pids);
+	return m;
+}
+
 #endif

@@ -26,6 +26,13 @@ struct record {
 	 * hpct_gloo_context_get_stats said of it */
 	double start;
 	long pairs_new, pairs_kept, bytes_exchanged;
+	/* fanout: the rank's open descriptors (the most sampled during the
+	 * fan-out, or the count when it reported), the waves and peers its
+	 * fan-out saw, and the process's in-flight budget: its peak bytes and
+	 * the transfers that waited for it (hpct_inflight_get_stats) */
+	long fds;
+	int waves, peers;
+	long inflight_peak, inflight_waits;
 };
 
 static inline double mono(void)
@@ -56,11 +63,11 @@ static inline long msgs_of(hpct_world *w)
 	return (long)st.msgs_sent;
 }
 
-/* Sends a record, its resident memory filled in (one write: the pipe
- * keeps records of different ranks whole); 0 or 3. */
+/* Sends a record, its resident memory filled in unless the rank did (one
+ * write: the pipe keeps records of different ranks whole); 0 or 3. */
 static inline int report_record(struct record *rec)
 {
-	long kb = hpct_self_rss_kb();
+	long kb = rec->rss_kb ? rec->rss_kb : hpct_self_rss_kb();
 	rec->rss_kb = kb < 0 ? 0 : kb;
 	if (write(atoi(getenv("HPCT_BENCH_FD")), rec, sizeof(*rec)) != (ssize_t)sizeof(*rec))
 		return 3;
@@ -82,15 +89,6 @@ static inline void wait_release(void)
 	char c;
 	while (read(release, &c, 1) < 0 && errno == EINTR)
 		;
-}
-
-/* Reports with a given connection count, then waits for the release. */
-static inline int settle_conns(int rc, int conns)
-{
-	if (report(rc, conns, 0) != 0)
-		return 3;
-	wait_release();
-	return rc;
 }
 
 /* Reports this rank's finish time, then blocks until the launcher has every

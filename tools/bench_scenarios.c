@@ -44,32 +44,57 @@ static int world_exercise(hpct_world *w)
 	return rc;
 }
 
+/* With --state, a rank of a restart's new epoch then gets the state (a
+ * full restart's from the file, a replacement's from the survivors). */
 static int cold_rank(hpct_world *w)
 {
-	return settle(w, world_exercise(w));
+	struct record rec = { .rc = world_exercise(w) };
+	rec.done = mono();
+	if (rec.rc == 0)
+		rec.rc = bench_state_get(w, NULL, 0, &rec.done);
+	rec.conns = conns_of(w);
+	rec.msgs = msgs_of(w);
+	if (report_record(&rec) != 0)
+		return 3;
+	wait_release();
+	return rec.rc;
 }
 
-/* A rank of an in-process restart: reports its cold start, then waits for
- * the agent's word (none: just the release), recovers to the new epoch and
- * reports again with the connections the recovery opened. */
+/* A rank of an in-process restart: reports its cold start (with --state,
+ * holding the state), then waits for the agent's word (none: just the
+ * release), recovers to the new epoch, delivers the state with the other
+ * survivors, and reports again with the connections the recovery opened. */
 static int recover_rank(hpct_world *w)
 {
+	size_t len = 0;
+	void *state = bench_state_hold(&len);
 	int rc = world_exercise(w);
-	if (report(rc, conns_of(w), msgs_of(w)) != 0 || rc)
+	if (report(rc, conns_of(w), msgs_of(w)) != 0 || rc) {
+		free(state);
 		return settle(w, rc);
+	}
 	struct agent_msg m;
 	ssize_t k;
 	while ((k = read(atoi(getenv("HPCT_BENCH_AGENT_FD")), &m, sizeof(m))) < 0 && errno == EINTR)
 		;
 	if (k != (ssize_t)sizeof(m)) {
+		free(state);
 		wait_release();
 		return 0;
 	}
 	int before = conns_of(w);
-	rc = hpct_world_recover(w, m.epoch, m.replaced, m.nreplaced);
-	if (rc == 0)
-		rc = world_exercise(w);
-	return settle_conns(rc, conns_of(w) - before);
+	struct record rec = { .rc = hpct_world_recover(w, m.epoch, m.replaced, m.nreplaced) };
+	if (rec.rc == 0)
+		rec.rc = world_exercise(w);
+	rec.done = mono();
+	if (rec.rc == 0 && len)
+		rec.rc = state ? bench_state_get(w, state, len, &rec.done) : HPCT_ENOMEM;
+	free(state);
+	rec.conns = conns_of(w) - before;
+	if (report_record(&rec) != 0)
+		return 3;
+	wait_release();
+	return rec.rc;
 }
 
 static const struct scenario scenarios[] = {
@@ -79,6 +104,7 @@ static const struct scenario scenarios[] = {
 	{ "gloo-reuse", NULL, "hpct-bench-gloo" },
 	{ "gloo-replace", NULL, "hpct-bench-gloo" },
 	{ "torch", NULL, "hpct-bench-torch.py" },
+	{ "fanout", bench_fanout_rank, NULL }, /* runs on its own: bench_fanout.c */
 };
 
 const struct scenario *bench_find_scenario(const char *name)

@@ -49,6 +49,10 @@
  * and "recovery":"full" or "inprocess", "forced_full" true for that row.
  * After the table, per N, the root's ratio (standard/rootless, the same
  * recovery) and the in-process recovery's (full/in-process, the same path).
+ * With --state SIZE (restart, kill-root) the time includes each new rank's
+ * getting SIZE bytes of state: in-process from the survivors (hpct_fanout),
+ * in full from a file on local disk (bench_state.c); JSON "state_bytes".
+ * fanout: on its own, see bench_fanout.c.
  * nccl-root: no launch; see bench_nccl_root_once.  "standard" is NCCL's own root,
  * "rootless" hpct's micro-roots.  With --nccl, the same runs against each
  * libnccl.so.2 listed, one table (bench_releases.c).
@@ -184,6 +188,8 @@ static void usage(FILE *f)
 	        "                  [--timeout S] [--port P] [--kill K] [--recovery "
 	        "full,inprocess]\n"
 	        "                  [--seed S] [--transport tcp,ofi] [--gate]\n"
+	        "                  [--state SIZE] (restart, kill-root: the new ranks' state,\n"
+	        "                  from the survivors or from a file; --ranks 16 by default)\n"
 	        "                  [--nccl LIBNCCL[,LIBNCCL..]] (nccl-root: one table over "
 	        "releases)\n"
 	        "                  [--torch 1.13,2.13] [--reinit] (torch: the releases, "
@@ -200,8 +206,8 @@ static void usage(FILE *f)
 	        "twice), gloo-replace (created again after --kill K ranks were replaced in\n"
 	        "process), nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
-	        "and sim on its own\n"
-	        "(hpct-bench --scenario sim --help)\n");
+	        "and sim and fanout on their own\n"
+	        "(hpct-bench --scenario sim --help, hpct-bench --scenario fanout --help)\n");
 }
 
 /* The ways a Gloo context is created in gloo-reuse and gloo-replace, both
@@ -476,10 +482,12 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 	s->gloo_replace = strcmp(name, "gloo-replace") == 0;
 	snprintf(s->label, sizeof(s->label), "%s", name);
 	s->sc = bench_find_scenario(name);
-	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0) {
+	if ((!s->sc && !s->nccl_root && !s->restart) || strcmp(name, "recover") == 0 ||
+	    strcmp(name, "fanout") == 0) {
 		fprintf(stderr,
 		        "hpct-bench: --scenario %s: want cold, gloo, gloo-reuse, gloo-replace, "
-		        "nccl-root, restart, kill-root or torch (sim runs on its own)\n",
+		        "nccl-root, restart, kill-root or torch (sim and fanout run on their "
+		        "own)\n",
 		        name);
 		return -1;
 	}
@@ -531,6 +539,11 @@ int main(int argc, char **argv)
 		const struct scenario *sc = bench_find_scenario(argv[2]);
 		return sc && sc->rank ? bench_rank_main(sc->rank) : 2;
 	}
+	for (int i = 1; i < argc; i++) /* its own options and table */
+		if ((strcmp(argv[i], "--scenario") == 0 && i + 1 < argc &&
+		     strcmp(argv[i + 1], "fanout") == 0) ||
+		    strcmp(argv[i], "--scenario=fanout") == 0)
+			return bench_fanout_main(argc, argv);
 	/* --scenario sim is a program of its own (it links libhpct's engine
 	 * from the internal archive): hand it the rest of the arguments */
 	for (int i = 1; i < argc; i++) {
@@ -561,6 +574,7 @@ int main(int argc, char **argv)
 	const char *recovery_arg = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
 	const char *torch_arg = NULL, *launch_arg = NULL;
 	int kills = 1, reinit = 0;
+	uint64_t state = 0;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
 	double timeout = 120;
@@ -582,10 +596,11 @@ int main(int argc, char **argv)
 		                              { "torch", required_argument, NULL, 'V' },
 		                              { "reinit", no_argument, NULL, 'I' },
 		                              { "launch", required_argument, NULL, 'L' },
+		                              { "state", required_argument, NULL, 'Z' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:h", opts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:Z:h", opts, NULL)) !=
 	       -1) {
 		switch (c) {
 		case 'g':
@@ -646,6 +661,13 @@ int main(int argc, char **argv)
 			break;
 		case 'L':
 			launch_arg = optarg;
+			break;
+		case 'Z':
+			if (!(state = bench_parse_size(optarg))) {
+				fprintf(stderr, "hpct-bench: --state %s: want a size (256M)\n",
+				        optarg);
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -755,6 +777,13 @@ int main(int argc, char **argv)
 			         s->launch->label, s->reinit_rows ? "-reinit" : "");
 		}
 	}
+	if (state && !strstr(scenario_arg, "restart") && !strstr(scenario_arg, "kill-root")) {
+		fprintf(stderr, "hpct-bench: --state goes with --scenario restart or kill-root\n");
+		free(list);
+		return 2;
+	}
+	if (state && nranks == 0) /* 16 x the state, not 1024 x */
+		ranks[nranks++] = 16;
 	if (nscens == 0 || nranks == 0 || repeat < 1 || repeat > 64 || nodes < 1 || nodes > 254 ||
 	    timeout <= 0 || port < 1024 || port > 60000 || kills < 1) {
 		usage(stderr);
@@ -806,6 +835,13 @@ int main(int argc, char **argv)
 	if (npaths == 0) {
 		fprintf(stderr, "hpct-bench: --path %s: want rootless and/or standard (or stock)\n",
 		        paths);
+		free(list);
+		return 2;
+	}
+	int max_ranks = 0;
+	for (int i = 0; i < nranks; i++)
+		max_ranks = ranks[i] > max_ranks ? ranks[i] : max_ranks;
+	if (state && bench_state_setup(state, max_ranks) < 0) {
 		free(list);
 		return 2;
 	}
@@ -1010,8 +1046,10 @@ int main(int argc, char **argv)
 		} else if (r->connect)
 			snprintf(extra, sizeof(extra), ",\"connect\":\"%s\"", r->connect);
 		else if (r->recovery)
-			snprintf(extra, sizeof(extra), ",\"recovery\":\"%s\",\"forced_full\":%s",
-			         r->recovery, r->forced_full ? "true" : "false");
+			snprintf(extra, sizeof(extra),
+			         ",\"recovery\":\"%s\",\"forced_full\":%s,\"state_bytes\":%llu",
+			         r->recovery, r->forced_full ? "true" : "false",
+			         (unsigned long long)state);
 		if (strcmp(floor, "-") != 0)
 			snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
 			         ",\"floor_ms\":%.4f", floor_ms);
@@ -1078,6 +1116,7 @@ int main(int argc, char **argv)
 		       rtt * 1000);
 	if (fork_exec > 0)
 		printf("fork+exec of /bin/true, to its exit: %.2f ms (median of 200)\n", fork_exec);
+	bench_state_finish(max_ranks);
 	if (plot) {
 		if (bench_plot(plot, rows, nrows, rtt) == 0)
 			printf("plot written to %s\n", plot);

@@ -59,6 +59,18 @@ static const struct hpct_param params[] = {
 	{ "HPCT_STORE_ADMIT_TIMEOUT", HPCT_PT_SECONDS, "30",
 	  "rootless store: a connection that has not proved HPCT_SECRET (or, with none, sent a "
 	  "whole first request) within this is closed; once admitted it may idle for ever" },
+	/* The process's one in-flight budget (budget.c) and the fan-out's
+	 * chunk (fanout/).  Bytes: the default is a sixteenth of MemTotal,
+	 * capped to 1 GiB, at least 64 MiB (16 default chunks); transfers: 64,
+	 * far below any descriptor limit, yet more than the links of a node
+	 * keep busy at once. */
+	{ "HPCT_INFLIGHT_BYTES", HPCT_PT_INT, NULL,
+	  "bytes this process may have in flight at once, all fan-outs, groups and channels "
+	  "together (default: MemTotal/16, at most 1 GiB, at least 64 MiB)" },
+	{ "HPCT_INFLIGHT_TRANSFERS", HPCT_PT_INT, "64",
+	  "transfers (a chunk on its way, a Gloo pair connecting) this process may have at once" },
+	{ "HPCT_FANOUT_CHUNK", HPCT_PT_INT, "4194304",
+	  "hpct_fanout: bytes of a chunk, the unit a receiver pulls and forwards" },
 	{ "NCCL_HOME", HPCT_PT_STR, NULL, "NCCL's install prefix, searched for lib/libnccl.so.2" },
 	{ "HPCT_SOCKET_FAMILY", HPCT_PT_STR, NULL, "AF_INET or AF_INET6 to force one family" },
 	{ "HPCT_SOCKET_IFNAME", HPCT_PT_STR, NULL,

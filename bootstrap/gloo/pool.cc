@@ -21,7 +21,9 @@
 #include "bootstrap/gloo/gloo_internal.hpp"
 
 extern "C" {
+#include "bootstrap/base/budget.h"
 #include "bootstrap/base/log.h"
+#include "bootstrap/base/util.h"
 #include "bootstrap/world_access.h"
 }
 
@@ -163,25 +165,50 @@ struct PairConnector {
 	int bad_rank = -1;
 	std::string bad_what;
 	std::vector<char> failed; // by context rank (char: threads write apart)
+	double timeout_s = 0;
+
+	void fail(int i, const std::string &what)
+	{
+		std::lock_guard<std::mutex> g(lock);
+		failed[(size_t)i] = 1;
+		if (bad_rank < 0) {
+			bad_rank = i;
+			bad_what = what;
+		}
+	}
 
 	void connect(int i)
 	{
 		try {
 			tctx->getPair(i)->connect(addrs[(size_t)i]);
 		} catch (const std::exception &e) {
-			std::lock_guard<std::mutex> g(lock);
-			failed[(size_t)i] = 1;
-			if (bad_rank < 0) {
-				bad_rank = i;
-				bad_what = e.what();
-			}
+			fail(i, e.what());
 		}
+	}
+
+	// A pair this side connects opens a descriptor and does work: one
+	// transfer of the process's in-flight budget while it connects, shared
+	// with every other context and fan-out of the process.  The pairs the
+	// peer connects take none: Gloo's loop accepts them by itself, and a
+	// wait for them holding the budget could wait on a peer's wait.
+	void connect_budgeted(int i)
+	{
+		uint64_t granted = 0;
+		int rc = hpct__inflight_take(0, 1, hpct__now() + timeout_s, &granted);
+		if (rc != 0) {
+			fail(i, std::string("waited for this process's in-flight budget "
+			                    "(HPCT_INFLIGHT_TRANSFERS): ") +
+			                hpct_strerror(rc));
+			return;
+		}
+		connect(i);
+		hpct__inflight_give(granted, 1);
 	}
 
 	void work()
 	{
 		for (size_t k; (k = next++) < connecting.size();)
-			connect(connecting[k]);
+			connect_budgeted(connecting[k]);
 	}
 
 	void run()
@@ -287,6 +314,7 @@ int hpct_gloo::connect_pairs(hpct_gloo_context *c, hpct_group *g, gloo::transpor
 		return rc;
 	PairConnector pc;
 	pc.tctx = &tctx;
+	pc.timeout_s = hpct__world_timeout(d->world);
 	pc.addrs.resize(n);
 	pc.failed.assign((size_t)n, 0);
 	std::vector<bool> client((size_t)n, false);

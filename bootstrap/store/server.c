@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bootstrap/base/auth.h"
+#include "bootstrap/base/budget.h"
 #include "bootstrap/base/bytes.h"
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/param.h"
@@ -74,9 +75,38 @@ const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, siz
 	return buf;
 }
 
+/* The request's bytes past WINDOW come out of the process's in-flight
+ * budget (shared with the fan-outs and Gloo's connects) before they are
+ * read: taken without waiting, since this loop serves every client; when
+ * refused, the connection is not read (its client waits in TCP) and the
+ * loop asks again at its next turn.  1: wait. */
+static int reserve(struct sconn *c)
+{
+	if (c->inlen < 4 || c->fuzz || (!c->admitted && srv.secret)) /* a proof, no frame */
+		return 0;
+	uint64_t fl = hpct__get32(c->in), want = fl + 4 > WINDOW ? fl + 4 - WINDOW : 0;
+	if (want <= c->budget_for)
+		return c->budget_wait = 0;
+	uint64_t got;
+	if (hpct__inflight_take(want - c->budget_for, 0, hpct__now(), &got) != 0)
+		return c->budget_wait = 1;
+	c->budget += got;
+	c->budget_for = want;
+	return c->budget_wait = 0;
+}
+
+static void unreserve(struct sconn *c)
+{
+	if (c->budget)
+		hpct__inflight_give(c->budget, 0);
+	c->budget = c->budget_for = 0;
+	c->budget_wait = 0;
+}
+
 static void drop(int i)
 {
 	struct sconn *c = &srv.c[i];
+	unreserve(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	set_incap(&srv, c, 0);
@@ -103,6 +133,7 @@ static int serve_one(struct sconn *c)
 	if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
 		return -1;
 	c->admitted = 1; /* without a secret, a whole request admits it */
+	unreserve(c);
 	c->inlen -= 4 + (size_t)fl;
 	memmove(c->in, c->in + 4 + fl, c->inlen);
 	if (c->inlen == 0) { /* an idle connection holds no buffer */
@@ -255,6 +286,8 @@ static int on_readable(struct sconn *c, short revents)
 	for (;;) {
 		if (stalled(c)) /* closed or broken is all it can tell us now */
 			return revents & (POLLHUP | POLLERR) ? -1 : 0;
+		if (reserve(c))
+			return 0;
 		ssize_t n = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
 		char why[160];
 		if (n == 0 && !c->admitted && srv.secret &&
@@ -438,6 +471,8 @@ static void *server_main(void *arg)
 				next = c->deadline;
 			if (c->fd >= 0 && !c->admitted && c->admit_by < next)
 				next = c->admit_by;
+			if (c->fd >= 0 && c->budget_wait && reserve(c) && now + 0.01 < next)
+				next = now + 0.01;
 		}
 		for (int i = srv.nc - 1; i >= 0; i--)
 			if (srv.c[i].fd < 0)
@@ -449,7 +484,9 @@ static void *server_main(void *arg)
 		for (int i = 0; i < srv.nc; i++)
 			pfd[i + 1] = (struct pollfd){
 				.fd = srv.c[i].fd,
-				.events = (short)((stalled(&srv.c[i]) ? 0 : POLLIN) |
+				.events = (short)((stalled(&srv.c[i]) || srv.c[i].budget_wait
+				                           ? 0
+				                           : POLLIN) |
 				                  (pending(&srv.c[i]) ? POLLOUT : 0)),
 			};
 		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */

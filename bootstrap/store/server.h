@@ -37,6 +37,11 @@ struct sconn {
 	 * closed at admit_by otherwise */
 	int admitted;
 	double admit_by;
+	/* the process's in-flight budget (base/budget.h) this request holds:
+	 * its bytes past WINDOW, taken before they are read; budget_for, the
+	 * bytes it asked for; budget_wait: refused, not read until taken */
+	uint64_t budget, budget_for;
+	int budget_wait;
 	struct hpct_auth_srv auth;
 	int fuzz; /* no socket: replies are dropped as they are made */
 };
