@@ -281,8 +281,14 @@ static int receive(struct fo *f, uint64_t seed, int *replanned_out)
 	}
 	hpct__fo_send_msg(f, p.fd, FO_BYE, 0, 0, 0, hpct__now() + f->timeout_s);
 	f->xo->close(p.fd);
+	/* the first sources wait for every receiver; a forwarder the plan gave
+	 * this one waits for it too, when it came to another in the end (it
+	 * could not reach it, or gave up on it; told even when counted dead
+	 * here: a dead one refuses the connection at once): each hears it is
+	 * done */
+	int planned = f->src[f->me];
 	for (int j = 0; j < f->n; j++)
-		if (j != p.src && hpct__fo_first_source(f, j) && !f->dead[j])
+		if (j != p.src && (j == planned || (hpct__fo_first_source(f, j) && !f->dead[j])))
 			hpct__fo_tell(f, j, FO_DONE, (uint32_t)f->me);
 	return 0;
 }
@@ -421,8 +427,8 @@ HPCT_API int hpct_fanout(hpct_group *g, const char *name, uint64_t want, uint64_
 		hpct__fo_wake(&f);
 	}
 	pthread_join(th, NULL);
-	if (rc == 0)
-		rc = f.serve_rc;
+	if (rc == 0 && (rc = f.serve_rc) < 0)
+		hpct__set_last_error("%s", f.serve_msg); /* logged by the server thread */
 	if (rc == 0 && stats_out) {
 		int sources = 0, peers = 0;
 		for (int j = 0; j < f.n; j++) {

@@ -149,6 +149,7 @@ struct fo {
 	int stop;              /* the receiving side failed: serve no more */
 	int wake[2];           /* a byte: have grew, or stop */
 	int serve_rc;          /* the server's result */
+	char serve_msg[600];   /* and its message (hpct_last_error is per thread) */
 	uint64_t bytes_sent, bytes_recv;
 };
 

@@ -257,6 +257,8 @@ void *hpct__fo_serve(void *arg)
 		f->xo->close(cs[i].fd);
 	free(cs);
 	free(pf);
+	if (rc < 0)
+		snprintf(f->serve_msg, sizeof(f->serve_msg), "%s", hpct_last_error());
 	f->serve_rc = rc;
 	return NULL;
 }
