@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
@@ -284,6 +285,36 @@ int hpct__world_node_host(struct hpct_world *w, int rank, char *buf, size_t len)
 	if (getnameinfo((const struct sockaddr *)&w->nodes[node].ss, w->nodes[node].len, buf,
 	                (socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
 		return HPCT_ERESOLVE;
+	return 0;
+}
+
+int hpct__world_route_source(struct hpct_world *w, const char *who, struct sockaddr_storage *ss,
+                             socklen_t *len)
+{
+	const struct hpct_topo *t = &w->topo;
+	struct sockaddr_storage m;
+	socklen_t ml;
+	int rc = hpct__resolve(t->master_addr ? t->master_addr : "127.0.0.1", t->master_port,
+	                       t->family, &m, &ml);
+	if (rc < 0)
+		return rc; /* named there */
+	int fd = socket(m.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return hpct__fail(-errno, HPCT_SUB_COLL, "rank %d: %s: socket: %s", t->rank, who,
+		                  strerror(errno));
+	*len = sizeof(*ss);
+	if (connect(fd, (struct sockaddr *)&m, ml) != 0 ||
+	    getsockname(fd, (struct sockaddr *)ss, len) != 0) {
+		int e = errno;
+		close(fd);
+		return hpct__fail(-e, HPCT_SUB_COLL, "rank %d: %s: no route to the rendezvous %s:%d: %s",
+		                  t->rank, who, t->master_addr, t->master_port, strerror(e));
+	}
+	close(fd);
+	if (ss->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_port = 0;
+	else
+		((struct sockaddr_in *)ss)->sin_port = 0;
 	return 0;
 }
 

@@ -154,6 +154,13 @@ int hpct__world_start(struct hpct_topo *topo, const struct hpct_world_opts *opts
  * with a linger; the simulator with none. */
 void hpct__world_end(struct hpct_world *w, double deadline, int graceful);
 
+/* The address this rank reaches the standard path's rendezvous from (the
+ * route's source, which a connected UDP socket reports without sending),
+ * port 0: where a service of a standard-path rank binds so that its peers
+ * reach it.  Errors logged naming `who` (the service) and the rendezvous. */
+int hpct__world_route_source(struct hpct_world *w, const char *who, struct sockaddr_storage *ss,
+                             socklen_t *len);
+
 static inline int hpct__group_world_rank(const struct hpct_group *g, int grank)
 {
 	return g->members ? g->members[grank] : grank;

@@ -22,36 +22,10 @@ static int rl_bind_addr(struct hpct_world *w, struct sockaddr_storage *ss, sockl
 	return 0;
 }
 
-/* Standard: the address this rank reaches the rendezvous from (the route's
- * source, which a connected UDP socket reports without sending). */
+/* Standard: the address this rank reaches the rendezvous from. */
 static int std_bind_addr(struct hpct_world *w, struct sockaddr_storage *ss, socklen_t *len)
 {
-	const struct hpct_topo *t = &w->topo;
-	struct sockaddr_storage m;
-	socklen_t ml;
-	int rc = hpct__resolve(t->master_addr ? t->master_addr : "127.0.0.1", t->master_port,
-	                       t->family, &m, &ml);
-	if (rc < 0)
-		return rc; /* named there */
-	int fd = socket(m.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return hpct__fail(-errno, HPCT_SUB_COLL, "rank %d: fan-out: socket: %s", t->rank,
-		                  strerror(errno));
-	*len = sizeof(*ss);
-	if (connect(fd, (struct sockaddr *)&m, ml) != 0 ||
-	    getsockname(fd, (struct sockaddr *)ss, len) != 0) {
-		int e = errno;
-		close(fd);
-		return hpct__fail(-e, HPCT_SUB_COLL,
-		                  "rank %d: fan-out: no route to the rendezvous %s:%d: %s", t->rank,
-		                  t->master_addr, t->master_port, strerror(e));
-	}
-	close(fd);
-	if (ss->ss_family == AF_INET6)
-		((struct sockaddr_in6 *)ss)->sin6_port = 0;
-	else
-		((struct sockaddr_in *)ss)->sin_port = 0;
-	return 0;
+	return hpct__world_route_source(w, "fan-out", ss, len);
 }
 
 const struct fo_addr_ops hpct__fo_addr_rootless = { "rootless", rl_bind_addr };

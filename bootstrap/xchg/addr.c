@@ -56,33 +56,10 @@ const struct xchg_addr_ops hpct__xchg_addr_rootless = {
 	.peers = rl_peers,
 };
 
-/* Standard: the address this rank reaches the rendezvous from (the route's
- * source, which a connected UDP socket reports without sending), any port. */
+/* Standard: the address this rank reaches the rendezvous from, any port. */
 static int std_bind_addr(struct hpct_world *w, struct sockaddr_storage *ss, socklen_t *len)
 {
-	const struct hpct_topo *t = &w->topo;
-	struct sockaddr_storage m;
-	socklen_t ml;
-	int rc = hpct__resolve(t->master_addr ? t->master_addr : "127.0.0.1", t->master_port,
-	                       t->family, &m, &ml);
-	if (rc < 0)
-		return rc; /* named there */
-	int fd = socket(m.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return hpct__fail(-errno, HPCT_SUB_COLL, "rank %d: exchange: socket: %s", t->rank,
-		                  strerror(errno));
-	*len = sizeof(*ss);
-	if (connect(fd, (struct sockaddr *)&m, ml) != 0 ||
-	    getsockname(fd, (struct sockaddr *)ss, len) != 0) {
-		int e = errno;
-		close(fd);
-		return hpct__fail(-e, HPCT_SUB_COLL,
-		                  "rank %d: exchange: no route to the rendezvous %s:%d: %s",
-		                  t->rank, t->master_addr, t->master_port, strerror(e));
-	}
-	close(fd);
-	set_port(ss, 0);
-	return 0;
+	return hpct__world_route_source(w, "exchange", ss, len);
 }
 
 /* An address in an allgather item: u16 family, u16 port, 16 bytes, u32 scope. */
