@@ -38,7 +38,7 @@ not_ok() {
 	failed=1
 	echo "not ok $n_test - $1"
 	shift
-	for line in "$@"; do echo "# $line"; done
+	for line in "$@"; do printf "%s\n" "$line" | sed "s/^/# /"; done # every line a TAP comment
 }
 # ok when a count is the one wanted
 expect_count() { # name got want what

@@ -92,6 +92,8 @@ static void job_env(const struct pipes *p, int n, int nodes, int rootless, int p
 		unsetenv("HPCT_TRANSPORT");
 	}
 	setenv_int("HPCT_BENCH_FD", p->rep[1]);
+	/* a rank in Python (hpct-bench-torch.py) pads its record to this */
+	setenv_int("HPCT_BENCH_RECORD_SIZE", (int)sizeof(struct record));
 	setenv_int("HPCT_BENCH_RELEASE_FD", p->rel[0]);
 	if (bench_gate) {
 		setenv_int("HPCT_BENCH_READY_FD", p->rdy[1]);
