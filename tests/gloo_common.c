@@ -398,7 +398,7 @@ int gt_exercise(hpct_gloo_context *ctx, int base, int salt)
 	return 0;
 }
 
-int gt_start(struct cfg *c, struct proc *p)
+int gt_open(struct cfg *c, struct proc *p)
 {
 	int rc;
 	if ((rc = hpct_world_create(&p->w)) != 0)
@@ -411,6 +411,16 @@ int gt_start(struct cfg *c, struct proc *p)
 	if ((rc = hpct_gloo_device_create(p->w, &p->dev)) != 0)
 		return gt_why(4, "rank %d: device: %s: %s", info.rank, hpct_errname(rc),
 		              hpct_last_error());
+	return 0;
+}
+
+int gt_start(struct cfg *c, struct proc *p)
+{
+	struct hpct_world_info info;
+	int rc = gt_open(c, p);
+	if (rc)
+		return rc;
+	hpct_world_get_info(p->w, &info);
 	if ((rc = hpct_gloo_context_create(p->dev, hpct_world_group(p->w), &p->ctx)) != 0)
 		return gt_why(5, "rank %d: context: %s: %s", info.rank, hpct_errname(rc),
 		              hpct_last_error());

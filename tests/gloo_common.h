@@ -65,6 +65,9 @@ void gt_spawn_with(int n, int nodes, int slot, int rootless, ht_rank_fn fn, doub
 /* n ranks of c->fn as c says (n, nodes, rootless, connect, no_hosts,
  * secret; timeout 0: 30 s), ports of slot; all must exit 0. */
 void gt_spawn_cfg(struct cfg *c, int slot, double limit_s);
+/* A world (on the path c says) and a Gloo device, no context; codes 2-4. */
+int gt_open(struct cfg *c, struct proc *p);
+/* gt_open, then a context over the world group; codes 2-6. */
 int gt_start(struct cfg *c, struct proc *p);
 void gt_stop(struct proc *p);
 

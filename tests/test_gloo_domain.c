@@ -33,21 +33,6 @@ static int stats_are(hpct_gloo_context *c, int base, int pairs_new, int pairs_ke
 	return 0;
 }
 
-/* A world, a device, no context yet. */
-static int start(struct cfg *c, struct proc *p)
-{
-	int rc;
-	if ((rc = hpct_world_create(&p->w)) != 0)
-		return gt_why(2, "world: %s", hpct_last_error());
-	struct hpct_world_info info;
-	hpct_world_get_info(p->w, &info);
-	p->rank = info.rank;
-	(void)c;
-	if ((rc = hpct_gloo_device_create(p->w, &p->dev)) != 0)
-		return gt_why(4, "rank %d: device: %s", info.rank, hpct_last_error());
-	return 0;
-}
-
 /* --- 100 cycles -------------------------------------------------------- */
 
 static int hundred_main(int r, void *arg)
@@ -55,7 +40,7 @@ static int hundred_main(int r, void *arg)
 	(void)r;
 	struct cfg *c = arg;
 	struct proc p = { 0 };
-	int rc = start(c, &p);
+	int rc = gt_open(c, &p);
 	if (rc)
 		return rc;
 	hpct_group *g = hpct_world_group(p.w);
@@ -133,7 +118,7 @@ static int differ_main(int r, void *arg)
 	(void)r;
 	struct cfg *c = arg;
 	struct proc p = { 0 };
-	int rc = start(c, &p);
+	int rc = gt_open(c, &p);
 	if (rc)
 		return rc;
 	static const int a[] = { 0, 1, 2, 3 }, b[] = { 0, 1, 2, 4 };
@@ -175,7 +160,7 @@ static int release_main(int r, void *arg)
 	(void)r;
 	struct cfg *c = arg;
 	struct proc p = { 0 };
-	int rc = start(c, &p);
+	int rc = gt_open(c, &p);
 	if (rc)
 		return rc;
 	hpct_group *g = hpct_world_group(p.w);
@@ -253,8 +238,8 @@ static int recover_rank(int r, int epoch)
 	ht_setenv_world(r, RN, 2, rport, 1, rs->mid ? 3 : 20); /* 2 loopback nodes */
 	setenv("HPCT_EPOCH", epoch ? "1" : "0", 1);
 	struct proc p = { 0 };
-	struct cfg c = { .n = RN };
-	int rc = start(&c, &p);
+	struct cfg c = { .n = RN, .rootless = 1 };
+	int rc = gt_open(&c, &p);
 	if (rc)
 		return rwhy(r, rc, "start");
 	hpct_gloo_context *ctx;

@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "bootstrap/base/log.h"
+#include "bootstrap/base/util.h"
 #include "bootstrap/world_access.h"
 }
 
@@ -51,9 +52,9 @@ std::string describe(const Key &k)
 
 uint64_t key_hash(const Key &k)
 {
-	uint64_t h = 1469598103934665603ull ^ k.second;
+	uint64_t h = hpct__hash_u64(0, k.second);
 	for (int r : k.first)
-		h = (h ^ (uint64_t)(uint32_t)r) * 1099511628211ull;
+		h = hpct__hash_u64(h, (uint64_t)(uint32_t)r);
 	return h;
 }
 

@@ -42,27 +42,16 @@ using hpct_gloo::port_of;
 using hpct_gloo::Sockets;
 using hpct_gloo::sockaddr_of;
 
-// A peer's pair address: its node's address (derived, as every hpct
+// A peer's pair endpoint: its node's address (derived, as every hpct
 // address) and the port it told us.
-int peer_address(hpct_world *w, int world_rank, unsigned port, sockaddr_storage *ss)
+int peer_endpoint(hpct_world *w, int world_rank, unsigned port, Endpoint *e)
 {
 	char host[64];
 	int rc = hpct__world_node_host(w, world_rank, host, sizeof(host));
 	if (rc < 0)
 		return rc;
-	std::memset(ss, 0, sizeof(*ss));
-	auto *in = (sockaddr_in *)ss;
-	auto *in6 = (sockaddr_in6 *)ss;
-	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
-		in->sin_family = AF_INET;
-		in->sin_port = htons((uint16_t)port);
-	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons((uint16_t)port);
-	} else {
-		return HPCT_ERESOLVE;
-	}
-	return 0;
+	*e = hpct_gloo::endpoint_from(host, port);
+	return *e == Endpoint{} ? HPCT_ERESOLVE : 0;
 }
 
 // Gloo's rule for which side of a pair connects: the one whose (address,
@@ -260,12 +249,11 @@ struct AllSwap : hpct_gloo::Swap {
 			if (i == r)
 				continue;
 			int wr = hpct_group_world_rank(g, i);
-			sockaddr_storage ss;
-			if ((rc = peer_address(c->device->world, wr, in[(size_t)i], &ss)) < 0)
+			if ((rc = peer_endpoint(c->device->world, wr, in[(size_t)i],
+			                        &theirs[(size_t)i])) < 0)
 				return hpct_gloo::fail_plain(
 				        rc, "rank %d: no address for rank %d's Gloo pair",
 				        c->world_rank, wr);
-			theirs[(size_t)i] = endpoint_of(ss);
 		}
 		return 0;
 	}
