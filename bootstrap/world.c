@@ -79,12 +79,7 @@ int hpct__world_start(struct hpct_topo *topo, const struct hpct_world_opts *opts
 		hpct_world_destroy(w);
 		return HPCT_ENOMEM;
 	}
-	if (!(w->born = malloc((size_t)t->size * sizeof(*w->born)))) {
-		hpct_world_destroy(w);
-		return HPCT_ENOMEM;
-	}
-	for (int i = 0; i < t->size; i++)
-		w->born[i] = t->epoch;
+	w->born_epoch = t->epoch;
 	w->group.world = w;
 	w->group.id = hpct__derive_world_group(t->job, t->epoch, t->size);
 	w->group.rank = t->rank;
@@ -111,6 +106,31 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 		return rc;
 	hpct__log_set_rank(t.rank);
 	return hpct__world_start(&t, NULL, world_out);
+}
+
+/* Records that `replaced` (increasing) began anew at `epoch`: merged into
+ * the sorted list, a rank already in it updated.  The room is there. */
+static void reborn_record(struct hpct_world *w, uint64_t epoch, const int *replaced,
+                          int nreplaced)
+{
+	for (int i = 0; i < nreplaced; i++) {
+		int lo = 0, hi = w->nreborn;
+		while (lo < hi) {
+			int mid = (lo + hi) / 2;
+			if (w->reborn[mid].rank < replaced[i])
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < w->nreborn && w->reborn[lo].rank == replaced[i]) {
+			w->reborn[lo].epoch = epoch;
+			continue;
+		}
+		memmove(&w->reborn[lo + 1], &w->reborn[lo],
+		        (size_t)(w->nreborn - lo) * sizeof(*w->reborn));
+		w->reborn[lo] = (struct hpct_reborn){ replaced[i], epoch };
+		w->nreborn++;
+	}
 }
 
 HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int *replaced,
@@ -146,12 +166,20 @@ HPCT_API int hpct_world_recover(struct hpct_world *w, uint64_t epoch, const int 
 			        "%llu",
 			        t->rank, (unsigned long long)epoch);
 	}
+	/* room first: once the path recovered, the record must not fail */
+	if (w->nreborn + nreplaced > w->capreborn) {
+		int cap = w->nreborn + nreplaced + 8;
+		struct hpct_reborn *v = realloc(w->reborn, (size_t)cap * sizeof(*v));
+		if (!v)
+			return HPCT_ENOMEM;
+		w->reborn = v;
+		w->capreborn = cap;
+	}
 	uint64_t old = t->epoch;
 	int rc = w->ops->recover(w, epoch, replaced, nreplaced);
 	if (rc < 0)
 		return rc;
-	for (int i = 0; i < nreplaced; i++)
-		w->born[replaced[i]] = epoch;
+	reborn_record(w, epoch, replaced, nreplaced);
 	/* the old epoch's groups are done with; the world group starts anew */
 	for (int i = 0; i < w->nchildren; i++) {
 		struct hpct_group *g = w->children[i];
@@ -192,7 +220,7 @@ void hpct__world_end(struct hpct_world *w, double deadline, int graceful)
 	free(w->children);
 	w->ops->stop(w, deadline, graceful);
 	free(w->nodes);
-	free(w->born);
+	free(w->reborn);
 	hpct__topo_free(&w->topo);
 	free(w);
 }
@@ -318,9 +346,20 @@ int hpct__world_route_source(struct hpct_world *w, const char *who, struct socka
 	return 0;
 }
 
+static int reborn_cmp(const void *key, const void *elem)
+{
+	int k = *(const int *)key, r = ((const struct hpct_reborn *)elem)->rank;
+	return (k > r) - (k < r);
+}
+
 uint64_t hpct__world_rank_born(const struct hpct_world *w, int rank)
 {
-	return rank >= 0 && rank < w->topo.size ? w->born[rank] : UINT64_MAX;
+	if (rank < 0 || rank >= w->topo.size)
+		return UINT64_MAX;
+	const struct hpct_reborn *e =
+	        w->nreborn ? bsearch(&rank, w->reborn, (size_t)w->nreborn, sizeof(*e), reborn_cmp)
+	                   : NULL;
+	return e ? e->epoch : w->born_epoch;
 }
 
 void hpct__world_tell_failure(struct hpct_world *w, uint64_t group, const char *text)

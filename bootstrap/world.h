@@ -132,11 +132,18 @@ struct hpct_world {
 	 * over eng (TCP), then it becomes eng; every rank's endpoint name */
 	struct hpct_engine *fabric_eng;
 	unsigned char *names;
-	/* by world rank: the epoch its current process began in, as far as
-	 * this rank knows (its own start epoch, raised by hpct_world_recover
-	 * for the ranks replaced): what a kept resource may still hold of a
-	 * peer (hpct__world_rank_born) */
-	uint64_t *born;
+	/* the epoch each world rank's current process began in, as far as
+	 * this rank knows (hpct__world_rank_born): born_epoch (this rank's own
+	 * start epoch) for every rank but those hpct_world_recover replaced,
+	 * which `reborn` lists, sorted by rank.  Kept sparse: a world holds
+	 * O(1) here until recoveries replace ranks, O(replaced) after, never
+	 * O(size) (the simulator holds N worlds in one process). */
+	uint64_t born_epoch;
+	struct hpct_reborn {
+		int rank;
+		uint64_t epoch;
+	} *reborn;
+	int nreborn, capreborn;
 	/* what layers above keep in the world (a slot each; NULL ops: none) */
 	struct hpct_world_slot svc[HPCT_WORLD_SLOTS];
 };

@@ -193,6 +193,7 @@ static void usage(FILE *f)
 	           "                  [--latency US] [--bandwidth MBPS] [--json FILE] [--plot "
 	           "FILE.png]\n"
 	           "                  [--model-from FILE.json] [--no-check] [--port P]\n"
+	           "                  [--max-rss MB]\n"
 	           "(this is hpct-bench-sim; hpct-bench --scenario sim starts it)\n");
 }
 
@@ -227,10 +228,11 @@ int main(int argc, char **argv)
 		                              { "json", required_argument, NULL, 'j' },
 		                              { "port", required_argument, NULL, 'P' },
 		                              { "no-check", no_argument, NULL, 'x' },
+		                              { "max-rss", required_argument, NULL, 'M' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "n:S:c:w:s:j:xm:G:L:B:K:P:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "n:S:c:w:s:j:xm:G:L:B:K:P:M:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'L':
 			if (bad_number("--latency", optarg, &v, 1e-3))
@@ -309,6 +311,11 @@ int main(int argc, char **argv)
 			break;
 		case 'x':
 			check = 0;
+			break;
+		case 'M':
+			if (bad_number("--max-rss", optarg, &v, 1))
+				return 2;
+			sim_max_rss_kb = (long)(v * 1024);
 			break;
 		case 'h':
 			usage(stdout);
@@ -399,9 +406,10 @@ int main(int argc, char **argv)
 	       "stagger past 256\n"
 	       "             ranks), the same on either --work; NCCL's ring allgather comes "
 	       "after it\n");
-	printf("%-9s %8s %13s %13s %13s %10s %8s\n", "path", "ranks", "projected_ms",
-	       "busiest_msgs", "busiest_conns", "counts", "sim_s");
+	printf("%-9s %8s %13s %13s %13s %10s %8s %12s %11s\n", "path", "ranks", "projected_ms",
+	       "busiest_msgs", "busiest_conns", "counts", "sim_s", "heap_B/rank", "peak_rss_MB");
 	int bad = 0, rows = 0;
+	long peak_kb = -1;
 	struct plot_row *prow = calloc((size_t)k * SIM_NPATHS, sizeof(*prow));
 	for (int i = 0; i < k; i++) {
 		for (int p = 0; p < SIM_NPATHS; p++) {
@@ -423,8 +431,11 @@ int main(int argc, char **argv)
 				        run.path->name, r.failed, ns[i]);
 				bad = 1;
 			}
-			printf("%-9s %8d %13.2f %13ld %13ld %10s %8.1f\n", run.path->name, ns[i],
-			       r.ms, r.busy_msgs, r.busy_conns, run.path->counts, took);
+			printf("%-9s %8d %13.2f %13ld %13ld %10s %8.1f %12.0f %11.1f\n",
+			       run.path->name, ns[i], r.ms, r.busy_msgs, r.busy_conns,
+			       run.path->counts, took, r.heap_per_rank, r.peak_rss_kb / 1024.0);
+			if (r.peak_rss_kb > peak_kb)
+				peak_kb = r.peak_rss_kb;
 			prow[rows] = (struct plot_row){ .scenario = "sim",
 				                        .path = run.path->name,
 				                        .ranks = ns[i],
@@ -437,10 +448,11 @@ int main(int argc, char **argv)
 				        "\"busiest_msgs\":%ld,\"busiest_conns\":%ld,\"total_msgs\":"
 				        "%"
 				        "ld,\"total_conns\":%ld,\"busiest_nic_bytes\":%.0f,"
-				        "\"counts\":\"%s\"}",
+				        "\"counts\":\"%s\",\"heap_bytes_per_rank\":%.0f,"
+				        "\"peak_rss_kb\":%ld,\"sim_s\":%.2f}",
 				        rows ? "," : "", run.path->name, ns[i], r.ms, r.busy_msgs,
 				        r.busy_conns, r.total_msgs, r.total_conns, r.nic_bytes,
-				        run.path->counts);
+				        run.path->counts, r.heap_per_rank, r.peak_rss_kb, took);
 			rows++;
 		}
 	}

@@ -199,6 +199,11 @@ struct sim_run {
 	unsigned seed;
 };
 
+/* --max-rss: a simulation whose resident memory passes this many kB ends
+ * the program (exit 3) naming the path, the ranks and the memory; 0: no
+ * cap (sim_sched.c). */
+extern long sim_max_rss_kb;
+
 /* The run being simulated (sim_sched.c), for the actors. */
 extern const struct sim_run *sim_run_now;
 extern void *sim_state; /* the path's setup() */
@@ -227,6 +232,12 @@ struct sim_result {
 	/* where the CPU went, s: the launcher, the ranks (start and the rest),
 	 * the root */
 	double cpu_launcher, cpu_start, cpu_ranks, cpu_root;
+	/* memory: the heap the simulation holds once every rank is done (its
+	 * worlds, engines, connections, events and actors), less what was in
+	 * use before it, per simulated rank; and this process's peak resident
+	 * memory during it (VmHWM, reset before it), kB; -1 unknown */
+	double heap_per_rank;
+	long peak_rss_kb;
 };
 
 struct sim_result simulate(const struct sim_run *run);

@@ -8,6 +8,7 @@
  * The rootless path's ranks are libhpct's own: each joins the world through
  * hpct__world_start, as hpct_world_create does, over the simulated
  * transport, and runs the public collectives. */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,11 +297,68 @@ static void count(struct sim_result *res, const struct srank *root)
 	}
 }
 
+/* Bytes the heap has handed out and not had back (arenas and mmapped
+ * blocks), all threads'. */
+static size_t sim_heap_in_use(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+	return mi.uordblks + mi.hblkhd;
+}
+
+/* Resets this process's peak resident memory (VmHWM) to what it holds
+ * now, so that each simulation's peak is its own (Linux 4.0 and later;
+ * elsewhere the peak stays the whole run's). */
+static void sim_mem_mark(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	if (f) {
+		fputs("5", f);
+		fclose(f);
+	}
+}
+
+/* A line of /proc/self/status in kB ("VmRSS:", "VmHWM:"); -1 unknown. */
+static long sim_status_kb(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+	size_t n = strlen(field);
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, field, n) == 0 && sscanf(line + n, "%ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static long sim_peak_rss_kb(void)
+{
+	return sim_status_kb("VmHWM:");
+}
+
+long sim_max_rss_kb;
+
+/* Holds a simulation to --max-rss: `kb` resident now (or at its peak). */
+static void sim_rss_cap(const struct sim_run *run, long kb, const char *when)
+{
+	if (sim_max_rss_kb <= 0 || kb <= sim_max_rss_kb)
+		return;
+	fprintf(stderr,
+	        "hpct-bench-sim: %s at %d ranks: resident memory %.1f MiB %s passed "
+	        "--max-rss %.0f MiB (%.0f bytes a simulated rank)\n",
+	        run->path->name, run->n, kb / 1024.0, when, sim_max_rss_kb / 1024.0,
+	        kb * 1024.0 / run->n);
+	exit(3);
+}
+
 struct sim_result simulate(const struct sim_run *run)
 {
 	const struct sim_path *path = run->path;
 	int n = run->n;
 	struct sim_result res = { .n = n };
+	sim_mem_mark();
+	size_t heap0 = sim_heap_in_use();
 	sim_run_now = run;
 	nranks_sim = n;
 	nactors_sim = n + 2; /* the root's place, then the launcher's */
@@ -338,7 +396,11 @@ struct sim_result simulate(const struct sim_run *run)
 	if (path->root && path->root_at_start)
 		sim_push(0, EV_START, n, 0, NULL);
 	double first = -1;
+	unsigned long nevents = 0;
 	while (nheap && ndone < n) {
+		/* the cap, checked as it grows: a read of /proc every 2^16 events */
+		if (sim_max_rss_kb > 0 && (++nevents & 0xffff) == 0)
+			sim_rss_cap(run, sim_status_kb("VmRSS:"), "while running");
 		struct event e = pop();
 		struct srank *r = e.actor >= 0 ? &sim_ranks[e.actor] : NULL;
 		switch (e.kind) {
@@ -396,6 +458,10 @@ struct sim_result simulate(const struct sim_run *run)
 	res.cpu_ranks -= cpu_start;
 	if (run->launch)
 		res.cpu_launcher = sim_ranks[n + 1].cpu;
+	size_t heap1 = sim_heap_in_use();
+	res.heap_per_rank = heap1 > heap0 ? (double)(heap1 - heap0) / n : 0;
+	res.peak_rss_kb = sim_peak_rss_kb();
+	sim_rss_cap(run, res.peak_rss_kb, "at its peak");
 	/* tear down: engines first (their conns are the sim's), then the rest */
 	for (int i = 0; i < nactors_sim; i++) {
 		struct srank *r = &sim_ranks[i];
