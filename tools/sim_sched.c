@@ -306,10 +306,11 @@ static size_t sim_heap_in_use(void)
 }
 
 /* Resets this process's peak resident memory (VmHWM) to what it holds
- * now, so that each simulation's peak is its own (Linux 4.0 and later;
+ * now, after handing freed heap back, so that each simulation's peak is its own (Linux 4.0 and later;
  * elsewhere the peak stays the whole run's). */
 static void sim_mem_mark(void)
 {
+	malloc_trim(0); /* what the last simulation freed goes back first */
 	FILE *f = fopen("/proc/self/clear_refs", "w");
 	if (f) {
 		fputs("5", f);
