@@ -21,9 +21,11 @@ preload=$2
 job=$3
 bench=$4
 dir=$(mktemp -d)
-child_pids=()
 cleanup() {
-	for p in "${child_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	# the forked children the killed-rank tests leave, by the pid each wrote
+	for f in "$dir"/*/child-*; do
+		[ -s "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+	done
 	rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -220,7 +222,6 @@ torch_suite() { # label python
 		fi
 	done
 	if [ -s "$dir/child-$t" ]; then
-		child_pids+=("$(cat "$dir/child-$t")")
 		kill -9 "$(cat "$dir/child-$t")" 2>/dev/null
 	else
 		bad="$bad rank 2 never forked its child;"
@@ -232,12 +233,40 @@ torch_suite() { # label python
 	fi
 }
 
-torch_suite 1.13 /usr/bin/python3
+# The two torches' suites run side by side, each in a subshell with its own
+# scratch folder and its own half of hpct's port range (two rootless jobs at
+# once must not derive the same ports), their TAP lines numbered as if one
+# ran after the other and printed in that order.  Most of a job's time is
+# processes importing torch and waiting on each other, so two at once take
+# little more than the longer one.
+torch_bg() { # label python first-test-number: runs torch_suite in the background
+	mkdir -p "$dir/$1"
+	(
+		n_test=$3 failed=0 dir=$dir/$1
+		export HPCT_PORT_BASE=$4 HPCT_PORT_RANGE=4096
+		torch_suite "$1" "$2"
+		exit $failed
+	) >"$dir/$1/tap" 2>"$dir/$1/stderr" &
+}
+torch_bg 1.13 /usr/bin/python3 0 10000
+pid113=$!
 py213_ok=0
 if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
 	py213_ok=1
-	torch_suite 2.13 "$py213"
+	torch_bg 2.13 "$py213" "$per_torch" 14096
+	pid213=$!
+fi
+wait "$pid113" || failed=1
+cat "$dir/1.13/tap"
+cat "$dir/1.13/stderr" >&2
+n_test=$per_torch
+if [ "$py213_ok" = 1 ]; then
+	wait "$pid213" || failed=1
+	cat "$dir/2.13/tap"
+	cat "$dir/2.13/stderr" >&2
+	n_test=$((2 * per_torch))
 else
+	n_test=$per_torch
 	for ((i = 0; i < per_torch; i++)); do
 		skip "torch 2.13: no interpreter at $py213 (tools/torch-venv.sh 2.13 makes it)"
 	done
