@@ -110,8 +110,7 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 
 /* Records that `replaced` (increasing) began anew at `epoch`: merged into
  * the sorted list, a rank already in it updated.  The room is there. */
-static void reborn_record(struct hpct_world *w, uint64_t epoch, const int *replaced,
-                          int nreplaced)
+static void reborn_record(struct hpct_world *w, uint64_t epoch, const int *replaced, int nreplaced)
 {
 	for (int i = 0; i < nreplaced; i++) {
 		int lo = 0, hi = w->nreborn;
@@ -335,8 +334,9 @@ int hpct__world_route_source(struct hpct_world *w, const char *who, struct socka
 	    getsockname(fd, (struct sockaddr *)ss, len) != 0) {
 		int e = errno;
 		close(fd);
-		return hpct__fail(-e, HPCT_SUB_COLL, "rank %d: %s: no route to the rendezvous %s:%d: %s",
-		                  t->rank, who, t->master_addr, t->master_port, strerror(e));
+		return hpct__fail(-e, HPCT_SUB_COLL,
+		                  "rank %d: %s: no route to the rendezvous %s:%d: %s", t->rank, who,
+		                  t->master_addr, t->master_port, strerror(e));
 	}
 	close(fd);
 	if (ss->ss_family == AF_INET6)

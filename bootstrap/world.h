@@ -142,7 +142,7 @@ struct hpct_world {
 	struct hpct_reborn {
 		int rank;
 		uint64_t epoch;
-	} *reborn;
+	} * reborn;
 	int nreborn, capreborn;
 	/* what layers above keep in the world (a slot each; NULL ops: none) */
 	struct hpct_world_slot svc[HPCT_WORLD_SLOTS];

@@ -131,7 +131,6 @@ static int hundred_rank(int r, int epoch)
 	return 0;
 }
 
-
 Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries, .timeout = 600)
 {
 	hs = mmap(NULL, sizeof(*hs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -152,7 +151,7 @@ Test(recover, survivors_keep_their_links_and_fds_over_100_recoveries, .timeout =
 		          "rank 3 of epoch %d ended with %d before it was killed", e - 1,
 		          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 		pids[HN - 1] = start_rank(hundred_rank, HN - 1, e); /* its replacement */
-		__atomic_store_n(&hs->epoch, e, __ATOMIC_SEQ_CST); /* the agent's word */
+		__atomic_store_n(&hs->epoch, e, __ATOMIC_SEQ_CST);  /* the agent's word */
 	}
 	wait_for(&hs->done[HUNDRED], HN);
 	for (int r = 0; r < HN; r++) {
@@ -199,6 +198,29 @@ static int is_victim(int round, int r)
 	return 0;
 }
 
+/* libhpct, private: the epoch rank's current process began in, as this
+ * rank knows it */
+uint64_t hpct__world_rank_born(const hpct_world *world, int rank);
+
+/* After the recovery to `round` of a process that began at `epoch`: every
+ * rank is born at `epoch` but those replaced since, at the round of their
+ * last replacement; the world keeps only those.  0, or the rank wrong. */
+static int born_wrong(hpct_world *w, int epoch, int round)
+{
+	for (int i = 0; i < N; i++) {
+		uint64_t want = (uint64_t)epoch;
+		for (int k = epoch + 1; k <= round; k++)
+			if (is_victim(k, i))
+				want = (uint64_t)k;
+		if (hpct__world_rank_born(w, i) != want)
+			return i + 1;
+	}
+	return hpct__world_rank_born(w, N) == UINT64_MAX &&
+	                       hpct__world_rank_born(w, -1) == UINT64_MAX
+	               ? 0
+	               : N + 1;
+}
+
 /* Polls shared memory for the agent's (or the ranks') word; 60 s is a
  * hang guard. */
 static void wait_for(volatile int *v, int at_least)
@@ -240,6 +262,8 @@ static int rank_main(int r, int epoch)
 		hpct_world_get_stats(w, &a);
 		if (hpct_world_recover(w, (uint64_t)round, &victims[round][1], victims[round][0]))
 			return 50 + round;
+		if (born_wrong(w, epoch, round))
+			return 80 + round;
 		if ((rc = exercise(w, (uint64_t)round, round)) != 0)
 			return 60 + rc;
 		hpct_world_get_stats(w, &b);
@@ -258,7 +282,6 @@ static int rank_main(int r, int epoch)
 	hpct_world_destroy(w);
 	return 0;
 }
-
 
 /* The stale one: rank 4 of epoch ROUNDS - 1 joins and tries a barrier. */
 static int stale_main(void)
@@ -363,7 +386,8 @@ static int std_rank(int r, int epoch)
 		                        std_victims[round][0]);
 		if (round == 3) {
 			/* rank 0's rendezvous died with it */
-			if (rc == HPCT_EPEERDEAD && strstr(hpct_last_error(), "rank 0 was replaced") &&
+			if (rc == HPCT_EPEERDEAD &&
+			    strstr(hpct_last_error(), "rank 0 was replaced") &&
 			    strstr(hpct_last_error(), "restart every rank"))
 				__atomic_add_fetch(&ss->root_gone, 1, __ATOMIC_SEQ_CST);
 			else
@@ -372,7 +396,8 @@ static int std_rank(int r, int epoch)
 			break;
 		}
 		if (rc) {
-			fprintf(stderr, "rank %d: recover to %d: %s\n", r, round, hpct_last_error());
+			fprintf(stderr, "rank %d: recover to %d: %s\n", r, round,
+			        hpct_last_error());
 			return 50 + round;
 		}
 		if ((rc = exercise(w, (uint64_t)round, round)) != 0)
@@ -432,8 +457,7 @@ static void std_recoveries(int slot_offset, const char *secret)
 	cr_expect_eq(ss->done[2], SN, "epoch 2: %d of %d ranks done", ss->done[2], SN);
 	cr_expect_eq(ss->root_gone, SN - 1, "%d of %d survivors were told rank 0 is gone",
 	             ss->root_gone, SN - 1);
-	cr_expect_eq(ss->new_conns, 0, "survivors opened %d connections to recover",
-	             ss->new_conns);
+	cr_expect_eq(ss->new_conns, 0, "survivors opened %d connections to recover", ss->new_conns);
 	unsetenv("HPCT_SECRET");
 	munmap(ss, sizeof(*ss));
 }

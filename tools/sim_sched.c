@@ -306,8 +306,8 @@ static size_t sim_heap_in_use(void)
 }
 
 /* Resets this process's peak resident memory (VmHWM) to what it holds
- * now, after handing freed heap back, so that each simulation's peak is its own (Linux 4.0 and later;
- * elsewhere the peak stays the whole run's). */
+ * now, after handing freed heap back, so that each simulation's peak is its own (Linux 4.0 and
+ * later; elsewhere the peak stays the whole run's). */
 static void sim_mem_mark(void)
 {
 	malloc_trim(0); /* what the last simulation freed goes back first */
