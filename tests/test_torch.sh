@@ -54,8 +54,13 @@ skip() {
 	n_test=$((n_test + 1))
 	echo "ok $n_test - # SKIP $*"
 }
-free_port() {
-	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# MASTER_PORT for the next job: fixed, below the kernel's ephemeral range
+# (32768), so that no outgoing connection (of the other torch's suite, run
+# beside this one) can take it between its choice and its use; each suite
+# has ports of its own (torch_bg)
+next_port() {
+	port=$master_next
+	master_next=$((master_next + 1))
 }
 # every rank printed "ok R" and, with JOB_SHOW_SHIM, whether the shim
 # served its store (and not its child's)
@@ -101,7 +106,7 @@ torch_suite() { # label python
 	# a second incarnation takes the first's Gloo pairs: 1.13's Gloo is the
 	# one whose connectFullMesh the shim replaces (2.x links Gloo in)
 	if [ "$t" = 1.13 ]; then
-		port=$(free_port)
+		next_port
 		HPCT_DEBUG=INFO JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
 			--master-port "$port" -- "$py" "$job" >"$dir/reuse" 2>&1
 		local made reused
@@ -120,18 +125,18 @@ torch_suite() { # label python
 
 	# rootless, hpct-run
 	for n in 2 4 8; do
-		port=$(free_port)
+		next_port
 		JOB_HOLD_MASTER=1 JOB_INCARNATIONS=3 timeout 300 "$run" -n "$n" --rootless \
 			--master-port "$port" -- "$py" "$job" >"$dir/hr$n" 2>&1
 		check_ranks "torch $t: hpct-run --rootless, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/hr$n"
 	done
 
 	# tcp:// and a store the script makes itself
-	port=$(free_port)
+	next_port
 	JOB_INIT=tcp JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 2 --rootless \
 		--master-port "$port" -- "$py" "$job" >"$dir/tcp" 2>&1
 	check_ranks "torch $t: init_method=tcp://, N=2, 2 incarnations" 2 yes "$dir/tcp"
-	port=$(free_port)
+	next_port
 	# (one incarnation: rank 0's server holds MASTER_PORT while the subgroups
 	# that keep its store live, so a second server there cannot bind, stock
 	# or not)
@@ -141,7 +146,7 @@ torch_suite() { # label python
 
 	# with a shared secret: the store's connections, the engine's links and the
 	# Gloo pairs are all checked, and the job runs as before
-	port=$(free_port)
+	next_port
 	HPCT_SECRET=torch-secret JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
 		--master-port "$port" -- "$py" "$job" >"$dir/hs4" 2>&1
 	check_ranks "torch $t: hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
@@ -180,7 +185,7 @@ torch_suite() { # label python
 
 	# a rank killed in the middle of init: the others fail naming it (none
 	# hangs): Gloo's connect (1.13), the store's wait for its key (2.x)
-	port=$(free_port)
+	next_port
 	local t0 r st bad="" took
 	t0=$(date +%s)
 	start4 die HPCT_TIMEOUT=5 JOB_DIE_RANK=2
@@ -204,7 +209,7 @@ torch_suite() { # label python
 	# the rank's sockets at fork, so the others' next request to its store
 	# fails at once, naming it, not after HPCT_TIMEOUT (60 s) on connections
 	# the child would hold
-	port=$(free_port)
+	next_port
 	bad=""
 	start4 fork JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t"
 	for r in 0 1 2 3; do
@@ -239,11 +244,14 @@ torch_suite() { # label python
 # ran after the other and printed in that order.  Most of a job's time is
 # processes importing torch and waiting on each other, so two at once take
 # little more than the longer one.
-torch_bg() { # label python first-test-number: runs torch_suite in the background
+# Ports of a suite starting at P: its ranks' store P..P+2047 (hpct serves a
+# rank's keys HPCT_PORT_RANGE below its world port), its worlds'
+# P+2048..P+4095, its MASTER_PORTs P+4096..P+4127.
+torch_bg() { # label python first-test-number P: runs torch_suite in the background
 	mkdir -p "$dir/$1"
 	(
-		n_test=$3 failed=0 dir=$dir/$1
-		export HPCT_PORT_BASE=$4 HPCT_PORT_RANGE=4096
+		n_test=$3 failed=0 dir=$dir/$1 master_next=$(($4 + 4096))
+		export HPCT_PORT_BASE=$(($4 + 2048)) HPCT_PORT_RANGE=2048
 		torch_suite "$1" "$2"
 		exit $failed
 	) >"$dir/$1/tap" 2>"$dir/$1/stderr" &
@@ -253,7 +261,7 @@ pid113=$!
 py213_ok=0
 if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
 	py213_ok=1
-	torch_bg 2.13 "$py213" "$per_torch" 14096
+	torch_bg 2.13 "$py213" "$per_torch" 14200
 	pid213=$!
 fi
 wait "$pid113" || failed=1
