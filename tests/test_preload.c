@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,19 @@ static char *tmpdir(char *buf, size_t len)
 	snprintf(buf, len, "%s/hpct-preload.XXXXXX", t && *t ? t : "/tmp");
 	cr_assert_not_null(mkdtemp(buf), "mkdtemp: %s", strerror(errno));
 	return buf;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+/* Removes a run's folder once its files are read; a failed assertion
+ * leaves it, to be looked at. */
+static void tmpdir_done(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void slurp(const char *path, char *buf, size_t len)
@@ -147,6 +161,7 @@ static void run_job(const char *rootless, const char *mode, int port, struct ran
 	}
 	if (d)
 		closedir(d);
+	tmpdir_done(dir);
 }
 
 static int count(const char *hay, const char *needle)
@@ -250,6 +265,7 @@ static void run_first(const char *rootless, int *derived, int *root_thread, char
 		fclose(f);
 		cr_expect_eq(rc, 0, "rank %d: ncclGetUniqueId gave %d", r, rc);
 	}
+	tmpdir_done(dir);
 }
 
 Test(preload, a_first_call_to_ncclGetUniqueId_is_taken_over)
@@ -329,6 +345,7 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 		cr_expect_eq(derived, 0, "rank %d: an id of hpct's without a node list", r);
 		cr_expect_eq(roots, 1, "rank %d: NCCL's own ncclGetUniqueId starts its root", r);
 	}
+	tmpdir_done(dir);
 	int fd = accept(lfd, NULL, NULL);
 	cr_expect_eq(fd, -1, "the store on MASTER_PORT was reached");
 	if (fd >= 0) {
