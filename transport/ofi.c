@@ -75,7 +75,18 @@ static struct {
 	struct fi_info *(*dupinfo)(const struct fi_info *);
 	int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
 	const char *(*strerror)(int);
+	/* what loading it and its first fi_getinfo (its providers' start)
+	 * cost this process, wall and CPU seconds; said at INFO */
+	double load_s, load_cpu_s, ini_s, ini_cpu_s;
+	int ini_done;
 } lib;
+
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int load(void)
 {
@@ -95,7 +106,10 @@ static int load(void)
 	 * by default; a bootstrap is mostly connection set-up (N=2 gated:
 	 * 16.4 ms at 10 ms, 7.4 ms at 100 us) */
 	setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "100", 0);
+	double t0 = hpct__ofi_now_s(), c0 = cpu_s();
 	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+	lib.load_s = hpct__ofi_now_s() - t0;
+	lib.load_cpu_s = cpu_s() - c0;
 	if (!h) {
 		snprintf(why, sizeof(why),
 		         "HPCT_TRANSPORT=ofi: cannot load libfabric.so.1 (%s); install Debian's "
@@ -115,6 +129,20 @@ static int load(void)
 	}
 	lib.ok = 1;
 	return 0;
+}
+
+/* fi_getinfo; the first call's cost is its providers' start. */
+static int getinfo(const char *node, const char *service, uint64_t flags,
+                   const struct fi_info *hints, struct fi_info **info)
+{
+	double t0 = hpct__ofi_now_s(), c0 = cpu_s();
+	int rc = lib.getinfo(FI_VERSION(1, 5), node, service, flags, hints, info);
+	if (!lib.ini_done) {
+		lib.ini_done = 1;
+		lib.ini_s = hpct__ofi_now_s() - t0;
+		lib.ini_cpu_s = cpu_s() - c0;
+	}
+	return rc;
 }
 
 static const char *ferr(int rc)
@@ -302,7 +330,7 @@ static int ofi_prepare(void)
 	hints->ep_attr->type = FI_EP_RDM;
 	const char *prov = getenv("HPCT_OFI_PROVIDER");
 	hints->fabric_attr->prov_name = strdup(prov && *prov ? prov : "tcp;ofi_rxm");
-	rc = lib.getinfo(FI_VERSION(1, 5), NULL, NULL, 0, hints, &info);
+	rc = getinfo(NULL, NULL, 0, hints, &info);
 	lib.freeinfo(hints);
 	if (info)
 		lib.freeinfo(info);
@@ -325,6 +353,12 @@ static int ofi_create(void **ctx_out)
 static void ofi_destroy(void *arg)
 {
 	struct ofi_ctx *x = arg;
+	if (x->ep && hpct__transport_info_on())
+		hpct__transport_info("ofi: %lu connects (%lu refused while nobody listened, %lu "
+		                     "unanswered), %lu sends retried, %lu pings, %.0f ms waiting "
+		                     "for completions",
+		                     x->stats.connects, x->stats.refused, x->stats.unanswered,
+		                     x->stats.retried, x->stats.pings, x->stats.waited_s * 1e3);
 	for (int k = 0; k < R_KINDS; k++)
 		if (x->refused[k] > 1)
 			hpct__transport_log("ofi: refused %lu times in all: %s", x->refused[k],
@@ -399,7 +433,13 @@ static int ofi_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 	hints->rx_attr->size = 64;
 	hints->addr_format = ss.ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
 	hints->fabric_attr->prov_name = strdup(prov);
-	int rc = lib.getinfo(FI_VERSION(1, 5), host, port, FI_SOURCE, hints, &x->info);
+	double t0 = hpct__ofi_now_s(), c0 = cpu_s();
+	int first = !lib.ini_done; /* then its providers' start is said apart */
+	int rc = getinfo(host, port, FI_SOURCE, hints, &x->info);
+	if (first) {
+		t0 += lib.ini_s;
+		c0 += lib.ini_cpu_s;
+	}
 	lib.freeinfo(hints);
 	if (rc) {
 		snprintf(why, sizeof(why),
@@ -441,6 +481,14 @@ static int ofi_listen(void *arg, const struct sockaddr *addr, socklen_t len)
 			         x->info->fabric_attr->prov_name, ferr(rc));
 			return -EIO;
 		}
+	if (hpct__transport_info_on()) /* where a slow start went */
+		hpct__transport_info(
+		        "ofi: endpoint at %s (provider %s) ready in %.1f ms (%.1f ms CPU); this "
+		        "process's libfabric: loaded in %.0f ms (%.1f ms CPU), its providers "
+		        "started by the first fi_getinfo in %.0f ms (%.1f ms CPU)",
+		        text, x->info->fabric_attr->prov_name, (hpct__ofi_now_s() - t0) * 1e3,
+		        (cpu_s() - c0) * 1e3, lib.load_s * 1e3, lib.load_cpu_s * 1e3,
+		        lib.ini_s * 1e3, lib.ini_cpu_s * 1e3);
 	return 0;
 }
 
@@ -466,6 +514,7 @@ static int ofi_connect(void *arg, const struct sockaddr *addr, socklen_t len, vo
 		hpct__ofi_conn_free(c);
 		return rc;
 	}
+	x->stats.connects++;
 	*conn_out = &c->base;
 	return 0;
 }

@@ -418,6 +418,7 @@ static void push_sends(struct ofi_ctx *x, double now)
 			continue;
 		int rc = hpct__ofi_try_send(x, c);
 		if (rc == -FI_EAGAIN) {
+			x->stats.retried++;
 			if (!c->failing_since)
 				c->failing_since = now;
 			int syn = c->state == O_CONNECTING;
@@ -425,9 +426,11 @@ static void push_sends(struct ofi_ctx *x, double now)
 			 * of room (its queues also carry rendezvous traffic) */
 			double quiet = now - (c->last_heard > c->failing_since ? c->last_heard
 			                                                       : c->failing_since);
-			if (syn ? now - c->failing_since > SYN_REFUSED_AFTER : quiet > DEAD_AFTER)
+			if (syn ? now - c->failing_since > SYN_REFUSED_AFTER : quiet > DEAD_AFTER) {
+				x->stats.refused += syn;
 				fail_conn(x, c, syn ? HPCT_TEV_CONNECT_FAILED : HPCT_TEV_CLOSED,
 				          syn ? -ECONNREFUSED : -ECONNRESET);
+			}
 		} else if (rc != 0) {
 			fail_conn(x, c, HPCT_TEV_CLOSED, -EIO);
 		}
@@ -444,6 +447,7 @@ static void ping_silent(struct ofi_ctx *x, double now)
 			continue;
 		if (now - c->last_heard > PING_AFTER && now - c->last_ping > PING_AFTER) {
 			c->last_ping = now;
+			x->stats.pings++;
 			hpct__ofi_enqueue(c, W_PING, 0, 0, 0, NULL, 0);
 		}
 	}
@@ -464,6 +468,7 @@ static void expire(struct ofi_ctx *x, double now)
 		if (!c)
 			continue;
 		if (c->state == O_CONNECTING && !c->qhead && past(x, c, now, CONNECT_AFTER)) {
+			x->stats.unanswered++;
 			fail_conn(x, c, HPCT_TEV_CONNECT_FAILED, -ETIMEDOUT);
 		} else if (c->pending && past(x, c, now, PENDING_AFTER)) {
 			char why[80];
@@ -554,7 +559,9 @@ int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg
 		if (wait < 0 || wait > 10)
 			wait = 10;
 		struct fi_cq_msg_entry e;
+		double t0 = hpct__ofi_now_s();
 		ssize_t n = fi_cq_sread(x->cq, &e, 1, NULL, wait);
+		x->stats.waited_s += hpct__ofi_now_s() - t0;
 		if (n == 1)
 			on_completion(x, &e);
 		drain_cq(x);

@@ -146,6 +146,14 @@ struct ofi_ctx {
 	size_t navs, capavs;
 	unsigned nstranger; /* entries not trusted */
 	unsigned long refused[R_KINDS];
+	struct {                          /* what connecting cost: said at INFO when it closes */
+		unsigned long connects;   /* SYNs sent */
+		unsigned long refused;    /* SYNs refused for SYN_REFUSED_AFTER: nobody listened */
+		unsigned long unanswered; /* SYNs unanswered for CONNECT_AFTER */
+		unsigned long retried;    /* sends the provider said not now to */
+		unsigned long pings;
+		double waited_s; /* in fi_cq_sread */
+	} stats;
 	hpct_tevent_cb cb; /* during progress */
 	void *cbarg;
 	int nev;

@@ -28,21 +28,46 @@ const char *hpct_transport_names(void)
 #endif
 }
 
-static hpct_transport_log_fn log_fn;
+static hpct_transport_log_fn log_fn, info_fn;
 
 void hpct__transport_set_log(hpct_transport_log_fn fn)
 {
 	log_fn = fn;
 }
 
+void hpct__transport_set_info(hpct_transport_log_fn fn)
+{
+	info_fn = fn;
+}
+
+int hpct__transport_info_on(void)
+{
+	return info_fn != NULL;
+}
+
+static void vsay(hpct_transport_log_fn fn, const char *fmt, va_list ap)
+{
+	char line[512];
+	vsnprintf(line, sizeof(line), fmt, ap);
+	fn(line);
+}
+
 void hpct__transport_log(const char *fmt, ...)
 {
 	if (!log_fn)
 		return;
-	char line[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsay(log_fn, fmt, ap);
 	va_end(ap);
-	log_fn(line);
+}
+
+void hpct__transport_info(const char *fmt, ...)
+{
+	if (!info_fn)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsay(info_fn, fmt, ap);
+	va_end(ap);
 }

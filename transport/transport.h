@@ -112,6 +112,14 @@ struct hpct_transport_ops {
 typedef void (*hpct_transport_log_fn)(const char *line);
 void hpct__transport_set_log(hpct_transport_log_fn fn);
 void hpct__transport_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where a transport says what its own start and connections cost this
+ * process (what a slow start is to be read from): set by the layer above
+ * only when such lines are wanted (bootstrap/rootless/path.c: hpct's log at
+ * INFO, subsystem NET), so hpct__transport_info_on() says whether to
+ * measure and format them at all. */
+void hpct__transport_set_info(hpct_transport_log_fn fn);
+int hpct__transport_info_on(void);
+void hpct__transport_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Transports by name ("tcp"); NULL when unknown. */
 const struct hpct_transport_ops *hpct_transport_find(const char *name);

@@ -135,6 +135,12 @@ static void transport_log(const char *line)
 	HPCT_WARN(HPCT_SUB_NET, "%s", line);
 }
 
+/* What a transport's start and connections cost, at INFO. */
+static void transport_info(const char *line)
+{
+	HPCT_INFO(HPCT_SUB_NET, "%s", line);
+}
+
 /* The transport: the caller's, or HPCT_TRANSPORT's; and whether fabric
  * names are to be exchanged first (HPCT_OFI_EXCHANGE). */
 static int choose_transport(const struct hpct_world_opts *opts,
@@ -150,6 +156,8 @@ static int choose_transport(const struct hpct_world_opts *opts,
 		                  "HPCT_TRANSPORT=%s is not a transport of this build (have: %s)",
 		                  tname, hpct_transport_names());
 	hpct__transport_set_log(transport_log);
+	hpct__transport_set_info(hpct__log_enabled(HPCT_LOG_INFO, HPCT_SUB_NET) ? transport_info
+	                                                                        : NULL);
 	*exchange_out = 0;
 	if (ops->self_name) {
 		int set, rc = hpct__env_bool(hpct__env_process(), "HPCT_OFI_EXCHANGE", exchange_out,
