@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap/base/rss.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/base/wire.h"
 #include "hpct/hpct.h"
@@ -52,20 +53,6 @@ static double mono(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static long status_kb(const char *field)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-	size_t n = strlen(field);
-	while (f && fgets(line, sizeof(line), f))
-		if (strncmp(line, field, n) == 0 && line[n] == ':')
-			kb = atol(line + n + 1);
-	if (f)
-		fclose(f);
-	return kb;
 }
 
 static void env_cb(int r, void *arg)
@@ -228,10 +215,13 @@ static int flood(int fd, enum attack a)
 		/* groups nobody has: 0x0bad... */
 		uint64_t group = 0x0bad000000000000ull + (uint64_t)i;
 		if (a == ABORTS) {
-			struct hpct_abort ab = { .code = HPCT_EABORTED, .origin = 2, .culprit = -1 };
+			struct hpct_abort ab = { .code = HPCT_EABORTED,
+				                 .origin = 2,
+				                 .culprit = -1 };
 			snprintf(ab.text, sizeof(ab.text), "hostile abort %d", i);
 			unsigned char p[12 + sizeof(ab.text)];
-			len = frame_msg(buf, HPCT_MSG_ABORT, group, 0, p, hpct__abort_encode(&ab, p));
+			len = frame_msg(buf, HPCT_MSG_ABORT, group, 0, p,
+			                hpct__abort_encode(&ab, p));
 		} else if (a == EARLY_BYTES) {
 			len = frame_msg(buf, HPCT_MSG_DATA, group, 0, NULL, 0);
 			len += 1 << 20; /* a 1 MiB payload of whatever the buffer holds */
@@ -239,8 +229,9 @@ static int flood(int fd, enum attack a)
 			memcpy(buf, &l, 4);
 		} else {
 			uint64_t v = (uint64_t)i;
-			len = frame_msg(buf, HPCT_MSG_DATA, group - (uint64_t)i + (uint64_t)(i % 97),
-			                (uint32_t)i, &v, sizeof(v));
+			len = frame_msg(buf, HPCT_MSG_DATA,
+			                group - (uint64_t)i + (uint64_t)(i % 97), (uint32_t)i, &v,
+			                sizeof(v));
 		}
 		if (send_all(fd, buf, len) < 0)
 			return -1;
@@ -345,7 +336,7 @@ static int check(struct watch *x)
 			return 0;
 		}
 	}
-	long rss = ht_rss_kb() - x->rss0, data = status_kb("VmData") - x->data0;
+	long rss = ht_rss_kb() - x->rss0, data = hpct_self_status_kb("VmData") - x->data0;
 	const char *log = log_text(b);
 	const char *want = b->attack == EARLY_COUNT   ? "HPCT_EARLY_MAX_MSGS"
 	                   : b->attack == EARLY_BYTES ? "HPCT_EARLY_MAX_MB"
@@ -359,7 +350,8 @@ static int check(struct watch *x)
 	if (b->attack == CLAIM) {
 		/* a buffer of 256 MB would be in VmData even untouched */
 		if (data > 8192) {
-			fprintf(stderr, "rank 0: VmData grew by %ld kB after a 256 MB claim\n", data);
+			fprintf(stderr, "rank 0: VmData grew by %ld kB after a 256 MB claim\n",
+			        data);
 			return 91;
 		}
 		fprintf(stderr, "rank 0: after the claim VmRSS +%ld kB, VmData +%ld kB\n", rss,
@@ -417,7 +409,7 @@ static int real_rank(int r, const struct bt *b)
 		struct hpct_world_info info;
 		hpct_world_get_info(w, &info);
 		x.rss0 = ht_rss_kb();
-		x.data0 = status_kb("VmData");
+		x.data0 = hpct_self_status_kb("VmData");
 		x.fds0 = ht_open_fds();
 		char line[64];
 		int n = snprintf(line, sizeof(line), "%s\n", strrchr(info.listen_addr, ':') + 1);
@@ -440,7 +432,7 @@ static int real_rank(int r, const struct bt *b)
 		item[1] = r * 1000000 + i;
 		if (hpct_allgather(g, item, sizeof(item), all) != 0) {
 			fprintf(stderr, "rank %d: allgather %d failed: %s\n", r, i,
-			            hpct_last_error());
+			        hpct_last_error());
 			return 5;
 		}
 		if (all[1] != i || all[3] != 1000000 + i)

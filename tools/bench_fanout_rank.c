@@ -45,29 +45,6 @@ static long count_fds(void)
 	return n - 1;
 }
 
-static long vm_hwm_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmHWM: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
-/* VmHWM back to the resident memory now (Linux 4.0 and later). */
-static void reset_hwm(void)
-{
-	int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		(void)!write(fd, "5", 1);
-		close(fd);
-	}
-}
-
 struct sampler {
 	pthread_t t;
 	atomic_int stop;
@@ -150,7 +127,7 @@ static int phase(hpct_world *w, struct fan_job *jobs, int conc, int source, int 
 	for (int c = 0; c < conc && source; c++) /* the phase's version, not timed */
 		bench_pattern_fill(jobs[c].buf, jobs[c].len,
 		                   jobs[c].want * BENCH_FANOUT_MAX_CONC + (uint64_t)c);
-	reset_hwm();
+	hpct_self_hwm_reset();
 	if (sample && pthread_create(&smp.t, NULL, sample_fds, &smp) != 0)
 		sample = 0;
 	int rc = hpct_barrier(world);
@@ -197,7 +174,7 @@ static int phase(hpct_world *w, struct fan_job *jobs, int conc, int source, int 
 		rec->inflight_peak = (long)in.bytes_peak;
 		rec->inflight_waits = (long)in.waits;
 	}
-	rec->rss_kb = vm_hwm_kb();
+	rec->rss_kb = hpct_self_status_kb("VmHWM");
 	rec->rc = rc;
 	rec->conns = conns_of(w);
 	return rc;

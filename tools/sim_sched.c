@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include "bootstrap/base/rss.h"
 #include "bootstrap/base/util.h"
 #include "tools/sim.h"
 
@@ -305,37 +306,12 @@ static size_t sim_heap_in_use(void)
 	return mi.uordblks + mi.hblkhd;
 }
 
-/* Resets this process's peak resident memory (VmHWM) to what it holds
- * now, after handing freed heap back, so that each simulation's peak is its own (Linux 4.0 and
- * later; elsewhere the peak stays the whole run's). */
+/* Hands freed heap back, then makes VmHWM the peak from now on, so that
+ * each simulation's peak is its own. */
 static void sim_mem_mark(void)
 {
-	malloc_trim(0); /* what the last simulation freed goes back first */
-	FILE *f = fopen("/proc/self/clear_refs", "w");
-	if (f) {
-		fputs("5", f);
-		fclose(f);
-	}
-}
-
-/* A line of /proc/self/status in kB ("VmRSS:", "VmHWM:"); -1 unknown. */
-static long sim_status_kb(const char *field)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-	size_t n = strlen(field);
-	while (f && fgets(line, sizeof(line), f))
-		if (strncmp(line, field, n) == 0 && sscanf(line + n, "%ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
-static long sim_peak_rss_kb(void)
-{
-	return sim_status_kb("VmHWM:");
+	malloc_trim(0);
+	hpct_self_hwm_reset();
 }
 
 long sim_max_rss_kb;
@@ -401,7 +377,7 @@ struct sim_result simulate(const struct sim_run *run)
 	while (nheap && ndone < n) {
 		/* the cap, checked as it grows: a read of /proc every 2^16 events */
 		if (sim_max_rss_kb > 0 && (++nevents & 0xffff) == 0)
-			sim_rss_cap(run, sim_status_kb("VmRSS:"), "while running");
+			sim_rss_cap(run, hpct_self_rss_kb(), "while running");
 		struct event e = pop();
 		struct srank *r = e.actor >= 0 ? &sim_ranks[e.actor] : NULL;
 		switch (e.kind) {
@@ -461,7 +437,7 @@ struct sim_result simulate(const struct sim_run *run)
 		res.cpu_launcher = sim_ranks[n + 1].cpu;
 	size_t heap1 = sim_heap_in_use();
 	res.heap_per_rank = heap1 > heap0 ? (double)(heap1 - heap0) / n : 0;
-	res.peak_rss_kb = sim_peak_rss_kb();
+	res.peak_rss_kb = hpct_self_status_kb("VmHWM");
 	sim_rss_cap(run, res.peak_rss_kb, "at its peak");
 	/* tear down: engines first (their conns are the sim's), then the rest */
 	for (int i = 0; i < nactors_sim; i++) {
