@@ -553,10 +553,15 @@ static int fds(int r, void *arg)
 			if (hpct_barrier(hpct_world_group(w)) != 0) /* the peer fetched */
 				return 4;
 			hpct_xchg_destroy(x);
+			/* no growth over 20 exchanges; a link the engine is still
+			 * settling (two ranks that connected to each other at
+			 * once keep one of the two, closed when the other side
+			 * says so) may come or go by one, under load an
+			 * exchange or two later */
 			int now = ht_open_fds();
 			if (inner < 0)
 				inner = now;
-			else if (now != inner)
+			else if (now > inner + 1 || now < inner - 1)
 				return 5;
 		}
 		hpct_world_destroy(w);
