@@ -111,13 +111,15 @@ start4() { # tag VAR=VALUE...
 }
 
 # After start4 TAG with rank 2 killed: waits for the ranks (so not in a
-# subshell); sets bad to what is wrong: a survivor that did not fail, or whose log does not name rank 2 at
-# its address, or names another rank at its address on a line that does
-# not name rank 2 too (it blamed a messenger, not the cause).  Uses pids.
+# subshell); sets bad to what is wrong: a survivor that did not fail, or
+# whose log does not name rank 2 at its address, or names another rank at
+# its address on a line that does not name rank 2 too (it blamed a
+# messenger, not the cause; a list of the ranks whose store did not answer
+# in time may hold late ranks beside it).  Uses pids.
 survivors_name_2() { # tag
 	local r st line
-	local two="rank 2( \(the key's home\))? at 127\.0\.0\.1:[0-9]+|: 2 \(127\.0\.0\.1:[0-9]+\)"
-	local other="rank [013]( \(the key's home\))? at 127\.0\.0\.1:[0-9]+|: [013] \(127\.0\.0\.1:[0-9]+\)"
+	local two="rank 2( \(the key's home\))? at 127\.0\.0\.1:[0-9]+|[:,] 2 \(127\.0\.0\.1:[0-9]+\)"
+	local other="rank [013]( \(the key's home\))? at 127\.0\.0\.1:[0-9]+|[:,] [013] \(127\.0\.0\.1:[0-9]+\)"
 	for r in 0 1 2 3; do
 		wait "${pids[$r]}"
 		st=$?

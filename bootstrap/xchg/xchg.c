@@ -351,12 +351,12 @@ static int classify(struct hpct_xchg *x, struct pend *ps, int np)
 	return silent > 0 || n == 0;
 }
 
-/* This rank failed the exchange at its deadline (the cause is set): the
- * peers of this fetch found alive that never answered came late, and will
- * ask us for our item; they get the cause instead.  Before the caller goes
- * (its process may end, and with it the service), wait until each has
- * asked, up to a timeout: skipping the culprit and the rank the cause came
- * from. */
+/* This rank failed the exchange at its deadline, or a peer's ABORT told it
+ * why (the cause is set): the peers of this fetch found alive that never
+ * answered came late, and will ask us for our item; they get the cause
+ * instead.  Before the caller goes (its process may end, and with it the
+ * service), wait until each has asked, up to a timeout: skipping the
+ * culprit and the rank the cause came from. */
 static void linger(struct hpct_xchg *x, uint64_t version, const struct pend *ps, int np)
 {
 	struct xchg_service *s = x->svc;
@@ -437,6 +437,12 @@ static int ask(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np, v
 		}
 	}
 	free(buf);
+	if (rc == HPCT_EABORTED) {
+		/* told: the peers found alive that have not answered may come
+		 * after the teller has gone, and we are the last to tell them */
+		classify(x, ps, np);
+		linger(x, version, ps, np);
+	}
 	if (rc < 0)
 		return rc; /* logged where it was seen, naming the peer */
 	if (left == 0)
