@@ -76,6 +76,23 @@ Test(faults, rank_never_starts_is_named, .timeout = 120)
 		             codes[r] == 255 ? " (hung: never gave up on rank 3)" : "");
 }
 
+/* The same, with the rank that waits on the victim last to begin: the
+ * others' deadlines pass first, while it still waits on the victim, and
+ * they must not blame it (alive, answering their probe) but hear from it
+ * who never came.  The skew shapes the race; nothing is timed. */
+Test(faults, rank_never_starts_is_named_by_a_late_root, .timeout = 120)
+{
+	/* the upper half of slot 0, whose test uses 17 ports */
+	struct cfg c = {
+		.n = 4, .port = hpct_test_ports(0) + 100, .rootless = 1, .victim = 3, .timeout = 3
+	};
+	int codes[4], delay_ms[4] = { 1500, 0, 0, 0 };
+	ht_spawn(4, env_cb, never_starts, &c, 2 * c.timeout + 60, delay_ms, codes);
+	for (int r = 0; r < 3; r++)
+		cr_expect_eq(codes[r], 0, "rank %d exited %d%s", r, codes[r],
+		             codes[r] == 255 ? " (hung: never gave up on rank 3)" : "");
+}
+
 /* The victim dies after the first allgather, once every other rank has
  * begun the next one (an event each posts), so they wait for its part; they
  * must see it die, not wait out their 20 s deadline (HPCT_ETIMEDOUT), and

@@ -15,17 +15,19 @@
 # Last, hpct-bench --scenario torch --reinit prints a row per torch,
 # launch (direct, and under the release's own torchrun), path and phase.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
+# TORCH_TESTS=TAG,... runs only those parts (the others are listed as
+# skips, so the plan stays the same): reuse, hpct-run, tcp, store, secret,
+# torchrun, stock, killed-init, killed-fork, bench; TORCH_VERSIONS=1.13,2.13
+# the torches (both by default).  Unset, everything runs.
 set -u
 run=$1
 preload=$2
 job=$3
 bench=$4
 dir=$(mktemp -d)
+child_pids=()
 cleanup() {
-	# the forked children the killed-rank tests leave, by the pid each wrote
-	for f in "$dir"/*/child-*; do
-		[ -s "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
-	done
+	for p in "${child_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -54,10 +56,24 @@ skip() {
 	n_test=$((n_test + 1))
 	echo "ok $n_test - # SKIP $*"
 }
+# want TAG [VERSION]: TORCH_TESTS (and TORCH_VERSIONS) leave it in; else
+# lists COUNT skips (the tests the part would have run) and says no
+want() { # tag version count
+	local tag=$1 v=${2:-} count=${3:-1} i
+	if { [ -z "${TORCH_TESTS:-}" ] || [[ ",$TORCH_TESTS," == *",$tag,"* ]]; } &&
+		{ [ -z "$v" ] || [ -z "${TORCH_VERSIONS:-}" ] || [[ ",$TORCH_VERSIONS," == *",$v,"* ]]; }; then
+		return 0
+	fi
+	for ((i = 0; i < count; i++)); do
+		skip "torch${v:+ $v}: $tag not in TORCH_TESTS/TORCH_VERSIONS"
+	done
+	return 1
+}
 # MASTER_PORT for the next job: fixed, below the kernel's ephemeral range
-# (32768), so that no outgoing connection (of the other torch's suite, run
-# beside this one) can take it between its choice and its use; each suite
-# has ports of its own (torch_bg)
+# (32768) and outside hpct's own (10000-18191, its store's 1808-9999), so
+# that no outgoing connection can take it between its choice and its use
+# (a port found free, then bound later, was taken so once: EADDRINUSE)
+master_next=29000
 next_port() {
 	port=$master_next
 	master_next=$((master_next + 1))
@@ -79,7 +95,7 @@ check_ranks() { # name n expect_shim log
 }
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
-per_torch=15
+per_torch=16
 echo "1..$((2 * per_torch + 1))"
 
 py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
@@ -100,181 +116,207 @@ start4() { # tag VAR=VALUE...
 	done
 }
 
-torch_suite() { # label python
-	local t=$1 py=$2 n port
-
-	# a second incarnation takes the first's Gloo pairs: 1.13's Gloo is the
-	# one whose connectFullMesh the shim replaces (2.x links Gloo in)
-	if [ "$t" = 1.13 ]; then
-		next_port
-		HPCT_DEBUG=INFO JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
-			--master-port "$port" -- "$py" "$job" >"$dir/reuse" 2>&1
-		local made reused
-		made=$(grep -c 'persistent Gloo domain of 4 members (ranks 0-3), generation 0 at epoch 0: 3 pairs new, 0 kept' "$dir/reuse")
-		reused=$(grep -c 'persistent Gloo domain of 4 members (ranks 0-3), generation 0 at epoch 0: reused, 3 pairs kept' "$dir/reuse")
-		if [ "$made $reused" = "4 4" ] && grep -Eq '(^|:)ok 3$' "$dir/reuse"; then
-			ok "torch $t: a second init_process_group reuses the first's Gloo pairs (4 ranks)"
-		else
-			not_ok "torch $t: a second init_process_group reuses the first's Gloo pairs (4 ranks)" \
-				"$made ranks connected the world's pairs, $reused reused them (want 4 and 4)" \
-				"$(grep -v 'HPCT INFO' "$dir/reuse" | tail -8)"
-		fi
-	else
-		skip "torch $t: PyTorch 2.x links its Gloo in: no connectFullMesh to replace, nothing reused"
-	fi
-
-	# rootless, hpct-run
-	for n in 2 4 8; do
-		next_port
-		JOB_HOLD_MASTER=1 JOB_INCARNATIONS=3 timeout 300 "$run" -n "$n" --rootless \
-			--master-port "$port" -- "$py" "$job" >"$dir/hr$n" 2>&1
-		check_ranks "torch $t: hpct-run --rootless, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/hr$n"
-	done
-
-	# tcp:// and a store the script makes itself
-	next_port
-	JOB_INIT=tcp JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 2 --rootless \
-		--master-port "$port" -- "$py" "$job" >"$dir/tcp" 2>&1
-	check_ranks "torch $t: init_method=tcp://, N=2, 2 incarnations" 2 yes "$dir/tcp"
-	next_port
-	# (one incarnation: rank 0's server holds MASTER_PORT while the subgroups
-	# that keep its store live, so a second server there cannot bind, stock
-	# or not)
-	JOB_INIT=store JOB_HOLD_MASTER=1 JOB_INCARNATIONS=1 timeout 300 "$run" -n 4 --rootless \
-		--master-port "$port" -- "$py" "$job" >"$dir/store" 2>&1
-	check_ranks "torch $t: dist.TCPStore made by the script, N=4" 4 yes "$dir/store"
-
-	# with a shared secret: the store's connections, the engine's links and the
-	# Gloo pairs are all checked, and the job runs as before
-	next_port
-	HPCT_SECRET=torch-secret JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
-		--master-port "$port" -- "$py" "$job" >"$dir/hs4" 2>&1
-	check_ranks "torch $t: hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
-
-	# rootless, torchrun: workers open client stores to the agent's (Debian's
-	# 1.13 on Python 3.11 needs --redirects/--tee other than 0: Std.from_str("0")
-	# returns None there)
-	for n in 2 4 8; do
-		HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload JOB_INCARNATIONS=3 timeout 300 \
-			"$py" -m torch.distributed.run --standalone --nproc_per_node="$n" --redirects 1 --tee 1 \
-			"$job" >"$dir/tr$n" 2>&1
-		check_ranks "torch $t: torchrun --standalone, N=$n, 3 incarnations" "$n" yes "$dir/tr$n"
-	done
-
-	# the agent keeps its real store: it is not a rank (one line per rank only)
-	expect_count "torch $t: torchrun: the store served in the 4 ranks, not in the agent" \
-		"$(grep -c "HPCT INFO preload: torch .*: TCPStore served in this rank" "$dir/tr4")" 4 \
-		processes
-
-	# stock, with the shim preloaded: own network namespace (stock binds [::]).
-	# One incarnation: stock 1.13 cannot init again while subgroups of the last
-	# one are referenced (pytorch#55967: stale keys, dead ports)
-	if unshare -rn true 2>/dev/null; then
-		HPCT_USE_ROOTLESS=0 JOB_INCARNATIONS=1 timeout 300 unshare -rn sh -c \
-			'ip link set lo up && GLOO_SOCKET_IFNAME=lo LD_PRELOAD="$0" exec "$1" -n 4 --master-port 29500 -- "$2" "$3"' \
-			"$preload" "$run" "$py" "$job" >"$dir/st" 2>&1
-		check_ranks "torch $t: HPCT_USE_ROOTLESS=0 with the preload: stock, N=4" 4 no "$dir/st"
-		# one line per rank (their children's go to the job's capture)
-		expect_count "torch $t: one notice line per rank when off" \
-			"$(grep -c "^hpct: HPCT_USE_ROOTLESS=0: PyTorch keeps its own TCPStore\$" "$dir/st")" 4 \
-			"notice lines"
-	else
-		skip "no network namespaces here (unshare -rn)"
-		skip "no network namespaces here (unshare -rn)"
-	fi
-
-	# a rank killed in the middle of init: the others fail naming it (none
-	# hangs): Gloo's connect (1.13), the store's wait for its key (2.x)
-	next_port
-	local t0 r st bad="" took
-	t0=$(date +%s)
-	start4 die HPCT_TIMEOUT=5 JOB_DIE_RANK=2
+# After start4 TAG with rank 2 killed: waits for the ranks (so not in a
+# subshell); sets bad to what is wrong: a survivor that did not fail, or
+# whose log does not name rank 2 at its address, or names another rank at
+# its address on a line that does not name rank 2 too (it blamed a
+# messenger, not the cause; a list of the ranks whose store did not answer
+# in time may hold late ranks beside it).  Uses pids.
+survivors_name_2() { # tag
+	local r st line
+	local two="rank 2( \(the key's home\))? at 127\.0\.0\.1:[0-9]+|[:,] 2 \(127\.0\.0\.1:[0-9]+\)"
+	local other="rank [013]( \(the key's home\))? at 127\.0\.0\.1:[0-9]+|[:,] [013] \(127\.0\.0\.1:[0-9]+\)"
 	for r in 0 1 2 3; do
 		wait "${pids[$r]}"
 		st=$?
 		[ "$r" = 2 ] && continue
 		[ "$st" != 0 ] || bad="$bad rank $r exited 0;"
 		[ "$st" != 124 ] || bad="$bad rank $r hung (killed by timeout 120);"
-		grep -Eq "rank 2( \(the key's home\))? at 127.0.0.1:[0-9]+|: 2 \(127.0.0.1:[0-9]+\)" "$dir/die$r" ||
-			bad="$bad rank $r's error does not name rank 2: $(grep -m1 -E 'Error|HPCT' "$dir/die$r");"
+		grep -Eq "$two" "$dir/$1$r" ||
+			bad="$bad rank $r's error does not name rank 2: $(grep -m1 -E 'Error|HPCT' "$dir/$1$r");"
+		line=$(grep -E "$other" "$dir/$1$r" | grep -Ev "$two" | head -1)
+		[ -z "$line" ] || bad="$bad rank $r blames another rank: $line;"
 	done
-	took=$(($(date +%s) - t0)) # reported, never asserted: timeout 120 is the hang guard
-	if [ -z "$bad" ]; then
-		ok "torch $t: a rank killed during init is named by the others (in ${took} s, HPCT_TIMEOUT=5)"
-	else
-		not_ok "torch $t: a rank killed during init is named by the others" "$bad"
+}
+
+torch_suite() { # label python
+	local t=$1 py=$2 n port t0 r st bad took secs
+
+	# a second incarnation takes the first's Gloo pairs: 1.13's Gloo is the
+	# one whose connectFullMesh the shim replaces (2.x links Gloo in)
+	if want reuse "$t" 1; then
+		if [ "$t" = 1.13 ]; then
+			next_port
+			HPCT_DEBUG=INFO JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
+				--master-port "$port" -- "$py" "$job" >"$dir/reuse" 2>&1
+			local made reused
+			made=$(grep -c 'persistent Gloo domain of 4 members (ranks 0-3), generation 0 at epoch 0: 3 pairs new, 0 kept' "$dir/reuse")
+			reused=$(grep -c 'persistent Gloo domain of 4 members (ranks 0-3), generation 0 at epoch 0: reused, 3 pairs kept' "$dir/reuse")
+			if [ "$made $reused" = "4 4" ] && grep -Eq '(^|:)ok 3$' "$dir/reuse"; then
+				ok "torch $t: a second init_process_group reuses the first's Gloo pairs (4 ranks)"
+			else
+				not_ok "torch $t: a second init_process_group reuses the first's Gloo pairs (4 ranks)" \
+					"$made ranks connected the world's pairs, $reused reused them (want 4 and 4)" \
+					"$(grep -v 'HPCT INFO' "$dir/reuse" | tail -8)"
+			fi
+		else
+			skip "torch $t: PyTorch 2.x links its Gloo in: no connectFullMesh to replace, nothing reused"
+		fi
+	fi
+
+	# rootless, hpct-run
+	if want hpct-run "$t" 3; then
+		for n in 2 4 8; do
+			next_port
+			JOB_HOLD_MASTER=1 JOB_INCARNATIONS=3 timeout 300 "$run" -n "$n" --rootless \
+				--master-port "$port" -- "$py" "$job" >"$dir/hr$n" 2>&1
+			check_ranks "torch $t: hpct-run --rootless, N=$n, 3 incarnations, nothing on MASTER_PORT" "$n" yes "$dir/hr$n"
+		done
+	fi
+
+	# tcp://
+	if want tcp "$t" 1; then
+		next_port
+		JOB_INIT=tcp JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 2 --rootless \
+			--master-port "$port" -- "$py" "$job" >"$dir/tcp" 2>&1
+		check_ranks "torch $t: init_method=tcp://, N=2, 2 incarnations" 2 yes "$dir/tcp"
+	fi
+
+	# a dist.TCPStore the script makes
+	if want store "$t" 1; then
+		next_port
+		# (one incarnation: rank 0's server holds MASTER_PORT while the subgroups
+		# that keep its store live, so a second server there cannot bind, stock
+		# or not)
+		JOB_INIT=store JOB_HOLD_MASTER=1 JOB_INCARNATIONS=1 timeout 300 "$run" -n 4 --rootless \
+			--master-port "$port" -- "$py" "$job" >"$dir/store" 2>&1
+		check_ranks "torch $t: dist.TCPStore made by the script, N=4" 4 yes "$dir/store"
+	fi
+
+	# with a shared secret: the store's connections, the engine's links and the
+	# Gloo pairs are all checked, and the job runs as before
+	if want secret "$t" 1; then
+		next_port
+		HPCT_SECRET=torch-secret JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
+			--master-port "$port" -- "$py" "$job" >"$dir/hs4" 2>&1
+		check_ranks "torch $t: hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
+	fi
+
+	# rootless, torchrun: workers open client stores to the agent's (Debian's
+	# 1.13 on Python 3.11 needs --redirects/--tee other than 0: Std.from_str("0")
+	# returns None there)
+	if want torchrun "$t" 4; then
+		for n in 2 4 8; do
+			HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload JOB_INCARNATIONS=3 timeout 300 \
+				"$py" -m torch.distributed.run --standalone --nproc_per_node="$n" --redirects 1 --tee 1 \
+				"$job" >"$dir/tr$n" 2>&1
+			check_ranks "torch $t: torchrun --standalone, N=$n, 3 incarnations" "$n" yes "$dir/tr$n"
+		done
+
+		# the agent keeps its real store: it is not a rank (one line per rank only)
+		expect_count "torch $t: torchrun: the store served in the 4 ranks, not in the agent" \
+			"$(grep -c "HPCT INFO preload: torch .*: TCPStore served in this rank" "$dir/tr4")" 4 \
+			processes
+	fi
+
+	# stock, with the shim preloaded: own network namespace (stock binds [::]).
+	# One incarnation: stock 1.13 cannot init again while subgroups of the last
+	# one are referenced (pytorch#55967: stale keys, dead ports)
+	if want stock "$t" 2; then
+		if unshare -rn true 2>/dev/null; then
+			HPCT_USE_ROOTLESS=0 JOB_INCARNATIONS=1 timeout 300 unshare -rn sh -c \
+				'ip link set lo up && GLOO_SOCKET_IFNAME=lo LD_PRELOAD="$0" exec "$1" -n 4 --master-port 29500 -- "$2" "$3"' \
+				"$preload" "$run" "$py" "$job" >"$dir/st" 2>&1
+			check_ranks "torch $t: HPCT_USE_ROOTLESS=0 with the preload: stock, N=4" 4 no "$dir/st"
+			# one line per rank (their children's go to the job's capture)
+			expect_count "torch $t: one notice line per rank when off" \
+				"$(grep -c "^hpct: HPCT_USE_ROOTLESS=0: PyTorch keeps its own TCPStore\$" "$dir/st")" 4 \
+				"notice lines"
+		else
+			skip "no network namespaces here (unshare -rn)"
+			skip "no network namespaces here (unshare -rn)"
+		fi
+	fi
+
+	# a rank killed in the middle of init: the others fail naming it (none
+	# hangs): Gloo's connect (1.13), the store's wait for its key (2.x)
+	if want killed-init "$t" 1; then
+		next_port
+		t0=$(date +%s)
+		start4 die HPCT_TIMEOUT=5 JOB_DIE_RANK=2
+		bad=""
+		survivors_name_2 die
+		took=$(($(date +%s) - t0)) # reported, never asserted: timeout 120 is the hang guard
+		if [ -z "$bad" ]; then
+			ok "torch $t: a rank killed during init is named by the others (in ${took} s, HPCT_TIMEOUT=5)"
+		else
+			not_ok "torch $t: a rank killed during init is named by the others" "$bad"
+		fi
+	fi
+
+	# the same, with ranks 1 and 3 coming to Gloo's connect only once rank
+	# 0 has failed (a loaded machine's order): they must hear from rank 0
+	# who the culprit is, not blame rank 0, which left (1.13: hpct's
+	# exchange; 2.x waits on the store, whose keys live on their homes)
+	if want killed-init "$t" 1; then
+		if [ "$t" = 1.13 ]; then
+			next_port
+			: >"$dir/late0"
+			start4 late HPCT_TIMEOUT=5 JOB_DIE_RANK=2 JOB_HOLD_RANKS=1,3 \
+				JOB_HOLD_FILE="$dir/late0" JOB_HOLD_TEXT="no answer from rank 2"
+			bad=""
+			survivors_name_2 late
+			if [ -z "$bad" ]; then
+				ok "torch $t: ranks that come after the first to fail name the killed rank, not it"
+			else
+				not_ok "torch $t: ranks that come after the first to fail name the killed rank, not it" "$bad"
+			fi
+		else
+			skip "torch $t: Gloo waits on the store's keys: no exchange to come late to"
+		fi
 	fi
 
 	# a rank killed while a forked child of it lives on: the child dropped
 	# the rank's sockets at fork, so the others' next request to its store
 	# fails at once, naming it, not after HPCT_TIMEOUT (60 s) on connections
 	# the child would hold
-	next_port
-	bad=""
-	start4 fork JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t"
-	for r in 0 1 2 3; do
-		wait "${pids[$r]}"
-		st=$?
-		[ "$r" = 2 ] && continue
-		local secs
-		secs=$(sed -n 's/^failed-after \([0-9.]*\) s.*/\1/p' "$dir/fork$r")
-		if [ -z "$secs" ]; then
-			bad="$bad rank $r did not fail (exit $st): $(tail -3 "$dir/fork$r" | tr '\n' ' ');"
-		elif [ "${secs%.*}" -ge 30 ]; then
-			bad="$bad rank $r failed only after $secs s (the child held the dead rank's sockets);"
-		elif ! grep -Eq "rank 2 |: 2 \(|rank 2\)|rank 2," "$dir/fork$r"; then
-			bad="$bad rank $r's failure does not name rank 2: $(grep -m2 -E 'HPCT|failed-after' "$dir/fork$r" | tr '\n' ' ');"
+	if want killed-fork "$t" 1; then
+		next_port
+		bad=""
+		start4 fork JOB_FORK_DIE_RANK=2 JOB_CHILD_PID_FILE="$dir/child-$t"
+		for r in 0 1 2 3; do
+			wait "${pids[$r]}"
+			st=$?
+			[ "$r" = 2 ] && continue
+			secs=$(sed -n 's/^failed-after \([0-9.]*\) s.*/\1/p' "$dir/fork$r")
+			if [ -z "$secs" ]; then
+				bad="$bad rank $r did not fail (exit $st): $(tail -3 "$dir/fork$r" | tr '\n' ' ');"
+			elif [ "${secs%.*}" -ge 30 ]; then
+				bad="$bad rank $r failed only after $secs s (the child held the dead rank's sockets);"
+			elif ! grep -Eq "rank 2 |: 2 \(|rank 2\)|rank 2," "$dir/fork$r"; then
+				bad="$bad rank $r's failure does not name rank 2: $(grep -m2 -E 'HPCT|failed-after' "$dir/fork$r" | tr '\n' ' ');"
+			fi
+		done
+		if [ -s "$dir/child-$t" ]; then
+			child_pids+=("$(cat "$dir/child-$t")")
+			kill -9 "$(cat "$dir/child-$t")" 2>/dev/null
+		else
+			bad="$bad rank 2 never forked its child;"
 		fi
-	done
-	if [ -s "$dir/child-$t" ]; then
-		kill -9 "$(cat "$dir/child-$t")" 2>/dev/null
-	else
-		bad="$bad rank 2 never forked its child;"
-	fi
-	if [ -z "$bad" ]; then
-		ok "torch $t: a killed rank's forked child does not keep it alive to its peers"
-	else
-		not_ok "torch $t: a killed rank's forked child does not keep it alive to its peers" "$bad"
+		if [ -z "$bad" ]; then
+			ok "torch $t: a killed rank's forked child does not keep it alive to its peers"
+		else
+			not_ok "torch $t: a killed rank's forked child does not keep it alive to its peers" "$bad"
+		fi
 	fi
 }
 
-# The two torches' suites run side by side, each in a subshell with its own
-# scratch folder and its own half of hpct's port range (two rootless jobs at
-# once must not derive the same ports), their TAP lines numbered as if one
-# ran after the other and printed in that order.  Most of a job's time is
-# processes importing torch and waiting on each other, so two at once take
-# little more than the longer one.
-# Ports of a suite starting at P: its ranks' store P..P+2047 (hpct serves a
-# rank's keys HPCT_PORT_RANGE below its world port), its worlds'
-# P+2048..P+4095, its MASTER_PORTs P+4096..P+4127.
-torch_bg() { # label python first-test-number P: runs torch_suite in the background
-	mkdir -p "$dir/$1"
-	(
-		n_test=$3 failed=0 dir=$dir/$1 master_next=$(($4 + 4096))
-		export HPCT_PORT_BASE=$(($4 + 2048)) HPCT_PORT_RANGE=2048
-		torch_suite "$1" "$2"
-		exit $failed
-	) >"$dir/$1/tap" 2>"$dir/$1/stderr" &
-}
-torch_bg 1.13 /usr/bin/python3 0 10000
-pid113=$!
+torch_suite 1.13 /usr/bin/python3
 py213_ok=0
 if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
 	py213_ok=1
-	torch_bg 2.13 "$py213" "$per_torch" 14200
-	pid213=$!
-fi
-wait "$pid113" || failed=1
-cat "$dir/1.13/tap"
-cat "$dir/1.13/stderr" >&2
-n_test=$per_torch
-if [ "$py213_ok" = 1 ]; then
-	wait "$pid213" || failed=1
-	cat "$dir/2.13/tap"
-	cat "$dir/2.13/stderr" >&2
-	n_test=$((2 * per_torch))
+	torch_suite 2.13 "$py213"
 else
-	n_test=$per_torch
 	for ((i = 0; i < per_torch; i++)); do
 		skip "torch 2.13: no interpreter at $py213 (tools/torch-venv.sh 2.13 makes it)"
 	done
@@ -286,49 +328,51 @@ fi
 # their ratios, and what a process start costs here.  Stock cannot init
 # again over torchrun's agent's store (it keeps the first incarnation's
 # keys): those rows say "not run", and why.
-bad=""
-torches=1.13
-[ "$py213_ok" = 1 ] && torches=1.13,2.13
-"$bench" --scenario torch --torch "$torches" --ranks 2 --repeat 1 --path stock,rootless --reinit \
-	--port 16800 --json "$dir/bench.json" >"$dir/bench" 2>&1 || bad="$bad exit $?;"
-for v in ${torches//,/ }; do
-	for launch in direct torchrun; do
-		tag=torch-$v nodes=2
-		[ "$launch" = torchrun ] && tag=torch-$v-torchrun nodes=1
-		for s in $tag $tag-reinit; do
-			for p in rootless stock; do
-				if [ "$s $p" = "torch-$v-torchrun-reinit stock" ]; then
-					grep -Eq "^$s +$p +2 +1 +0 +not run\$" "$dir/bench" &&
-						grep -Eq "^(.*, )?$s $p[,:].* not run: stock PyTorch cannot init again over the agent's store" \
-							"$dir/bench" || bad="$bad no 'not run' $s $p row, or no reason;"
-					continue
-				fi
-				grep -Eq "^$s +$p +2 +$nodes +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $s $p row;"
+if want bench; then
+	bad=""
+	torches=1.13
+	[ "$py213_ok" = 1 ] && torches=1.13,2.13
+	"$bench" --scenario torch --torch "$torches" --ranks 2 --repeat 1 --path stock,rootless --reinit \
+		--port 16800 --json "$dir/bench.json" >"$dir/bench" 2>&1 || bad="$bad exit $?;"
+	for v in ${torches//,/ }; do
+		for launch in direct torchrun; do
+			tag=torch-$v nodes=2
+			[ "$launch" = torchrun ] && tag=torch-$v-torchrun nodes=1
+			for s in $tag $tag-reinit; do
+				for p in rootless stock; do
+					if [ "$s $p" = "torch-$v-torchrun-reinit stock" ]; then
+						grep -Eq "^$s +$p +2 +1 +0 +not run\$" "$dir/bench" &&
+							grep -Eq "^(.*, )?$s $p[,:].* not run: stock PyTorch cannot init again over the agent's store" \
+								"$dir/bench" || bad="$bad no 'not run' $s $p row, or no reason;"
+						continue
+					fi
+					grep -Eq "^$s +$p +2 +$nodes +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $s $p row;"
+				done
+				[ "$s" = "torch-$v-torchrun-reinit" ] ||
+					grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
 			done
-			[ "$s" = "torch-$v-torchrun-reinit" ] ||
-				grep -q "^$s N=2: stock/rootless median ratio [0-9.]*\$" "$dir/bench" || bad="$bad no $s ratio;"
-		done
-		# the second incarnation beside the first, per path
-		for p in rootless stock; do
-			[ "$launch $p" = "torchrun stock" ] && continue
-			grep -Eq "^$tag N=2 $p: second/first incarnation, median ratio [0-9.]+ \([0-9.]+ -> [0-9.]+ ms\)\$" \
-				"$dir/bench" || bad="$bad no second/first line for $tag $p;"
-		done
-		for kind in torch torch-reinit; do
+			# the second incarnation beside the first, per path
 			for p in rootless stock; do
-				[ "$launch $kind $p" = "torchrun torch-reinit stock" ] && continue
-				grep -q "\"scenario\":\"$kind\",\"path\":\"$p\",\"ranks\":2,\"nodes\":$nodes,[^}]*\"torch\":\"$v\",\"launch\":\"$launch\"[,}]" \
-					"$dir/bench.json" || bad="$bad no $kind $v $p $launch row in the JSON;"
+				[ "$launch $p" = "torchrun stock" ] && continue
+				grep -Eq "^$tag N=2 $p: second/first incarnation, median ratio [0-9.]+ \([0-9.]+ -> [0-9.]+ ms\)\$" \
+					"$dir/bench" || bad="$bad no second/first line for $tag $p;"
+			done
+			for kind in torch torch-reinit; do
+				for p in rootless stock; do
+					[ "$launch $kind $p" = "torchrun torch-reinit stock" ] && continue
+					grep -q "\"scenario\":\"$kind\",\"path\":\"$p\",\"ranks\":2,\"nodes\":$nodes,[^}]*\"torch\":\"$v\",\"launch\":\"$launch\"[,}]" \
+						"$dir/bench.json" || bad="$bad no $kind $v $p $launch row in the JSON;"
+				done
 			done
 		done
 	done
-done
-grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms \(median of 200\)\$" "$dir/bench" ||
-	bad="$bad no fork+exec line;"
-if [ -z "$bad" ]; then
-	ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios"
-else
-	not_ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios" "$bad" \
-		"$(grep -v 'hostname of the client' "$dir/bench" | tail -8)"
+	grep -Eq "^fork\+exec of /bin/true, to its exit: [0-9.]+ ms \(median of 200\)\$" "$dir/bench" ||
+		bad="$bad no fork+exec line;"
+	if [ -z "$bad" ]; then
+		ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios"
+	else
+		not_ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios" "$bad" \
+			"$(grep -v 'hostname of the client' "$dir/bench" | tail -8)"
+	fi
 fi
 exit $failed

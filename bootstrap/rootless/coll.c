@@ -274,12 +274,17 @@ static int drive_op(struct op *op)
 		 * (a link that still looks open), or never up.  Ask it (over a new
 		 * connection if it never made one to us: it may have been slower
 		 * to listen than our first try): if it answers, the rank that
-		 * knows the cause is further on, and we give it a moment to say
-		 * (its abort reaches us over the link the probe made); if not, it
-		 * is the culprit, and we say so after half that moment. */
+		 * knows the cause is further on, and we give it time to say (its
+		 * abort reaches us over the link the probe made); if not, it is
+		 * the culprit, and we say so after half a moment.  The time
+		 * given is a whole timeout and that moment: the peer may have
+		 * begun waiting up to a timeout after us (it started late), and
+		 * blaming it before its own deadline passed would send an abort
+		 * naming a live messenger, which beats the cause it is about to
+		 * find (first cause wins). */
 		int from = op->recv_from >= 0 ? hpct__group_world_rank(g, op->recv_from) : -1;
 		if (probed >= 0 && probe_at > 0 && hpct__eng_heard(w->eng, probed) >= probe_at) {
-			deadline = probe_at + grace; /* it answered */
+			deadline = probe_at + timeout + grace; /* it answered */
 			left = deadline - now;
 			probe_at = 0;
 		}

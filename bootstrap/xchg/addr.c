@@ -3,9 +3,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "bootstrap/base/bytes.h"
@@ -50,10 +52,72 @@ static int rl_peers(struct hpct_xchg *x, hpct_group *g)
 	return 0;
 }
 
+/* A rank's TCP listener is at its service's address: the kernel takes a
+ * connection there while its process lives (whatever that process is
+ * busy with), and refuses it once the process is gone or before it
+ * started.  The connection is closed at once: a connection that never
+ * says HELLO is dropped quietly by the engine.  All at once, wait_s in
+ * all. */
+static void rl_alive(struct hpct_xchg *x, const int *js, int n, double wait_s, signed char *out)
+{
+	int *fds = malloc((size_t)n * sizeof(int));
+	if (!fds) {
+		memset(out, -1, (size_t)n);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		const struct sockaddr_storage *a = &x->addrs[js[i]];
+		out[i] = 0;
+		fds[i] = socket(a->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fds[i] < 0) {
+			out[i] = -1;
+			continue;
+		}
+		if (connect(fds[i], (const struct sockaddr *)a, x->addrlens[js[i]]) == 0) {
+			out[i] = 1;
+		} else if (errno != EINPROGRESS) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+	}
+	double deadline = hpct__now() + wait_s;
+	for (;;) {
+		struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
+		int waiting = 0;
+		for (int i = 0; pf && i < n; i++)
+			pf[i] = (struct pollfd){ .fd = fds[i] >= 0 && out[i] == 0 ? fds[i] : -1,
+				                 .events = POLLOUT };
+		for (int i = 0; pf && i < n; i++)
+			waiting += pf[i].fd >= 0;
+		double left = deadline - hpct__now();
+		if (!pf || waiting == 0 || left <= 0 ||
+		    poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0) {
+			free(pf);
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			if (pf[i].fd < 0 || !pf[i].revents)
+				continue;
+			int err = 0;
+			socklen_t el = sizeof(err);
+			getsockopt(fds[i], SOL_SOCKET, SO_ERROR, &err, &el);
+			out[i] = err == 0 ? 1 : 0;
+			close(fds[i]);
+			fds[i] = -1;
+		}
+		free(pf);
+	}
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+}
+
 const struct xchg_addr_ops hpct__xchg_addr_rootless = {
 	.name = "rootless",
 	.bind_addr = rl_bind_addr,
 	.peers = rl_peers,
+	.alive = rl_alive,
 };
 
 /* Standard: the address this rank reaches the rendezvous from, any port. */
@@ -126,8 +190,17 @@ static int std_peers(struct hpct_xchg *x, hpct_group *g)
 	return rc;
 }
 
+/* A service's port is ephemeral here, with no listener beside it: no way
+ * to tell a late rank from a dead one. */
+static void std_alive(struct hpct_xchg *x, const int *js, int n, double wait_s, signed char *out)
+{
+	(void)x, (void)js, (void)wait_s;
+	memset(out, -1, (size_t)n);
+}
+
 const struct xchg_addr_ops hpct__xchg_addr_standard = {
 	.name = "standard",
 	.bind_addr = std_bind_addr,
 	.peers = std_peers,
+	.alive = std_alive,
 };

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap/base/bytes.h"
 #include "bootstrap/base/fdtrack.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/xchg/xchg_internal.h"
@@ -96,12 +97,27 @@ static void serve(struct xchg_service *s, const struct xw_hdr *rq,
 			        s->w->topo.rank, x->name, rq->from, text, quiet);
 		return;
 	}
+	if (x->failed) { /* the cause, so that it names the culprit, not us */
+		unsigned char p[8 + XW_CAUSE_MAX];
+		size_t n = strlen(x->cause);
+		hpct__put32(p, x->cause_origin);
+		hpct__put32(p + 4, x->cause_culprit);
+		memcpy(p + 8, x->cause, n);
+		answer(s, x, rq, XW_ABORT, p, (uint32_t)(8 + n), from, fl);
+		x->told[j] = 1;
+		pthread_cond_broadcast(&s->told_cv);
+		return;
+	}
 	int slot = hpct__xchg_slot(x, rq->version);
 	if (slot >= 0) {
 		const unsigned char *item =
 		        x->hist + ((size_t)slot * (size_t)x->size + (size_t)j) * x->item_size;
 		answer(s, x, rq, XW_ITEM, item, (uint32_t)x->item_size, from, fl);
 		x->st.requests_served++;
+		if (x->served[j] < rq->version) {
+			x->served[j] = rq->version;
+			pthread_cond_broadcast(&s->told_cv);
+		}
 	} else if (rq->version > x->newest) {
 		park(s, x, rq, from, fl);
 	} else {
@@ -124,7 +140,7 @@ void hpct__xchg_unpark(struct xchg_service *s, struct hpct_xchg *x)
 	for (int i = 0; i < s->npark; i++) {
 		struct xchg_parked p = s->park[i];
 		if (p.req.xid == x->xid &&
-		    (p.req.version <= x->newest || p.req.item_size != x->item_size)) {
+		    (x->failed || p.req.version <= x->newest || p.req.item_size != x->item_size)) {
 			serve(s, &p.req, &p.from, p.fromlen);
 			continue;
 		}
@@ -307,6 +323,7 @@ static void end(struct hpct_world *w, void *ctx)
 	close(s->wake[0]);
 	close(s->wake[1]);
 	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->told_cv);
 	free(s);
 	w->svc[HPCT_WORLD_SLOT_XCHG].ctx = NULL;
 	w->svc[HPCT_WORLD_SLOT_XCHG].ops = NULL;
@@ -352,6 +369,7 @@ int hpct__xchg_service(struct hpct_world *w, const struct xchg_addr_ops **ops_ou
 		                  w->topo.rank, strerror(e));
 	}
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->told_cv, NULL);
 	s->w = w;
 	s->fd = -1;
 	s->key.secret = w->topo.secret;

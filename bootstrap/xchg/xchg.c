@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/base/bytes.h"
@@ -48,6 +49,8 @@ void hpct__xchg_free(struct hpct_xchg *x)
 	free(x->addrlens);
 	free(x->cache_ver);
 	free(x->cache);
+	free(x->served);
+	free(x->told);
 	free(x);
 }
 
@@ -130,14 +133,18 @@ HPCT_API int hpct_xchg_create(hpct_group *g, const char *name, size_t item_size,
 	x->addrlens = calloc(n, sizeof(*x->addrlens));
 	x->cache_ver = calloc(HPCT_XCHG_HISTORY * n, sizeof(uint64_t));
 	x->cache = malloc(HPCT_XCHG_HISTORY * n * item_size);
+	x->served = calloc(n, sizeof(uint64_t));
+	x->told = calloc(n, 1);
 	int rc = HPCT_ENOMEM;
-	if (!x->members || !x->hist || !x->addrs || !x->addrlens || !x->cache_ver || !x->cache)
+	if (!x->members || !x->hist || !x->addrs || !x->addrlens || !x->cache_ver || !x->cache ||
+	    !x->served || !x->told)
 		goto free_x;
 	for (int j = 0; j < g->size; j++)
 		x->members[j] = hpct__group_world_rank(g, j);
 	const struct xchg_addr_ops *ops;
 	if ((rc = hpct__xchg_service(w, &ops, &x->svc)) < 0)
 		goto free_x;
+	x->ops = ops;
 	if ((rc = ops->peers(x, g)) < 0 || (rc = open_client(x)) < 0 ||
 	    (rc = hpct__xchg_register(x->svc, x)) < 0)
 		goto free_x;
@@ -198,7 +205,28 @@ struct pend {
 	uint64_t nonce;
 	double next, gap;
 	int sends, done;
+	signed char alive; /* at the deadline: 1, 0 (died or never started), -1 unknown */
 };
+
+/* The first cause of x's failure, kept (a later one is not: first cause
+ * wins) and answered to every request from now on, parked ones at once. */
+static void set_cause(struct hpct_xchg *x, uint32_t origin, uint32_t culprit, const char *text,
+                      size_t len)
+{
+	struct xchg_service *s = x->svc;
+	pthread_mutex_lock(&s->mu);
+	if (!x->failed) {
+		x->failed = 1;
+		x->cause_origin = origin;
+		x->cause_culprit = culprit;
+		if (len > XW_CAUSE_MAX)
+			len = XW_CAUSE_MAX;
+		memcpy(x->cause, text, len);
+		x->cause[len] = 0;
+		hpct__xchg_unpark(s, x);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
 
 static void addr_text(const struct hpct_xchg *x, int j, char *buf)
 {
@@ -271,6 +299,18 @@ static int take(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np,
 		p->done = 1;
 		return 1;
 	}
+	if (h.type == XW_ABORT && h.len >= 8) {
+		/* it failed before us: its cause is ours, and names the culprit */
+		const char *why = (const char *)pl + 8;
+		size_t wl = h.len - 8;
+		set_cause(x, hpct__get32(pl), hpct__get32(pl + 4), why, wl);
+		return hpct__fail(
+		        HPCT_EABORTED, HPCT_SUB_COLL,
+		        "rank %d: exchange '%s' (group %016llx, epoch %llu): rank %u at %s "
+		        "gave up on it: %.*s",
+		        world_rank(x), x->name, (unsigned long long)x->group,
+		        (unsigned long long)x->epoch, h.from, text, (int)wl, why);
+	}
 	if (h.type == XW_STALE && h.len == 16)
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_COLL,
 		                  "rank %d: exchange '%s' (epoch %llu): rank %u at %s no longer "
@@ -287,14 +327,77 @@ static int take(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np,
 	return 0;
 }
 
-/* Asks for the np items of ps and waits for them. */
+/* At a deadline: whether each peer not answered yet is alive (its
+ * process still holds its listener), so that the one blamed is one that
+ * died or never came, not one that is merely late; 1 when some is silent
+ * (or the path cannot say), 0 when all are alive. */
+static int classify(struct hpct_xchg *x, struct pend *ps, int np)
+{
+	int n = 0, silent = 0, *js = malloc((size_t)np * sizeof(int));
+	signed char *out = malloc((size_t)np);
+	for (int i = 0; js && out && i < np; i++)
+		if (!ps[i].done)
+			js[n++] = ps[i].j;
+	if (js && out && n > 0)
+		x->ops->alive(x, js, n, 0.3, out);
+	for (int i = 0, k = 0; js && out && i < np; i++) {
+		if (ps[i].done)
+			continue;
+		ps[i].alive = out[k++];
+		silent += ps[i].alive != 1;
+	}
+	free(js);
+	free(out);
+	return silent > 0 || n == 0;
+}
+
+/* This rank failed the exchange at its deadline, or a peer's ABORT told it
+ * why (the cause is set): the peers of this fetch found alive that never
+ * answered came late, and will ask us for our item; they get the cause
+ * instead.  Before the caller goes (its process may end, and with it the
+ * service), wait until each has asked, up to a timeout: skipping the
+ * culprit and the rank the cause came from. */
+static void linger(struct hpct_xchg *x, uint64_t version, const struct pend *ps, int np)
+{
+	struct xchg_service *s = x->svc;
+	double deadline = hpct__now() + x->timeout_s;
+	pthread_mutex_lock(&s->mu);
+	int culprit = hpct__xchg_group_rank(x, x->cause_culprit);
+	int origin = hpct__xchg_group_rank(x, x->cause_origin);
+	for (;;) {
+		int waiting = 0;
+		for (int i = 0; i < np; i++) {
+			int j = ps[i].j;
+			if (j != culprit && j != origin && !ps[i].done && ps[i].alive == 1 &&
+			    !x->told[j] && x->served[j] < version)
+				waiting++;
+		}
+		double left = deadline - hpct__now();
+		if (!waiting || left <= 0)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		double at =
+		        (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (left < 0.5 ? left : 0.5);
+		ts.tv_sec = (time_t)at;
+		ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+		pthread_cond_timedwait(&s->told_cv, &s->mu, &ts);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Asks for the np items of ps and waits for them.  At the deadline, peers
+ * not answered that are all alive (late, or waiting on someone else) get
+ * one more timeout; then the one blamed is one found dead if any. */
 static int ask(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np, void *out)
 {
 	double start = hpct__now(), deadline = start + x->timeout_s;
-	int left = np, inflight = 0, rc = 0;
+	int left = np, inflight = 0, rc = 0, extended = 0;
 	unsigned char *buf = malloc(XW_MAX);
 	if (!buf)
 		return HPCT_ENOMEM;
+	for (int i = 0; i < np; i++)
+		ps[i].alive = -1;
 	while (left > 0 && rc == 0) {
 		double now = hpct__now(), wake = deadline;
 		for (int i = 0; i < np; i++) {
@@ -308,8 +411,13 @@ static int ask(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np, v
 			if (p->next < wake)
 				wake = p->next;
 		}
-		if (now >= deadline)
-			break;
+		if (now >= deadline) {
+			if (classify(x, ps, np) || extended)
+				break;
+			extended = 1;
+			deadline = hpct__now() + x->timeout_s;
+			continue;
+		}
 		struct pollfd pf = { .fd = x->fd, .events = POLLIN };
 		if (poll(&pf, 1, (int)((wake - now) * 1000) + 1) < 0 && errno != EINTR) {
 			rc = -errno;
@@ -329,23 +437,38 @@ static int ask(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np, v
 		}
 	}
 	free(buf);
-	if (rc < 0 || left == 0)
-		return rc;
-	for (int i = 0; i < np; i++) {
-		if (ps[i].done)
-			continue;
-		char text[HPCT_ADDRSTRLEN];
-		addr_text(x, ps[i].j, text);
-		return hpct__fail(HPCT_ETIMEDOUT, HPCT_SUB_COLL,
-		                  "rank %d: exchange '%s' (group %016llx, epoch %llu): no answer "
-		                  "from rank %d at %s for version %llu after %.1f s (%d requests; "
-		                  "%d of %d peers asked not answered)",
-		                  world_rank(x), x->name, (unsigned long long)x->group,
-		                  (unsigned long long)x->epoch, x->members[ps[i].j], text,
-		                  (unsigned long long)version, hpct__now() - start, ps[i].sends,
-		                  left, np);
+	if (rc == HPCT_EABORTED) {
+		/* told: the peers found alive that have not answered may come
+		 * after the teller has gone, and we are the last to tell them */
+		classify(x, ps, np);
+		linger(x, version, ps, np);
 	}
-	return HPCT_ETIMEDOUT;
+	if (rc < 0)
+		return rc; /* logged where it was seen, naming the peer */
+	if (left == 0)
+		return 0;
+	int b = -1; /* whom to blame: one found dead, else the first not answered */
+	for (int i = 0; i < np; i++)
+		if (!ps[i].done && (b < 0 || (ps[b].alive != 0 && ps[i].alive == 0)))
+			b = i;
+	char text[HPCT_ADDRSTRLEN];
+	addr_text(x, ps[b].j, text);
+	rc = hpct__fail(
+	        HPCT_ETIMEDOUT, HPCT_SUB_COLL,
+	        "rank %d: exchange '%s' (group %016llx, epoch %llu): no answer from rank %d "
+	        "at %s for version %llu after %.1f s (%d requests; %d of %d peers asked "
+	        "not answered)%s",
+	        world_rank(x), x->name, (unsigned long long)x->group, (unsigned long long)x->epoch,
+	        x->members[ps[b].j], text, (unsigned long long)version, hpct__now() - start,
+	        ps[b].sends, left, np,
+	        ps[b].alive == 0   ? "; it takes no connection: it died or never started"
+	        : ps[b].alive == 1 ? "; it is alive (it takes connections) but never "
+	                             "answered"
+	                           : "");
+	const char *why = hpct_last_error();
+	set_cause(x, (uint32_t)world_rank(x), (uint32_t)x->members[ps[b].j], why, strlen(why));
+	linger(x, version, ps, np);
+	return rc;
 }
 
 HPCT_API int hpct_xchg_fetch(hpct_xchg *x, uint64_t version, const int *peers, int npeers,

@@ -10,7 +10,10 @@
  *   48 u64 nonce (the request's, echoed)  56 u32 len  60 u32 item size
  * REQ (requester -> service): no payload.  ITEM (service -> requester's
  * socket): the item.  STALE: u64 oldest, u64 newest version held.
- * MISMATCH: no payload; `item size` is the service's. */
+ * MISMATCH: no payload; `item size` is the service's.  ABORT: the exchange
+ * failed on the service's rank: u32 origin (the world rank that first
+ * failed), u32 culprit (the world rank it blamed, 0xffffffff none), then
+ * the origin's message (no NUL), the answer to every request from then on. */
 #ifndef HPCT_XCHG_INTERNAL_H
 #define HPCT_XCHG_INTERNAL_H
 
@@ -29,7 +32,10 @@
 #define XW_HDR   64
 #define XW_MAX   (XW_HDR + HPCT_XCHG_MAX_ITEM + HPCT_AUTH_MAC)
 
-enum xw_type { XW_REQ = 1, XW_ITEM = 2, XW_STALE = 3, XW_MISMATCH = 4 };
+enum xw_type { XW_REQ = 1, XW_ITEM = 2, XW_STALE = 3, XW_MISMATCH = 4, XW_ABORT = 5 };
+
+/* The most of a cause's message an ABORT carries. */
+#define XW_CAUSE_MAX 1000
 
 struct xw_hdr {
 	uint8_t type, flags;
@@ -63,7 +69,8 @@ struct xchg_parked {
 /* One per world, the first hpct_xchg_create's; the world's svc slot. */
 struct xchg_service {
 	struct hpct_world *w;
-	pthread_mutex_t mu; /* everything below, and every exchange's served state */
+	pthread_mutex_t mu;     /* everything below, and every exchange's served state */
+	pthread_cond_t told_cv; /* an exchange's `served` or `told` changed */
 	pthread_t thread;
 	int running;
 	int fd;      /* the service socket, or -1 */
@@ -88,6 +95,11 @@ struct xchg_addr_ops {
 	int (*bind_addr)(struct hpct_world *w, struct sockaddr_storage *ss, socklen_t *len);
 	/* Fills x->addrs for every member (create, collective by contract). */
 	int (*peers)(struct hpct_xchg *x, hpct_group *g);
+	/* Whether each of the n group ranks js is alive now, for blaming the
+	 * right one at a deadline: out[i] 1 alive (its process holds its
+	 * listener), 0 not (refused: it died or never started; or silent for
+	 * wait_s), -1 the path cannot say. */
+	void (*alive)(struct hpct_xchg *x, const int *js, int n, double wait_s, signed char *out);
 };
 
 extern const struct xchg_addr_ops hpct__xchg_addr_rootless; /* addr.c */
@@ -95,6 +107,7 @@ extern const struct xchg_addr_ops hpct__xchg_addr_standard;
 
 struct hpct_xchg {
 	struct xchg_service *svc;
+	const struct xchg_addr_ops *ops;
 	char name[HPCT_XCHG_NAMELEN];
 	uint64_t xid, group, epoch;
 	int rank, size;
@@ -106,6 +119,14 @@ struct hpct_xchg {
 	unsigned char *hist;                  /* HISTORY x size x item_size */
 	uint64_t newest;
 	struct hpct_xchg_stats st;
+	uint64_t *served; /* by group rank: the newest version served it */
+	/* The first cause of its failure (a fetch on this rank failed, or a
+	 * peer's ABORT said why): answered to every request from then on, so
+	 * that a rank that comes late learns the culprit, not that we left. */
+	int failed;
+	uint32_t cause_origin, cause_culprit;
+	unsigned char *told; /* by group rank: it got our ABORT */
+	char cause[XW_CAUSE_MAX + 1];
 	/* the fetching side: one thread at a time */
 	struct sockaddr_storage *addrs; /* members' services */
 	socklen_t *addrlens;
@@ -123,8 +144,8 @@ int hpct__xchg_service(struct hpct_world *w, const struct xchg_addr_ops **ops_ou
  * and forgets it. */
 int hpct__xchg_register(struct xchg_service *s, struct hpct_xchg *x);
 void hpct__xchg_unregister(struct xchg_service *s, struct hpct_xchg *x);
-/* Answers the requests parked for x that its newest version settles;
- * under s->mu. */
+/* Answers the requests parked for x that its newest version settles (all
+ * of them, with its cause, once x failed); under s->mu. */
 void hpct__xchg_unpark(struct xchg_service *s, struct hpct_xchg *x);
 /* The group rank of a world rank, -1 when not a member. */
 int hpct__xchg_group_rank(const struct hpct_xchg *x, uint32_t world_rank);

@@ -271,13 +271,22 @@ HPCT_API int hpct_xchg_publish(hpct_xchg *xchg, uint64_t version, const void *it
  * this rank's socket can receive), and asked again with backoff while
  * unanswered (a lost datagram, a peer not started yet, a peer that has not
  * published yet and holds the request).  Blocks until all came or
- * HPCT_TIMEOUT passed.  Errors: HPCT_EINVAL (a peer out of range, version
- * 0, an item size that differs from the peer's), HPCT_ETIMEDOUT (naming the
- * first peer not heard from: its rank, host:port, the exchange, version and
- * epoch), HPCT_ESTATE (the peer no longer holds that version: the message
- * names the versions it holds; or this rank asked itself for a version it
- * has not published; or the world recovered since).  On failure out is
- * partly written; what came is cached. */
+ * HPCT_TIMEOUT passed; then, on the rootless path, the peers not heard
+ * from are probed (does their process still take connections?): when all
+ * are alive (late, or waiting on someone else) they get one more
+ * HPCT_TIMEOUT.  Errors: HPCT_EINVAL (a peer out of range, version 0, an
+ * item size that differs from the peer's), HPCT_ETIMEDOUT (naming a peer
+ * not heard from, one found dead if any: its rank, host:port, the
+ * exchange, version and epoch), HPCT_EABORTED (a peer's fetch failed
+ * first: the message is its own, naming the culprit), HPCT_ESTATE (the
+ * peer no longer holds that version: the message names the versions it
+ * holds; or this rank asked itself for a version it has not published; or
+ * the world recovered since).  After HPCT_ETIMEDOUT or HPCT_EABORTED the
+ * exchange has failed here: its service answers every request with that
+ * first cause, so that a rank that comes late names the culprit, not the
+ * rank that left; before HPCT_ETIMEDOUT returns, it waits up to
+ * HPCT_TIMEOUT for the peers found alive and not heard from to ask and be
+ * told.  On failure out is partly written; what came is cached. */
 HPCT_API int hpct_xchg_fetch(hpct_xchg *xchg, uint64_t version, const int *peers, int npeers,
                              void *out);
 

@@ -49,6 +49,30 @@ if os.environ.get("JOB_DIE_RANK") == os.environ.get("RANK"):
 
     c10d._new_process_group_helper = die
 
+# JOB_HOLD_RANKS=r,...: those ranks hold before their first process group
+# (their store exists, so they are alive to their peers) until the file
+# JOB_HOLD_FILE shows JOB_HOLD_TEXT (another rank's log saying it failed):
+# they come late, after the first rank to fail.  60 s is a hang guard.
+if os.environ.get("RANK") in os.environ.get("JOB_HOLD_RANKS", "").split(","):
+    import time
+
+    c10d = dist.distributed_c10d
+    helper = c10d._new_process_group_helper
+
+    def held(*args, **kwargs):
+        path, text = os.environ["JOB_HOLD_FILE"], os.environ["JOB_HOLD_TEXT"]
+        give_up = time.monotonic() + 60
+        while time.monotonic() < give_up:
+            with open(path, errors="replace") as f:
+                if text in f.read():
+                    break
+            time.sleep(0.05)
+        else:
+            print(f"held: '{text}' never showed in {path}", flush=True)
+        return helper(*args, **kwargs)
+
+    c10d._new_process_group_helper = held
+
 # JOB_INIT: how the default group finds its store: env (env://), tcp
 # (tcp://MASTER_ADDR:MASTER_PORT) or store (a dist.TCPStore made here)
 how = os.environ.get("JOB_INIT", "env")
