@@ -452,19 +452,33 @@ static int ask(struct hpct_xchg *x, uint64_t version, struct pend *ps, int np, v
 		if (!ps[i].done && (b < 0 || (ps[b].alive != 0 && ps[i].alive == 0)))
 			b = i;
 	char text[HPCT_ADDRSTRLEN];
+	/* every other peer found dead too: which of them failed first no rank
+	 * can tell (one that failed because of another has left as well), so
+	 * the message names them all */
+	char others[512] = "";
+	size_t used = 0;
+	for (int i = 0; i < np && used < sizeof(others) - 64; i++)
+		if (i != b && !ps[i].done && ps[i].alive == 0) {
+			addr_text(x, ps[i].j, text);
+			int k = snprintf(others + used, sizeof(others) - used, "%s%d (%s)",
+			                 used ? ", " : "; other peers that take no connection: ",
+			                 x->members[ps[i].j], text);
+			used += k > 0 ? (size_t)k : 0;
+		}
 	addr_text(x, ps[b].j, text);
 	rc = hpct__fail(
 	        HPCT_ETIMEDOUT, HPCT_SUB_COLL,
 	        "rank %d: exchange '%s' (group %016llx, epoch %llu): no answer from rank %d "
 	        "at %s for version %llu after %.1f s (%d requests; %d of %d peers asked "
-	        "not answered)%s",
+	        "not answered)%s%s",
 	        world_rank(x), x->name, (unsigned long long)x->group, (unsigned long long)x->epoch,
 	        x->members[ps[b].j], text, (unsigned long long)version, hpct__now() - start,
 	        ps[b].sends, left, np,
 	        ps[b].alive == 0   ? "; it takes no connection: it died or never started"
 	        : ps[b].alive == 1 ? "; it is alive (it takes connections) but never "
 	                             "answered"
-	                           : "");
+	                           : "",
+	        others);
 	const char *why = hpct_last_error();
 	set_cause(x, (uint32_t)world_rank(x), (uint32_t)x->members[ps[b].j], why, strlen(why));
 	linger(x, version, ps, np);
