@@ -108,26 +108,33 @@ HPCT_API int hpct_world_create(struct hpct_world **world_out)
 	return hpct__world_start(&t, NULL, world_out);
 }
 
+/* Where `rank` is, or would go, in the sorted list of replaced ranks. */
+static int reborn_at(const struct hpct_world *w, int rank)
+{
+	int lo = 0, hi = w->nreborn;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (w->reborn[mid].rank < rank)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* Records that `replaced` (increasing) began anew at `epoch`: merged into
  * the sorted list, a rank already in it updated.  The room is there. */
 static void reborn_record(struct hpct_world *w, uint64_t epoch, const int *replaced, int nreplaced)
 {
 	for (int i = 0; i < nreplaced; i++) {
-		int lo = 0, hi = w->nreborn;
-		while (lo < hi) {
-			int mid = (lo + hi) / 2;
-			if (w->reborn[mid].rank < replaced[i])
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		if (lo < w->nreborn && w->reborn[lo].rank == replaced[i]) {
-			w->reborn[lo].epoch = epoch;
+		int at = reborn_at(w, replaced[i]);
+		if (at < w->nreborn && w->reborn[at].rank == replaced[i]) {
+			w->reborn[at].epoch = epoch;
 			continue;
 		}
-		memmove(&w->reborn[lo + 1], &w->reborn[lo],
-		        (size_t)(w->nreborn - lo) * sizeof(*w->reborn));
-		w->reborn[lo] = (struct hpct_reborn){ replaced[i], epoch };
+		memmove(&w->reborn[at + 1], &w->reborn[at],
+		        (size_t)(w->nreborn - at) * sizeof(*w->reborn));
+		w->reborn[at] = (struct hpct_reborn){ replaced[i], epoch };
 		w->nreborn++;
 	}
 }
@@ -346,20 +353,12 @@ int hpct__world_route_source(struct hpct_world *w, const char *who, struct socka
 	return 0;
 }
 
-static int reborn_cmp(const void *key, const void *elem)
-{
-	int k = *(const int *)key, r = ((const struct hpct_reborn *)elem)->rank;
-	return (k > r) - (k < r);
-}
-
 uint64_t hpct__world_rank_born(const struct hpct_world *w, int rank)
 {
 	if (rank < 0 || rank >= w->topo.size)
 		return UINT64_MAX;
-	const struct hpct_reborn *e =
-	        w->nreborn ? bsearch(&rank, w->reborn, (size_t)w->nreborn, sizeof(*e), reborn_cmp)
-	                   : NULL;
-	return e ? e->epoch : w->born_epoch;
+	int at = reborn_at(w, rank);
+	return at < w->nreborn && w->reborn[at].rank == rank ? w->reborn[at].epoch : w->born_epoch;
 }
 
 void hpct__world_tell_failure(struct hpct_world *w, uint64_t group, const char *text)
