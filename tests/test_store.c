@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,6 +412,7 @@ struct parked {
 	void *val;
 	size_t len;
 	struct ht_event started;
+	char why[1024]; /* the call's hpct_last_error() */
 };
 
 static void *parked_call(void *p)
@@ -422,6 +424,7 @@ static void *parked_call(void *p)
 		a->rc = hpct__store_queue_pop(a->s, a->key, 30.0, &a->val, &a->len);
 	else
 		a->rc = hpct__store_wait(a->s, &a->key, 1, 30.0);
+	snprintf(a->why, sizeof(a->why), "%s", hpct_last_error());
 	return NULL;
 }
 
@@ -931,4 +934,96 @@ static int budgeted(int rank, void *arg)
 Test(store, big_values_take_from_the_process_budget)
 {
 	run_job(2, 1, env_budget, budgeted);
+}
+
+/* ---- a failure's cause, passed on ---- */
+
+/* Rank 2 is SIGKILLed; rank 0 then finds it dead (a key homed there) and
+ * exits, as a rank whose job fails does, while rank 1 is parked on a key
+ * homed on rank 0.  Rank 1 must be told why rank 0 left, naming rank 2,
+ * not only that rank 0 is gone; its next failure (rank 0 is gone now)
+ * names rank 2 too, as the first it found. */
+struct cause_job {
+	struct job j;
+	struct ht_event parked;
+};
+
+static void key_homed(struct hpct_store *s, int home, char *key, size_t len)
+{
+	for (int k = 0;; k++) {
+		snprintf(key, len, "cause%d", k);
+		if (hpct__store_home(s, key) == home)
+			return;
+	}
+}
+
+static int cause_passed_on(int rank, void *arg)
+{
+	struct cause_job *cj = arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(61, &w, &s);
+	if (rc)
+		return rc;
+	char on0[32], on2[32];
+	key_homed(s, 0, on0, sizeof(on0));
+	key_homed(s, 2, on2, sizeof(on2));
+	if (rank == 2) {
+		if (ht_event_wait(&cj->parked, 1, 60) != 0)
+			return 20;
+		raise(SIGKILL);
+	}
+	if (rank == 0) {
+		void *v = NULL;
+		size_t len;
+		/* refused once rank 2 is gone (retried until the wait passes) */
+		if (ht_event_wait(&cj->parked, 1, 60) != 0)
+			return 21;
+		rc = hpct__store_get(s, on2, 3.0, &v, &len);
+		if (rc == 0 || !strstr(hpct_last_error(), "rank 2 "))
+			return 22;
+		exit(0); /* atexit: the server tells rank 1 */
+	}
+	struct parked a = { .s = s, .key = on0 };
+	pthread_t th;
+	if ((rc = park_call(&a, &th)) != 0)
+		return rc;
+	ht_event_post(&cj->parked, 2);
+	pthread_join(th, NULL);
+	const char *why = a.why;
+	fprintf(stderr, "rank 1, parked on rank 0: %s\n", why);
+	if (a.rc != HPCT_EPEERDEAD)
+		return 23;
+	if (!strstr(why, "rank 0 (the key's home) at 127.0.0.1:") ||
+	    !strstr(why, "is leaving, after it found rank 2 at 127.0.0.2:"))
+		return 24;
+	/* once rank 0 is gone (it answers "is leaving" until then), the
+	 * first failure this rank knows is named */
+	int all;
+	hpct__store_set_timeout(s, 1.0);
+	for (int i = 0; i < 100; i++) {
+		rc = hpct__store_check(s, (const char *const *)&a.key, 1, &all);
+		why = hpct_last_error();
+		if (rc == 0 || !strstr(why, "is leaving"))
+			break;
+		usleep(20000);
+	}
+	fprintf(stderr, "rank 1, to rank 0 again: %s\n", why);
+	if (rc == 0 || !strstr(why, "rank 0 (the key's home)") ||
+	    !strstr(why, "before it, this rank found rank 2 at 127.0.0.2:"))
+		return 25;
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, a_rank_that_leaves_after_a_failure_passes_its_cause_on)
+{
+	struct cause_job cj = { .j = { .n = 3, .slot = 2 } };
+	cr_assert(ht_event_init(&cj.parked) == 0);
+	int codes[3];
+	ht_spawn(3, env, cause_passed_on, &cj, 60, NULL, codes);
+	cr_expect_eq(codes[0], 0, "rank 0: %s", ht_describe(codes, 3));
+	cr_expect_eq(codes[1], 0, "rank 1: %s", ht_describe(codes, 3));
+	cr_expect_eq(codes[2], 128 + SIGKILL, "rank 2: %s", ht_describe(codes, 3));
+	ht_event_destroy(&cj.parked);
 }

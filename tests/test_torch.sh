@@ -139,19 +139,13 @@ survivors_name_2() { # tag
 	done
 }
 
-# The verdict of a killed-rank test from bad and blame.  On torch 2.x's
-# store path a survivor waiting on a key homed on a rank that had already
-# failed (because of rank 2) and left names that home: its server does not
-# yet answer its parked waits with the cause before its rank exits (the
-# exchange does).  Until it does, that blame is a TAP TODO there, said in
-# full; anything else wrong fails.
+# The verdict of a killed-rank test from bad and blame: any blame of a
+# rank but the killed one fails (a rank that failed because of it passes
+# the cause on: the exchange's ABORT on 1.13, the store's answer of a
+# leaving rank on 2.x).
 killed_verdict() { # name took
-	if [ -n "$bad" ] || { [ -n "$blame" ] && [ "$t" = 1.13 ]; }; then
+	if [ -n "$bad$blame" ]; then
 		not_ok "$1" "$bad$blame"
-	elif [ -n "$blame" ]; then
-		n_test=$((n_test + 1))
-		echo "not ok $n_test - $1 # TODO the store's server does not pass the cause on to its waits yet"
-		printf "%s\n" "$blame" | sed "s/^/# /"
 	else
 		ok "$1${2:+ (in $2 s, HPCT_TIMEOUT=5)}"
 	fi

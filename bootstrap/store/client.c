@@ -86,6 +86,54 @@ struct hpct_store {
 	int *fd; /* per home rank, -1 until first used */
 };
 
+/* The first home this process found dead, or was told of by a home that
+ * left (per world and epoch): a later failure, often of a home that left
+ * because of it, names it too, and this rank's server tells its parked
+ * clients before the process exits (server.c).  A rank that fails
+ * because of another passes the cause on, not only its own leaving. */
+static struct {
+	pthread_mutex_t mu;
+	uint64_t job, epoch;
+	int set;
+	char why[512];
+} first = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* Records `why` (as "rank 2 at host:port ...") when it is this world
+ * epoch's first; in also, what a message saying `says` adds: the first,
+ * when `says` does not name its rank at its address already. */
+static void found_dead(const struct hpct_store *s, const char *why, const char *says, char *also,
+                       size_t alen)
+{
+	also[0] = 0;
+	pthread_mutex_lock(&first.mu);
+	if (!first.set || first.job != s->w->topo.job || first.epoch != s->w->topo.epoch) {
+		snprintf(first.why, sizeof(first.why), "%s", why);
+		first.job = s->w->topo.job;
+		first.epoch = s->w->topo.epoch;
+		first.set = 1;
+	} else {
+		/* "rank 2 at 127.0.0.1:2550" */
+		const char *at = strstr(first.why, " at ");
+		const char *end = at ? strchr(at + 4, ' ') : NULL;
+		size_t n = end ? (size_t)(end - first.why) : strlen(first.why);
+		char tag[HPCT_ADDRSTRLEN + 32];
+		snprintf(tag, sizeof(tag), "%.*s", (int)n, first.why);
+		if (!strstr(says, tag))
+			snprintf(also, alen, "; before it, this rank found %s", first.why);
+	}
+	pthread_mutex_unlock(&first.mu);
+}
+
+int hpct__store_first_dead(char *buf, size_t len)
+{
+	pthread_mutex_lock(&first.mu);
+	int set = first.set;
+	if (set)
+		snprintf(buf, len, "%s", first.why);
+	pthread_mutex_unlock(&first.mu);
+	return set;
+}
+
 static double cap_timeout(const struct hpct_store *s, double t)
 {
 	double lim = s->w->topo.timeout_s;
@@ -140,7 +188,7 @@ double hpct__store_timeout(const struct hpct_store *s)
 	return cap_timeout(s, s->timeout);
 }
 
-static int home_of(const struct hpct_store *s, const char *key)
+int hpct__store_home(const struct hpct_store *s, const char *key)
 {
 	return (int)(hpct__hash(key, strlen(key), s->ns ^ 0x73746f7265ull) %
 	             (uint64_t)s->w->topo.size);
@@ -209,16 +257,24 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 			return 0;
 		}
 		double now = hpct__now();
-		if (fd == HPCT_ETIMEDOUT || !hpct__sock_retryable(-fd) || now >= deadline)
+		if (fd == HPCT_ETIMEDOUT || !hpct__sock_retryable(-fd) || now >= deadline) {
+			char why[HPCT_ADDRSTRLEN + 160], also[600];
+			snprintf(why, sizeof(why),
+			         "rank %d at %s did not answer within %.1f s (%s): it has not "
+			         "started, or it died",
+			         home, text, now - t0,
+			         fd < 0 && fd > -4096 ? strerror(-fd) : "no answer");
+			found_dead(s, why, why, also, sizeof(also));
 			return hpct__fail(fd == HPCT_ETIMEDOUT || hpct__sock_retryable(-fd)
 			                          ? HPCT_ETIMEDOUT
 			                          : fd,
 			                  HPCT_SUB_NET,
 			                  "store: %s: rank %d (the key's home) at %s did not "
 			                  "answer within %.1f s "
-			                  "(%s): it has not started, or it died",
+			                  "(%s): it has not started, or it died%s",
 			                  what, home, text, now - t0,
-			                  fd < 0 && fd > -4096 ? strerror(-fd) : "no answer");
+			                  fd < 0 && fd > -4096 ? strerror(-fd) : "no answer", also);
+		}
 		hpct__sleep(nap < deadline - now ? nap : deadline - now);
 		nap = nap * 2 > 0.01 ? 0.01 : nap * 2; /* a rank starting now: soon */
 	}
@@ -282,29 +338,57 @@ static int answer(struct hpct_store *s, int home, double deadline, int *status, 
 }
 
 /* The exchange with `home` failed (s->mu held): its connection goes, and
- * the failure is named. */
+ * the failure is named (with the first rank found dead before, when it
+ * died or left). */
 static int broken(struct hpct_store *s, int home, const char *what, int io)
 {
-	char text[HPCT_ADDRSTRLEN] = "?";
+	char text[HPCT_ADDRSTRLEN] = "?", also[600] = "";
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 	if (s->fd[home] >= 0)
 		close(s->fd[home]);
 	s->fd[home] = -1;
-	return hpct__fail(io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM ||
-	                                  io == HPCT_EREFUSED
-	                          ? io
-	                          : HPCT_EPEERDEAD,
-	                  HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)", what,
-	                  home, text,
+	int err = io == HPCT_EPROTO || io == HPCT_ETIMEDOUT || io == HPCT_ENOMEM ||
+	                          io == HPCT_EREFUSED
+	                  ? io
+	                  : HPCT_EPEERDEAD;
+	if (err == HPCT_EPEERDEAD) {
+		char why[HPCT_ADDRSTRLEN + 160];
+		snprintf(why, sizeof(why),
+		         "rank %d at %s closed its connection: it died or left (%s)", home, text,
+		         hpct_strerror(io));
+		found_dead(s, why, why, also, sizeof(also));
+	}
+	return hpct__fail(err, HPCT_SUB_NET, "store: %s: rank %d (the key's home) at %s %s (%s)%s",
+	                  what, home, text,
 	                  io == HPCT_EREFUSED ? "refused us: it has a shared secret (HPCT_SECRET) "
 	                                        "and this rank has none"
 	                  : io == HPCT_EPROTO ? "answered something malformed"
 	                  : io == HPCT_ETIMEDOUT ? "did not answer in time"
 	                  : io == HPCT_ENOMEM    ? "sent an answer too big to hold"
 	                                         : "closed its connection: it died or left",
-	                  hpct_strerror(io));
+	                  hpct_strerror(io), also);
+}
+
+/* `home` answered HPCT_EPEERDEAD: it is leaving, because of the failure
+ * its answer names (server.c), which becomes this rank's first too. */
+static int left(struct hpct_store *s, int home, const char *what, const unsigned char *rep,
+                size_t replen)
+{
+	char text[HPCT_ADDRSTRLEN] = "?", cause[512], why[700], also[600];
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+	snprintf(cause, sizeof(cause), "%.*s", (int)(replen < 511 ? replen : 511),
+	         rep ? (const char *)rep : "");
+	snprintf(why, sizeof(why), "rank %d at %s is leaving, after it found %s", home, text,
+	         cause);
+	found_dead(s, cause[0] ? cause : why, why, also, sizeof(also));
+	return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
+	                  "store: %s: rank %d (the key's home) at %s is leaving, after it found "
+	                  "%s%s",
+	                  what, home, text, cause, also);
 }
 
 /* A home's refusal for want of memory, named. */
@@ -359,6 +443,8 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 		rc = broken(s, home, what, io);
 	if (io == 0 && rc == HPCT_ENOMEM)
 		rc = full(s, home, op, what, key, blen ? blen : alen);
+	if (io == 0 && rc == HPCT_EPEERDEAD)
+		rc = left(s, home, what, *rep, *replen);
 	pthread_mutex_unlock(&s->mu);
 	if (rc && *rep) {
 		free(*rep);
@@ -388,7 +474,7 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 	while (sent < n) {
 		unsigned char *f = NULL;
 		size_t flen = 0;
-		int home = home_of(s, keys[sent]);
+		int home = hpct__store_home(s, keys[sent]);
 		if ((rc = frame(s, what, op, keys[sent], a, alen, NULL, 0, &f, &flen)) != 0)
 			break;
 		if ((rc = ensure(s, home, what, hpct__now() + t)) == 0 &&
@@ -400,7 +486,7 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 		sent++;
 	}
 	for (int i = 0; i < sent; i++) {
-		int home = home_of(s, keys[i]);
+		int home = hpct__store_home(s, keys[i]);
 		if (s->fd[home] < 0) {
 			rcs[i] = HPCT_EPEERDEAD;
 			continue;
@@ -411,6 +497,9 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 			rc = rc ? rc : rcs[i];
 		} else if (rcs[i] == HPCT_ENOMEM) {
 			rcs[i] = full(s, home, op, what, keys[i], alen);
+		} else if (rcs[i] == HPCT_EPEERDEAD) {
+			rcs[i] = left(s, home, what, reps[i], replens[i]);
+			rc = rc ? rc : rcs[i];
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -477,7 +566,7 @@ static int put_value(struct hpct_store *s, uint8_t op, const char *what, const c
 	unsigned char l[4], *rep;
 	size_t rl;
 	hpct__put32(l, (uint32_t)len);
-	int rc = rpc(s, home_of(s, key), what, op, key, l, 4, val, len, 0, &rep, &rl);
+	int rc = rpc(s, hpct__store_home(s, key), what, op, key, l, 4, val, len, 0, &rep, &rl);
 	free(rep);
 	return rc;
 }
@@ -508,7 +597,7 @@ static int parked_value(struct hpct_store *s, uint8_t op, const char *what, cons
 	unsigned char ms[8], *rep;
 	size_t rl;
 	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
-	int home = home_of(s, key);
+	int home = hpct__store_home(s, key);
 	int rc = rpc(s, home, what, op, key, ms, 8, NULL, 0, t, &rep, &rl);
 	if (rc == HPCT_ETIMEDOUT)
 		return quiet ? rc : timed_out(s, what, missing, key, home, t);
@@ -532,7 +621,8 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 	for (int i = 0; i < n; i++) {
 		vals[i] = NULL;
 		if (rc == 0 && bt.rcs[i] == HPCT_ETIMEDOUT)
-			rc = timed_out(s, "get", "was not set", keys[i], home_of(s, keys[i]), t);
+			rc = timed_out(s, "get", "was not set", keys[i],
+			               hpct__store_home(s, keys[i]), t);
 		else if (rc == 0 && bt.rcs[i])
 			rc = bt.rcs[i];
 		else if (rc == 0) {
@@ -560,7 +650,7 @@ int hpct__store_add(struct hpct_store *s, const char *key, int64_t delta, int64_
 	unsigned char d[8], *rep;
 	size_t rl;
 	hpct__put64(d, (uint64_t)delta);
-	int home = home_of(s, key);
+	int home = hpct__store_home(s, key);
 	int rc = rpc(s, home, "add", OP_ADD, key, d, 8, NULL, 0, 0, &rep, &rl);
 	if (rc == HPCT_EINVAL) {
 		char kb[KEY_SHOWN + 8];
@@ -591,8 +681,8 @@ int hpct__store_cas(struct hpct_store *s, const char *key, const void *expected,
 	hpct__put32(body + 4 + elen, (uint32_t)dlen);
 	if (dlen)
 		memcpy(body + 8 + elen, desired, dlen);
-	int rc =
-	        rpc(s, home_of(s, key), "compare_set", OP_CAS, key, body, n, NULL, 0, 0, &rep, &rl);
+	int rc = rpc(s, hpct__store_home(s, key), "compare_set", OP_CAS, key, body, n, NULL, 0, 0,
+	             &rep, &rl);
 	free(body);
 	return rc ? rc : take_value(rep, rl, val_out, len_out);
 }
@@ -601,7 +691,7 @@ static int flag_op(struct hpct_store *s, uint8_t op, const char *what, const cha
 {
 	unsigned char *rep;
 	size_t rl;
-	int rc = rpc(s, home_of(s, key), what, op, key, NULL, 0, NULL, 0, 0, &rep, &rl);
+	int rc = rpc(s, hpct__store_home(s, key), what, op, key, NULL, 0, NULL, 0, 0, &rep, &rl);
 	if (rc == 0 && rl != 1)
 		rc = HPCT_EPROTO;
 	if (rc == 0)
@@ -638,7 +728,7 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 		if (bt.rcs[i] == HPCT_ETIMEDOUT)
 			rc = quiet ? bt.rcs[i]
 			           : timed_out(s, "wait", "was not set", keys[i],
-			                       home_of(s, keys[i]), t);
+			                       hpct__store_home(s, keys[i]), t);
 		else if (bt.rcs[i])
 			rc = bt.rcs[i];
 	batch_free(&bt, n);
@@ -684,7 +774,7 @@ static int not_a_queue(struct hpct_store *s, const char *what, const char *key)
 	return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
 	                  "store: %s: key '%s' (home rank %d) holds a value that is not a "
 	                  "queue (set, appended to or added to, not pushed)",
-	                  what, shown(key, kb, sizeof(kb)), home_of(s, key));
+	                  what, shown(key, kb, sizeof(kb)), hpct__store_home(s, key));
 }
 
 int hpct__store_append(struct hpct_store *s, const char *key, const void *val, size_t len)
@@ -710,7 +800,8 @@ int hpct__store_queue_len(struct hpct_store *s, const char *key, int64_t *n_out)
 {
 	unsigned char *rep;
 	size_t rl;
-	int rc = rpc(s, home_of(s, key), "queue_len", OP_QLEN, key, NULL, 0, NULL, 0, 0, &rep, &rl);
+	int rc = rpc(s, hpct__store_home(s, key), "queue_len", OP_QLEN, key, NULL, 0, NULL, 0, 0,
+	             &rep, &rl);
 	if (rc == HPCT_EINVAL)
 		return not_a_queue(s, "queue_len", key);
 	if (rc == 0 && rl != 8)

@@ -63,7 +63,10 @@
 #define WINDOW         65536u /* what a read may take beyond what came */
 #define PAUSE_S        0.1    /* accepting paused on EMFILE, at most */
 
-static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
+static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER,
+	                   .cv = PTHREAD_COND_INITIALIZER,
+	                   .lfd = -1,
+	                   .wake = { -1, -1 } };
 
 /* "10.0.0.3:41234 (rank 7)": the address, and the rank it proved. */
 const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len)
@@ -130,7 +133,9 @@ static int serve_one(struct sconn *c)
 		return -1;
 	if (c->inlen - 4 < fl)
 		return 0;
-	if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
+	if (__atomic_load_n(&srv.leaving, __ATOMIC_ACQUIRE)) /* the cause: this rank is leaving */
+		sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
+	else if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
 		return -1;
 	c->admitted = 1; /* without a secret, a whole request admits it */
 	unreserve(c);
@@ -439,20 +444,70 @@ static void accept_all(double now)
 	}
 }
 
+/* The process is exiting after a peer's failure: every parked request is
+ * answered with the cause now (and any that comes, by serve_one), rather
+ * than by the close of its connection, which would name only this rank. */
+static void tell_leaving(void)
+{
+	char b[64];
+	while (read(srv.wake[0], b, sizeof(b)) > 0)
+		;
+	pthread_mutex_lock(&srv.mu);
+	int leaving = srv.leaving;
+	pthread_mutex_unlock(&srv.mu);
+	if (!leaving)
+		return;
+	for (int i = 0; i < srv.nc; i++) {
+		struct sconn *c = &srv.c[i];
+		if (c->parked) {
+			sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
+			sreq_unpark(c);
+		}
+		if (c->fd >= 0 && progress(c) < 0) {
+			close(c->fd);
+			c->fd = -1;
+		}
+	}
+	pthread_mutex_lock(&srv.mu);
+	srv.told = 1;
+	pthread_cond_broadcast(&srv.cv);
+	pthread_mutex_unlock(&srv.mu);
+}
+
+/* At exit (atexit), when this process's store found a peer dead: the
+ * server thread tells the clients parked here why this rank leaves, so
+ * that they name the first failure, not this rank; 1 s at most. */
+static void leave(void)
+{
+	char cause[sizeof(srv.cause) - 64];
+	if (getpid() != srv.pid || !hpct__store_first_dead(cause, sizeof(cause)))
+		return;
+	pthread_mutex_lock(&srv.mu);
+	snprintf(srv.cause, sizeof(srv.cause), "%s", cause);
+	__atomic_store_n(&srv.leaving, 1, __ATOMIC_RELEASE);
+	ssize_t w = write(srv.wake[1], "x", 1);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	while (w == 1 && !srv.told && pthread_cond_timedwait(&srv.cv, &srv.mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&srv.mu);
+}
+
 static void *server_main(void *arg)
 {
 	(void)arg;
 	struct pollfd *pfd = NULL;
 	int cap = 0;
 	for (;;) {
-		if (cap < srv.nc + 1) {
-			struct pollfd *p = realloc(pfd, (size_t)(srv.nc + 1) * 2 * sizeof(*p));
+		if (cap < srv.nc + 2) {
+			struct pollfd *p = realloc(pfd, (size_t)(srv.nc + 2) * 2 * sizeof(*p));
 			if (!p) {
 				hpct__sleep(0.01);
 				continue;
 			}
 			pfd = p;
-			cap = (srv.nc + 1) * 2;
+			cap = (srv.nc + 2) * 2;
 		}
 		double now = hpct__now(), next = now + 3600;
 		for (int i = 0; i < srv.nc; i++) {
@@ -481,8 +536,9 @@ static void *server_main(void *arg)
 		if (paused && srv.resume_at < next)
 			next = srv.resume_at;
 		pfd[0] = (struct pollfd){ .fd = paused ? -1 : srv.lfd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = srv.wake[0], .events = POLLIN };
 		for (int i = 0; i < srv.nc; i++)
-			pfd[i + 1] = (struct pollfd){
+			pfd[i + 2] = (struct pollfd){
 				.fd = srv.c[i].fd,
 				.events = (short)((stalled(&srv.c[i]) || srv.c[i].budget_wait
 				                           ? 0
@@ -490,10 +546,10 @@ static void *server_main(void *arg)
 				                  (pending(&srv.c[i]) ? POLLOUT : 0)),
 			};
 		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
-		if (poll(pfd, (nfds_t)srv.nc + 1, ms) < 0 && errno != EINTR)
+		if (poll(pfd, (nfds_t)srv.nc + 2, ms) < 0 && errno != EINTR)
 			hpct__sleep(0.01);
 		for (int i = srv.nc - 1; i >= 0; i--) {
-			short re = pfd[i + 1].revents;
+			short re = pfd[i + 2].revents;
 			if (re & (POLLIN | POLLHUP | POLLERR))
 				if (on_readable(&srv.c[i], re) < 0) {
 					close(srv.c[i].fd);
@@ -502,6 +558,8 @@ static void *server_main(void *arg)
 		}
 		if (pfd[0].revents & POLLIN)
 			accept_all(hpct__now());
+		if (pfd[1].revents & POLLIN)
+			tell_leaving();
 	}
 	return NULL;
 }
@@ -564,14 +622,23 @@ int hpct__store_server_start(struct hpct_world *w)
 			memcpy(srv.secret, w->topo.secret, srv.slen);
 		}
 	}
+	if (rc == 0 && pipe2(srv.wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+		close(fd);
+		rc = hpct__fail(-errno, HPCT_SUB_NET, "cannot start the store thread: pipe: %s",
+		                strerror(errno));
+	}
 	pthread_t th;
 	srv.lfd = fd;
 	if (rc == 0 && pthread_create(&th, NULL, server_main, NULL) != 0) {
 		close(fd);
+		close(srv.wake[0]);
+		close(srv.wake[1]);
 		rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_NET, "cannot start the store thread");
 	}
 	if (rc == 0) {
 		pthread_detach(th);
+		srv.pid = getpid();
+		atexit(leave);
 		srv.started = 1;
 		HPCT_INFO(HPCT_SUB_NET,
 		          "store: rank %d serves its keys at %s (at most %zu keys, %zu bytes; "

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "bootstrap/base/auth.h"
 #include "bootstrap/base/log.h"
@@ -67,6 +68,15 @@ struct ssrv {
 	struct hpct_auth_id id;
 	unsigned char *secret;
 	size_t slen;
+	/* the process is exiting after a peer's failure (server.c's
+	 * leave()): its parked requests, and any that come, are answered
+	 * HPCT_EPEERDEAD with `cause`; wake[0] wakes the thread for it and
+	 * `told` (under mu, signalled on cv) says it has */
+	int wake[2];
+	pid_t pid;
+	pthread_cond_t cv;
+	int leaving, told;
+	char cause[512];
 };
 
 /* Buffer sizes, counted in inflight as they change. */

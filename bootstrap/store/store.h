@@ -28,7 +28,10 @@
  *     LIST   - (empty key)              reply: status, u32 n, n x (u32 length, key)
  *   reply: i32 status (0, HPCT_ETIMEDOUT, HPCT_EINVAL, HPCT_ENOMEM,
  *   HPCT_EPROTO) + fields; the ops are numbered 1 (SET) to 13 (LIST) in
- *   this order.
+ *   this order.  HPCT_EPEERDEAD + text answers any request, parked or
+ *   new, of a rank exiting after it found a peer dead: the text names
+ *   that peer ("rank 2 at host:port closed its connection: ..."), so that
+ *   its clients name the first failure, not the rank that passed it on.
  * A queue is a key whose value is its items as frames (u32 length +
  * bytes), so that CHECK, WAIT, GET and COUNT see it exactly while it holds
  * items: QPUSH appends a frame (QPUSH's body is one), QPOP takes the first
@@ -68,6 +71,8 @@ HPCT_PRIVATE int hpct__store_open(hpct_world *world, uint64_t ns, double timeout
 HPCT_PRIVATE void hpct__store_close(struct hpct_store *store);
 HPCT_PRIVATE void hpct__store_set_timeout(struct hpct_store *store, double timeout_s);
 HPCT_PRIVATE double hpct__store_timeout(const struct hpct_store *store);
+/* The rank that keeps `key` of this handle's namespace (its home). */
+HPCT_PRIVATE int hpct__store_home(const struct hpct_store *store, const char *key);
 
 /* Every call is safe from several threads (one request at a time) and
  * fails with a message naming the key, its home rank and host:port.

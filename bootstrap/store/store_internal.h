@@ -34,6 +34,10 @@ int hpct__store_addr(struct hpct_world *w, int rank, struct sockaddr_storage *ss
                      char *text, size_t tlen);
 /* What a store connection's proof is bound to (client.c). */
 struct hpct_auth_id hpct__store_auth_id(const struct hpct_world *w, int client, int home);
+/* The first home this process's store found dead, or was told of by a
+ * home that left (client.c), as "rank 2 at host:port closed its
+ * connection: ..." in buf: 1, or 0 when none. */
+int hpct__store_first_dead(char *buf, size_t len);
 /* Starts this process's server thread once, at this rank's store address
  * (server.c); later calls return the first one's result. */
 int hpct__store_server_start(struct hpct_world *w);
