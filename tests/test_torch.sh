@@ -137,6 +137,12 @@ survivors_name_2() { # tag
 		line=$(grep -E "$other" "$dir/$1$r" | grep -Ev "$two" | head -1)
 		[ -z "$line" ] || blame="$blame rank $r blames another rank: $line;"
 	done
+	# when wrong, how each survivor failed first: who passed what on
+	if [ -n "$bad$blame" ]; then
+		for r in 0 1 3; do
+			blame="$blame rank $r's first warning: $(grep -m1 'HPCT WARN' "$dir/$1$r");"
+		done
+	fi
 }
 
 # The verdict of a killed-rank test from bad and blame: any blame of a

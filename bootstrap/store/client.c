@@ -222,6 +222,14 @@ static int unreachable(struct hpct_store *s, char *buf, size_t len)
 		if (n++ < 8 && used < len)
 			used += (size_t)snprintf(buf + used, len - used, "%s%d (%s)",
 			                         n > 1 ? ", " : "", r, text);
+		if (n == 1) { /* the first such: a cause this rank passes on */
+			char why[HPCT_ADDRSTRLEN + 96], also[600];
+			snprintf(why, sizeof(why),
+			         "rank %d at %s took no connection after a wait passed: it died "
+			         "or never started",
+			         r, text);
+			found_dead(s, why, why, also, sizeof(also));
+		}
 	}
 	return n;
 }
