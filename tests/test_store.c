@@ -940,12 +940,13 @@ Test(store, big_values_take_from_the_process_budget)
 
 /* Rank 2 is SIGKILLed; rank 0 then finds it dead (a key homed there) and
  * exits, as a rank whose job fails does, while rank 1 is parked on a key
- * homed on rank 0.  Rank 1 must be told why rank 0 left, naming rank 2,
- * not only that rank 0 is gone; its next failure (rank 0 is gone now)
- * names rank 2 too, as the first it found. */
+ * homed on rank 0 (or asks it only then: late).  Rank 1 must be told why rank 0 left, naming rank
+ * 2, not only that rank 0 is gone; its next failure (rank 0 is gone now) names rank 2 too, as the
+ * first it found. */
 struct cause_job {
 	struct job j;
-	struct ht_event parked;
+	struct ht_event parked, leaving;
+	int late; /* rank 1 asks only once rank 0 is exiting */
 };
 
 static void key_homed(struct hpct_store *s, int home, char *key, size_t len)
@@ -982,14 +983,28 @@ static int cause_passed_on(int rank, void *arg)
 		rc = hpct__store_get(s, on2, 3.0, &v, &len);
 		if (rc == 0 || !strstr(hpct_last_error(), "rank 2 "))
 			return 22;
+		ht_event_post(&cj->leaving, 1);
 		exit(0); /* atexit: the server tells rank 1 */
 	}
 	struct parked a = { .s = s, .key = on0 };
 	pthread_t th;
-	if ((rc = park_call(&a, &th)) != 0)
-		return rc;
-	ht_event_post(&cj->parked, 2);
-	pthread_join(th, NULL);
+	if (cj->late) {
+		/* connected, then asks once rank 0 is on its way out */
+		int all;
+		if (hpct__store_check(s, &a.key, 1, &all) != 0)
+			return 30;
+		ht_event_post(&cj->parked, 2);
+		if (ht_event_wait(&cj->leaving, 1, 60) != 0)
+			return 31;
+		usleep(200000);
+		a.rc = hpct__store_wait(s, &a.key, 1, 30.0);
+		snprintf(a.why, sizeof(a.why), "%s", hpct_last_error());
+	} else {
+		if ((rc = park_call(&a, &th)) != 0)
+			return rc;
+		ht_event_post(&cj->parked, 2);
+		pthread_join(th, NULL);
+	}
 	const char *why = a.why;
 	fprintf(stderr, "rank 1, parked on rank 0: %s\n", why);
 	if (a.rc != HPCT_EPEERDEAD)
@@ -1016,14 +1031,27 @@ static int cause_passed_on(int rank, void *arg)
 	return 0;
 }
 
-Test(store, a_rank_that_leaves_after_a_failure_passes_its_cause_on)
+static void cause_job(int late)
 {
-	struct cause_job cj = { .j = { .n = 3, .slot = 2 } };
-	cr_assert(ht_event_init(&cj.parked) == 0);
+	struct cause_job cj = { .j = { .n = 3, .slot = 2 }, .late = late };
+	cr_assert(ht_event_init(&cj.parked) == 0 && ht_event_init(&cj.leaving) == 0);
 	int codes[3];
 	ht_spawn(3, env, cause_passed_on, &cj, 60, NULL, codes);
 	cr_expect_eq(codes[0], 0, "rank 0: %s", ht_describe(codes, 3));
 	cr_expect_eq(codes[1], 0, "rank 1: %s", ht_describe(codes, 3));
 	cr_expect_eq(codes[2], 128 + SIGKILL, "rank 2: %s", ht_describe(codes, 3));
 	ht_event_destroy(&cj.parked);
+	ht_event_destroy(&cj.leaving);
+}
+
+Test(store, a_rank_that_leaves_after_a_failure_passes_its_cause_on)
+{
+	cause_job(0);
+}
+
+/* The same with rank 1 asking rank 0 only once rank 0 is exiting: rank 0
+ * lingers (a second or two at most) until rank 1 has been told. */
+Test(store, a_rank_that_asks_a_leaving_rank_late_is_told_the_cause_too)
+{
+	cause_job(1);
 }

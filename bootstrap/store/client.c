@@ -83,8 +83,33 @@ struct hpct_store {
 	uint64_t ns;
 	double timeout;
 	pthread_mutex_t mu;
-	int *fd; /* per home rank, -1 until first used */
+	int *fd;                        /* per home rank, -1 until first used */
+	struct hpct_store *prev, *next; /* the process's open handles */
 };
+
+/* The open handles, for hpct__store_own_addrs. */
+static struct {
+	pthread_mutex_t mu;
+	struct hpct_store *head;
+} open_handles = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+int hpct__store_own_addrs(char (*addrs)[HPCT_ADDRSTRLEN], int max)
+{
+	int n = 0;
+	pthread_mutex_lock(&open_handles.mu);
+	for (struct hpct_store *s = open_handles.head; s && n < max; s = s->next) {
+		if (pthread_mutex_trylock(&s->mu) != 0)
+			continue; /* in a request: not waited for, the linger's cap is */
+		int fd = s->fd[s->w->topo.rank];
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+			hpct__addr_str((struct sockaddr *)&ss, addrs[n++], HPCT_ADDRSTRLEN);
+		pthread_mutex_unlock(&s->mu);
+	}
+	pthread_mutex_unlock(&open_handles.mu);
+	return n;
+}
 
 /* The first home this process found dead, or was told of by a home that
  * left (per world and epoch): a later failure, often of a home that left
@@ -162,6 +187,11 @@ int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hp
 	s->ns = ns;
 	s->timeout = timeout_s;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_lock(&open_handles.mu);
+	if ((s->next = open_handles.head) != NULL)
+		s->next->prev = s;
+	open_handles.head = s;
+	pthread_mutex_unlock(&open_handles.mu);
 	*out = s;
 	return 0;
 }
@@ -170,6 +200,14 @@ void hpct__store_close(struct hpct_store *s)
 {
 	if (!s)
 		return;
+	pthread_mutex_lock(&open_handles.mu);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		open_handles.head = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	pthread_mutex_unlock(&open_handles.mu);
 	for (int i = 0; i < s->w->topo.size; i++)
 		if (s->fd[i] >= 0)
 			close(s->fd[i]);

@@ -62,6 +62,7 @@
 #define CONNS_PER_RANK 4
 #define WINDOW         65536u /* what a read may take beyond what came */
 #define PAUSE_S        0.1    /* accepting paused on EMFILE, at most */
+#define LINGER_S       2.0    /* a leaving rank waits for its clients, at most */
 
 static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER,
 	                   .cv = PTHREAD_COND_INITIALIZER,
@@ -133,9 +134,10 @@ static int serve_one(struct sconn *c)
 		return -1;
 	if (c->inlen - 4 < fl)
 		return 0;
-	if (__atomic_load_n(&srv.leaving, __ATOMIC_ACQUIRE)) /* the cause: this rank is leaving */
+	if (__atomic_load_n(&srv.leaving, __ATOMIC_ACQUIRE)) { /* the cause: this rank leaves */
 		sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
-	else if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
+		c->told = 1;
+	} else if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
 		return -1;
 	c->admitted = 1; /* without a secret, a whole request admits it */
 	unreserve(c);
@@ -457,39 +459,78 @@ static void tell_leaving(void)
 	pthread_mutex_unlock(&srv.mu);
 	if (!leaving)
 		return;
+	int told = 0;
 	for (int i = 0; i < srv.nc; i++) {
 		struct sconn *c = &srv.c[i];
 		if (c->parked) {
 			sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
 			sreq_unpark(c);
+			c->told = 1;
+			told++;
 		}
 		if (c->fd >= 0 && progress(c) < 0) {
 			close(c->fd);
 			c->fd = -1;
 		}
 	}
+	HPCT_INFO(HPCT_SUB_NET,
+	          "store: rank %d is leaving after a peer's failure: %d parked requests told "
+	          "(%s), and any that come",
+	          srv.rank, told, srv.cause);
 	pthread_mutex_lock(&srv.mu);
 	srv.told = 1;
 	pthread_cond_broadcast(&srv.cv);
 	pthread_mutex_unlock(&srv.mu);
 }
 
+/* While leaving (the thread): 1 once every connection but this process's
+ * own has been told why, or has closed; signalled to leave(). */
+static void check_clear(void)
+{
+	if (!srv.told || srv.clear)
+		return;
+	for (int i = 0; i < srv.nc; i++) {
+		const struct sconn *c = &srv.c[i];
+		int own = 0;
+		for (int k = 0; k < srv.nown && !own; k++)
+			own = strcmp(c->peer, srv.own[k]) == 0;
+		if (c->fd >= 0 && !c->told && !own)
+			return;
+	}
+	pthread_mutex_lock(&srv.mu);
+	srv.clear = 1;
+	pthread_cond_broadcast(&srv.cv);
+	pthread_mutex_unlock(&srv.mu);
+}
+
 /* At exit (atexit), when this process's store found a peer dead: the
- * server thread tells the clients parked here why this rank leaves, so
- * that they name the first failure, not this rank; 1 s at most. */
+ * server thread tells the clients parked here why this rank leaves, and
+ * any that ask until each connection of another process has been told or
+ * has closed (LINGER_S, and HPCT_TIMEOUT, at most), so that a rank that
+ * asks late names the first failure too, not this rank. */
 static void leave(void)
 {
 	char cause[sizeof(srv.cause) - 64];
 	if (getpid() != srv.pid || !hpct__store_first_dead(cause, sizeof(cause)))
 		return;
+	char(*own)[HPCT_ADDRSTRLEN] = calloc(64, HPCT_ADDRSTRLEN);
+	int nown = own ? hpct__store_own_addrs(own, 64) : 0;
 	pthread_mutex_lock(&srv.mu);
 	snprintf(srv.cause, sizeof(srv.cause), "%s", cause);
+	srv.own = own;
+	srv.nown = nown;
 	__atomic_store_n(&srv.leaving, 1, __ATOMIC_RELEASE);
 	ssize_t w = write(srv.wake[1], "x", 1);
+	double cap = srv.timeout_s < LINGER_S ? srv.timeout_s : LINGER_S;
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 1;
-	while (w == 1 && !srv.told && pthread_cond_timedwait(&srv.cv, &srv.mu, &until) == 0)
+	until.tv_sec += (time_t)cap;
+	until.tv_nsec += (long)((cap - (double)(time_t)cap) * 1e9);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (w == 1 && !srv.clear && pthread_cond_timedwait(&srv.cv, &srv.mu, &until) == 0)
 		;
 	pthread_mutex_unlock(&srv.mu);
 }
@@ -560,6 +601,7 @@ static void *server_main(void *arg)
 			accept_all(hpct__now());
 		if (pfd[1].revents & POLLIN)
 			tell_leaving();
+		check_clear();
 	}
 	return NULL;
 }
@@ -589,6 +631,7 @@ int hpct__store_server_start(struct hpct_world *w)
 		return rc;
 	}
 	srv.rank = w->topo.rank;
+	srv.timeout_s = w->topo.timeout_s;
 	srv.max_conns = w->topo.size > MIN_CONNS / CONNS_PER_RANK ? w->topo.size * CONNS_PER_RANK
 	                                                          : MIN_CONNS;
 	struct sockaddr_storage ss;

@@ -45,6 +45,7 @@ struct sconn {
 	int budget_wait;
 	struct hpct_auth_srv auth;
 	int fuzz; /* no socket: replies are dropped as they are made */
+	int told; /* answered with the cause of this rank's leaving */
 };
 
 struct ssrv {
@@ -70,13 +71,18 @@ struct ssrv {
 	size_t slen;
 	/* the process is exiting after a peer's failure (server.c's
 	 * leave()): its parked requests, and any that come, are answered
-	 * HPCT_EPEERDEAD with `cause`; wake[0] wakes the thread for it and
-	 * `told` (under mu, signalled on cv) says it has */
+	 * HPCT_EPEERDEAD with `cause`; wake[0] wakes the thread for it,
+	 * `told` (under mu, signalled on cv) says it has, and `clear` that
+	 * every connection but this process's own (`own`, nown) has been
+	 * told or has closed */
 	int wake[2];
 	pid_t pid;
 	pthread_cond_t cv;
-	int leaving, told;
+	int leaving, told, clear;
 	char cause[512];
+	char (*own)[HPCT_ADDRSTRLEN];
+	int nown;
+	double timeout_s; /* HPCT_TIMEOUT: the linger's cap, with LINGER_S */
 };
 
 /* Buffer sizes, counted in inflight as they change. */

@@ -38,6 +38,10 @@ struct hpct_auth_id hpct__store_auth_id(const struct hpct_world *w, int client, 
  * home that left (client.c), as "rank 2 at host:port closed its
  * connection: ..." in buf: 1, or 0 when none. */
 int hpct__store_first_dead(char *buf, size_t len);
+/* The local addresses of this process's own connections to its own
+ * rank's store (client.c), "host:port" each, at most max: the ones a
+ * leaving server does not wait for. */
+int hpct__store_own_addrs(char (*addrs)[HPCT_ADDRSTRLEN], int max);
 /* Starts this process's server thread once, at this rank's store address
  * (server.c); later calls return the first one's result. */
 int hpct__store_server_start(struct hpct_world *w);
