@@ -977,9 +977,11 @@ static int cause_passed_on(int rank, void *arg)
 	if (rank == 0) {
 		void *v = NULL;
 		size_t len;
-		/* refused once rank 2 is gone (retried until the wait passes) */
+		/* refused once rank 2 is gone (retried until the handle's
+		 * timeout, short here: rank 1's wait, HPCT_TIMEOUT, is longer) */
 		if (ht_event_wait(&cj->parked, 1, 60) != 0)
 			return 21;
+		hpct__store_set_timeout(s, 2.0);
 		rc = hpct__store_get(s, on2, 3.0, &v, &len);
 		if (rc == 0 || !strstr(hpct_last_error(), "rank 2 "))
 			return 22;
