@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -96,11 +95,7 @@ int hpct__inflight_take(uint64_t bytes, uint64_t transfers, double deadline, uin
 			pthread_mutex_unlock(&mu);
 			return HPCT_ETIMEDOUT;
 		}
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		double s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (left < 1 ? left : 1);
-		ts.tv_sec = (time_t)s;
-		ts.tv_nsec = (long)((s - floor(s)) * 1e9);
+		struct timespec ts = hpct__timespec_in(CLOCK_MONOTONIC, left < 1 ? left : 1);
 		pthread_cond_timedwait(&cv, &mu, &ts);
 	}
 	used_bytes += bytes;

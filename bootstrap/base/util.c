@@ -26,6 +26,16 @@ double hpct__now(void)
 	return hpct__clock();
 }
 
+struct timespec hpct__timespec_in(clockid_t clock, double in_s)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + in_s;
+	ts.tv_sec = (time_t)at;
+	ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+	return ts;
+}
+
 static uint64_t splitmix_final(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

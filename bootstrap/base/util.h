@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
 /* CLOCK_MONOTONIC in seconds. */
 HPCT_PRIVATE double hpct__now(void);
@@ -14,6 +15,9 @@ HPCT_PRIVATE double hpct__now(void);
  * (hpct-bench-sim, linked with the internal archive) points it at its
  * simulated clock; nothing else may change it. */
 extern double (*hpct__clock)(void);
+/* The time `in_s` seconds from now on `clock`, as pthread_cond_timedwait
+ * takes it (CLOCK_REALTIME for a condition variable's default clock). */
+HPCT_PRIVATE struct timespec hpct__timespec_in(clockid_t clock, double in_s);
 
 /* 64-bit hash of bytes (FNV-1a folded through a splitmix64 finaliser):
  * identical on every host and build. */

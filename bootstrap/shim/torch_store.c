@@ -294,9 +294,7 @@ void hpct__torch_store_unexpect(uint16_t port)
  * telling (the kernel may complete a loopback connect first). */
 static int take_expected(uint16_t port)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 1;
+	struct timespec until = hpct__timespec_in(CLOCK_REALTIME, 1.0);
 	pthread_mutex_lock(&S.mu);
 	int found;
 	while (!(found = drop_expected(port)) &&

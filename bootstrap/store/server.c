@@ -522,14 +522,7 @@ static void leave(void)
 	__atomic_store_n(&srv.leaving, 1, __ATOMIC_RELEASE);
 	ssize_t w = write(srv.wake[1], "x", 1);
 	double cap = srv.timeout_s < LINGER_S ? srv.timeout_s : LINGER_S;
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += (time_t)cap;
-	until.tv_nsec += (long)((cap - (double)(time_t)cap) * 1e9);
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	struct timespec until = hpct__timespec_in(CLOCK_REALTIME, cap);
 	while (w == 1 && !srv.clear && pthread_cond_timedwait(&srv.cv, &srv.mu, &until) == 0)
 		;
 	pthread_mutex_unlock(&srv.mu);

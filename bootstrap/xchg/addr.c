@@ -81,20 +81,18 @@ static void rl_alive(struct hpct_xchg *x, const int *js, int n, double wait_s, s
 		}
 	}
 	double deadline = hpct__now() + wait_s;
+	struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
 	for (;;) {
-		struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
 		int waiting = 0;
-		for (int i = 0; pf && i < n; i++)
+		for (int i = 0; pf && i < n; i++) {
 			pf[i] = (struct pollfd){ .fd = fds[i] >= 0 && out[i] == 0 ? fds[i] : -1,
 				                 .events = POLLOUT };
-		for (int i = 0; pf && i < n; i++)
 			waiting += pf[i].fd >= 0;
+		}
 		double left = deadline - hpct__now();
 		if (!pf || waiting == 0 || left <= 0 ||
-		    poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0) {
-			free(pf);
+		    poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0)
 			break;
-		}
 		for (int i = 0; i < n; i++) {
 			if (pf[i].fd < 0 || !pf[i].revents)
 				continue;
@@ -105,8 +103,8 @@ static void rl_alive(struct hpct_xchg *x, const int *js, int n, double wait_s, s
 			close(fds[i]);
 			fds[i] = -1;
 		}
-		free(pf);
 	}
+	free(pf);
 	for (int i = 0; i < n; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

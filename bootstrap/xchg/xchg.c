@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/base/bytes.h"
@@ -375,12 +374,7 @@ static void linger(struct hpct_xchg *x, uint64_t version, const struct pend *ps,
 		double left = deadline - hpct__now();
 		if (!waiting || left <= 0)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		double at =
-		        (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (left < 0.5 ? left : 0.5);
-		ts.tv_sec = (time_t)at;
-		ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+		struct timespec ts = hpct__timespec_in(CLOCK_REALTIME, left < 0.5 ? left : 0.5);
 		pthread_cond_timedwait(&s->told_cv, &s->mu, &ts);
 	}
 	pthread_mutex_unlock(&s->mu);
