@@ -875,6 +875,57 @@ Test(store, list_names_every_key_over_every_rank)
 	run_job(4, 2, env, lists);
 }
 
+/* Keys past PyTorch's own caps (the libuv server's 8 KiB; 1.13's legacy
+ * server has none): 4,097 bytes, 8 KiB + 1 and 1 MiB are set and read on
+ * their homes from every rank, and 1 MiB + 1 is refused naming the size
+ * and the cap. */
+static int long_keys(int rank, void *arg)
+{
+	(void)arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(60, &w, &s);
+	if (rc)
+		return rc;
+	static const size_t sizes[] = { 4097, 8193, HPCT_STORE_MAX_KEY };
+	char *key = malloc(HPCT_STORE_MAX_KEY + 2);
+	if (!key)
+		return 12;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		memset(key, 'a' + (int)i, sizes[i]);
+		key[0] = (char)('0' + rank);
+		key[sizes[i]] = 0;
+		if (hpct__store_set(s, key, "v", 1) != 0)
+			return 13;
+	}
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 14;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		memset(key, 'a' + (int)i, sizes[i]);
+		key[0] = (char)('0' + (rank + 1) % 4);
+		key[sizes[i]] = 0;
+		if (!get_is(s, key, "v"))
+			return 15;
+	}
+	memset(key, 'z', HPCT_STORE_MAX_KEY + 1);
+	key[HPCT_STORE_MAX_KEY + 1] = 0;
+	char want[96];
+	snprintf(want, sizeof(want), "key of %u bytes (at most %u)", HPCT_STORE_MAX_KEY + 1,
+	         HPCT_STORE_MAX_KEY);
+	if (hpct__store_set(s, key, "v", 1) != HPCT_EINVAL || !strstr(hpct_last_error(), want))
+		return 16;
+	free(key);
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 17;
+	close_store(w, s);
+	return 0;
+}
+
+Test(store, keys_longer_than_pytorch_accepts_are_kept)
+{
+	run_job(4, 3, env, long_keys);
+}
+
 /* With HPCT_INFLIGHT_BYTES at 1 MiB, values of 3 MiB still go through
  * (a request bigger than the budget takes all of it and is read alone),
  * and the store's servers never held more of the process's budget than

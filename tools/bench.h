@@ -76,9 +76,10 @@ struct bench_launch {
 	const char *name;  /* --launch's word, the JSON's "launch" */
 	const char *label; /* after torch-<release> in the table: "" or "-torchrun" */
 	int one_node;      /* its ranks share one node, whatever --nodes says */
-	/* NULL when stock PyTorch can init again (--reinit) in the same ranks;
-	 * else why not, said in place of those rows */
-	const char *no_stock_reinit;
+	/* NULL when PyTorch can init again (--reinit) in the same ranks; else
+	 * why not, said in place of those rows (both paths: the store is then
+	 * PyTorch's own on both) */
+	const char *no_reinit;
 	/* Starts N ranks of `script` run by `python`, each holding its ends of
 	 * the batch's pipes; 0, or -1 with nothing left running. */
 	int (*start)(struct batch *b, const char *python, const char *script, int n, int nodes,

@@ -714,13 +714,12 @@ static const struct bench_launch torchrun_launch = {
 	.one_node = 1,
 	/* seen here: 1.13 fails every time (worker_count=4 of 2); 2.13 at 2
 	 * ranks now and then, at 4 every time of four */
-	.no_stock_reinit = "stock PyTorch cannot init again over the agent's store, which "
-	                   "keeps the first incarnation's keys under the names the second "
-	                   "uses (the group counter starts again at 0; stale keys, as in "
-	                   "pytorch#55967): 1.13's store-based barrier counts past the world "
-	                   "size and times out, 2.13's Gloo reads peers' old addresses "
-	                   "(connection refused, or pairs that never complete); rootless serves "
-	                   "each incarnation keys of its own",
+	.no_reinit = "PyTorch cannot init again over the agent's store, which keeps the "
+	             "first incarnation's keys under the names the second uses (the group "
+	             "counter starts again at 0; stale keys, as in pytorch#55967): 1.13's "
+	             "store-based barrier counts past the world size and times out, 2.13's "
+	             "Gloo reads peers' old addresses; the agent's store stays the job's "
+	             "under hpct too (TORCHELASTIC_USE_AGENT_STORE=True)",
 	.start = torchrun_start,
 	.kill = torchrun_kill,
 	.reap = torchrun_reap,

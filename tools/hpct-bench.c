@@ -68,8 +68,9 @@
  * node with its static rendezvous, the agent's store, up before any worker
  * starts, the store (rows torch-<release>-torchrun).  With --reinit, rows
  * <row>-reinit too: the same work again after destroy_process_group, from
- * every rank having destroyed the first (stock under torchrun: not run,
- * and said why: it cannot init again over the agent's store).  In the
+ * every rank having destroyed the first (under torchrun: not run, and
+ * said why: PyTorch cannot init again over the agent's store, which hpct
+ * leaves the job's).  In the
  * JSON: "scenario":"torch" or "torch-reinit", "torch":"<release>" and
  * "launch":"direct" or "torchrun".  The output names what starting a
  * process costs here (fork+exec).
@@ -930,11 +931,10 @@ int main(int argc, char **argv)
 						/* timed once every rank has imported it */
 						bench_gate = 1;
 						bench_torch_env(rootless, s->release->ver);
-						int again = reinit && (rootless ||
-						                       !s->launch->no_stock_reinit);
+						int again = reinit && !s->launch->no_reinit;
 						if (reinit && !again)
 							r[nranks * npaths].not_run =
-							        s->launch->no_stock_reinit;
+							        s->launch->no_reinit;
 						struct bench_torch_times tt;
 						bench_torch_once(s->launch, s->release->python,
 						                 s->self, n, k, rootless, base,

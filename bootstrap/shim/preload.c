@@ -381,6 +381,8 @@ SHIM_API void hpct_preload_world_unlock(void)
  *   - HPCT_USE_ROOTLESS=1 (else one line, and PyTorch keeps its store);
  *   - a rank: RANK, HPCT_RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK set
  *     (torchrun's agent has none: its own store stays its own);
+ *   - not a torchrun worker on its agent's store
+ *     (TORCHELASTIC_USE_AGENT_STORE=True): that store is the job's;
  *   - not a child of a rank: neither forked from one (fdtrack.h) nor
  *     started by one (an ancestor process holds the rank marker, an
  *     abstract socket named by its pid and start time);
@@ -689,6 +691,14 @@ static int decide(void)
 	enum rank_given given = rank_given();
 	if (given == RANK_NONE || (given == RANK_LAUNCHER && is_agent()))
 		return -1; /* no rank: a launcher's agent, whose store is its own */
+	/* torchrun's workers on its agent's store: every process of the job,
+	 * the agents of other nodes and other jobs (torchft's replica groups)
+	 * share that one keyspace, which the agent holds whatever the ranks
+	 * do (torch/distributed/rendezvous.py reads the variable so) */
+	v = env_get("TORCHELASTIC_USE_AGENT_STORE");
+	if (v && strcmp(v, "True") == 0)
+		return keep_stock("torchrun's agent holds this job's store "
+		                  "(TORCHELASTIC_USE_AGENT_STORE=True), shared with every client");
 	if (hpct__fd_forked())
 		return keep_stock("a forked child of a rank");
 	long anc = rank_ancestor();

@@ -291,7 +291,11 @@ static void park(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 	c->deadline = hpct__now() + (ms < 0 ? 0 : (double)ms / 1000);
 }
 
-/* One request; 0, or -1 when the connection must close (malformed). */
+static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const char *key,
+                 const unsigned char *p, size_t len);
+
+/* One request; 0, or -1 when the connection must close (malformed).  Its
+ * key is copied out, NUL-terminated (on the heap past a short one). */
 int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len)
 {
 	if (len < HDR)
@@ -301,13 +305,20 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 	uint32_t klen = hpct__get32(p + 9);
 	if (klen > HPCT_STORE_MAX_KEY || klen > len - HDR)
 		return -1;
-	char key[HPCT_STORE_MAX_KEY + 1];
+	char small[256], *key = klen < sizeof(small) ? small : malloc((size_t)klen + 1);
+	if (!key)
+		return -1;
 	memcpy(key, p + HDR, klen);
 	key[klen] = 0;
-	if (strlen(key) != klen)
-		return -1;
-	p += HDR + klen;
-	len -= HDR + klen;
+	int rc = strlen(key) != klen ? -1 : serve(s, c, op, ns, key, p + HDR + klen, len - HDR - klen);
+	if (key != small)
+		free(key);
+	return rc;
+}
+
+static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const char *key,
+                 const unsigned char *p, size_t len)
+{
 	struct entry *e = stab_get(&s->t, ns, key);
 	unsigned char b[8];
 	switch (op) {

@@ -54,11 +54,14 @@
 extern "C" {
 #endif
 
-#define HPCT_STORE_MAX_KEY   4096u
-#define HPCT_STORE_MAX_FRAME ((64u << 20) + 64u)
+/* A key: 1 MiB, past PyTorch's own servers (the libuv one of 2.4-2.13,
+ * the default, refuses keys over 8 KiB and values over 8 MiB; the legacy
+ * one of 1.13, or use_libuv=False, has no cap). */
+#define HPCT_STORE_MAX_KEY   (1u << 20)
 /* The most a value may grow to by APPEND or QPUSH (a GET's reply of it
  * stays one frame). */
 #define HPCT_STORE_MAX_VALUE (64u << 20)
+#define HPCT_STORE_MAX_FRAME (HPCT_STORE_MAX_VALUE + HPCT_STORE_MAX_KEY + 64u)
 
 struct hpct_store;
 

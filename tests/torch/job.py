@@ -172,8 +172,11 @@ for inc in range(rounds):
     # the store itself, through c10d's API
     st = dist.distributed_c10d._get_default_store()
     st.set(f"k{rank}", f"v{rank}-{inc}")
+    # a key of 8,000 bytes: within the libuv server's 8 KiB, past hpct's old 4 KiB
+    st.set(f"long{rank}-" + "k" * 7990, f"v{rank}")
     dist.barrier()
     assert st.get(f"k{(rank + 1) % n}") == f"v{(rank + 1) % n}-{inc}".encode()
+    assert st.get(f"long{(rank + 1) % n}-" + "k" * 7990) == f"v{(rank + 1) % n}".encode()
     assert st.add("counter", 2) % 2 == 0
     dist.barrier()
     assert st.add("counter", 0) == 2 * n
