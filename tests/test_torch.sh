@@ -79,13 +79,18 @@ next_port() {
 	master_next=$((master_next + 1))
 }
 # every rank printed "ok R" and, with JOB_SHOW_SHIM, whether the shim
-# served its store (and not its child's)
+# served its store; its exec'd child (not routed: rank 0's server took it)
+# and its double-forked one (served as its rank) read rank 0's key, and the
+# forked one set a key its rank read: one keyspace for them all
 check_ranks() { # name n expect_shim log
 	local name=$1 n=$2 shim=$3 log=$4 r bad=""
 	for ((r = 0; r < n; r++)); do
 		grep -Eq "(^|:)ok $r\$" "$log" || bad="$bad rank $r did not finish;"
 		grep -Eq "(^|:)shim $r $shim\$" "$log" || bad="$bad rank $r: shim not '$shim';"
-		grep -Eq "(^|:)child-shim $r no\$" "$log" || bad="$bad rank $r's child was served by the shim;"
+		grep -Eq "(^|:)child-shim $r no saw 0\$" "$log" ||
+			bad="$bad rank $r's exec'd child: $(grep -E "(^|:)child-shim $r " "$log");"
+		grep -Eq "(^|:)forked-shim $r $shim saw 0 set $r\$" "$log" ||
+			bad="$bad rank $r's forked child: $(grep -E "(^|:)forked-shim $r " "$log");"
 	done
 	if [ -z "$bad" ]; then
 		ok "$name"
@@ -220,23 +225,29 @@ torch_suite() { # label python
 		check_ranks "torch $t: hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
 	fi
 
-	# rootless, torchrun: workers open client stores to the agent's, which
-	# stays the job's (other nodes' agents and other jobs share it: torchft's
-	# replica groups); one incarnation, as stock cannot init again over it
+	# rootless, torchrun --standalone: 2.x's workers open client stores to
+	# the agent's, which stays the job's (other nodes' agents and other
+	# jobs share it: torchft's replica groups); 1.13's c10d rendezvous has
+	# the workers make their own, rank 0's server the store, as launched
+	# directly (TORCHELASTIC_USE_AGENT_STORE=False), which the shim serves.
+	# One incarnation: stock cannot init again over the agent's store
 	# (Debian's 1.13 on Python 3.11 needs --redirects/--tee other than 0:
 	# Std.from_str("0") returns None there)
 	if want torchrun "$t" 4; then
+		local served=no line="hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True), shared with every client: PyTorch keeps its own TCPStore"
+		if [ "$t" = 1.13 ]; then
+			served=yes line="HPCT INFO preload: torch .*: TCPStore served in this rank"
+		fi
 		for n in 2 4 8; do
 			HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload JOB_INCARNATIONS=1 timeout 300 \
 				"$py" -m torch.distributed.run --standalone --nproc_per_node="$n" --redirects 1 --tee 1 \
 				"$job" >"$dir/tr$n" 2>&1
-			check_ranks "torch $t: torchrun --standalone, N=$n, on the agent's store" "$n" no "$dir/tr$n"
+			check_ranks "torch $t: torchrun --standalone, N=$n, served: $served" "$n" "$served" "$dir/tr$n"
 		done
 
 		# one line per worker, none from the agent (not a rank)
-		expect_count "torch $t: torchrun: the 4 workers keep the agent's store, and say so" \
-			"$(grep -c "hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True), shared with every client: PyTorch keeps its own TCPStore" "$dir/tr4")" 4 \
-			processes
+		expect_count "torch $t: torchrun: each of the 4 workers says where its store is" \
+			"$(grep -c "$line" "$dir/tr4")" 4 processes
 	fi
 
 	# stock, with the shim preloaded: own network namespace (stock binds [::]).

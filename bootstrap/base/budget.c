@@ -20,6 +20,32 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv;
 static int ready; /* 1 read, <0 the settings' error */
 static uint64_t limit_bytes, limit_transfers, used_bytes, used_transfers;
+
+static void cv_init(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* A forked child may use the store (its budget too): a lock another
+ * thread held at the fork is free again there, the only thread left, and
+ * what the parent's transfers held is theirs, not the child's. */
+static void child_lock(void)
+{
+	pthread_mutex_init(&mu, NULL);
+	if (ready == 1)
+		cv_init();
+	used_bytes = used_transfers = 0;
+}
+
+__attribute__((constructor)) static void fork_safe(void)
+{
+	pthread_atfork(NULL, NULL, child_lock);
+}
+
 static uint64_t peak_bytes, peak_transfers, waits;
 
 /* MemTotal / 16, capped to 1 GiB, at least 64 MiB: on a 16 GiB node 1 GiB
@@ -59,11 +85,7 @@ static int load(void)
 	}
 	limit_bytes = set ? (uint64_t)b : default_bytes();
 	limit_transfers = (uint64_t)t;
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&cv, &ca);
-	pthread_condattr_destroy(&ca);
+	cv_init();
 	ready = 1;
 	return 0;
 }

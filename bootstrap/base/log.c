@@ -20,6 +20,18 @@ static char log_host[64];
 /* written by the rank's thread, read by the store's server thread too */
 static _Atomic int log_rank = -1;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A forked child logs too: a line another thread was writing at the fork
+ * leaves the lock free there, the only thread left. */
+static void child_lock(void)
+{
+	pthread_mutex_init(&log_lock, NULL);
+}
+
+__attribute__((constructor)) static void fork_safe(void)
+{
+	pthread_atfork(NULL, NULL, child_lock);
+}
 static _Thread_local char last_error[1024];
 
 static int subsys_bit(const char *name, size_t len)

@@ -47,10 +47,12 @@
  * else those of the libnccl.so.2 hpct loads. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -64,6 +66,7 @@
 
 #include "bootstrap/base/fdtrack.h"
 #include "bootstrap/base/log.h"
+#include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/nccl/nccl_internal.h"
 #include "bootstrap/shim/torch_gloo.h"
@@ -89,6 +92,9 @@ SHIM_API int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid
 SHIM_API int ncclCommInitAll(void **comms, int ndev, const int *devlist);
 
 SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len);
+SHIM_API int listen(int fd, int backlog);
+SHIM_API int accept(int fd, struct sockaddr *sa, socklen_t *len);
+SHIM_API int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags);
 SHIM_API long hpct_preload_store_routed(void);
 SHIM_API hpct_world *hpct_preload_world(void);
 SHIM_API void hpct_preload_world_lock(void);
@@ -753,14 +759,53 @@ static int decide(void)
 	return 1;
 }
 
+/* A forked child of a rank whose store is served here (NVRx's monitor
+ * processes, forked and double-forked; a data-loader worker): it serves
+ * its own TCPStore connections on its own listener, a client of the same
+ * keyspace, also once its rank has died.  Once per process, by the first
+ * thread to come (never a lock the fork may have taken with it). */
+static _Atomic pid_t child_started, child_ready;
+
+static int child_routed(void)
+{
+	pid_t me = getpid();
+	if (atomic_load(&child_ready) == me)
+		return 1;
+	pid_t was = atomic_load(&child_started);
+	if (was != me && atomic_compare_exchange_strong(&child_started, &was, me)) {
+		if (hpct__torch_store_restart_child() != 0) {
+			fprintf(stderr, "hpct: a forked child of a rank: %s: its TCPStore connections "
+			                "fail\n",
+			        hpct_last_error());
+			atomic_store(&child_ready, -me);
+		} else {
+			HPCT_INFO(HPCT_SUB_INIT,
+			          "preload: a forked child of a rank: its TCPStore served in it "
+			          "(127.0.0.1:%u), a client of its rank's keyspace",
+			          hpct__torch_store_port());
+			atomic_store(&child_ready, me);
+		}
+	}
+	for (int i = 0; i < 20000 && atomic_load(&child_ready) != me &&
+	                atomic_load(&child_ready) != -me;
+	     i++)
+		hpct__sleep(0.001);
+	if (atomic_load(&child_ready) == me)
+		return 1;
+	errno = EACCES;
+	return -1;
+}
+
 /* 1: route this call; 0: leave it; -1 with errno: fail it. */
 static int routed(void)
 {
 	int r = atomic_load(&route);
 	/* a forked child decides nothing (never waits on a lock the fork may
-	 * have taken with it) and keeps none of its parent's store */
+	 * have taken with it): it is served as its parent was */
 	int forked = hpct__fd_forked();
-	if (!r && !forked) {
+	if (forked)
+		return r == 1 ? child_routed() : 0;
+	if (!r) {
 		pthread_mutex_lock(&route_mu);
 		if (!(r = atomic_load(&route))) {
 			r = decide();
@@ -772,7 +817,7 @@ static int routed(void)
 		errno = EACCES;
 		return -1;
 	}
-	return r == 1 && !forked;
+	return r == 1;
 }
 
 SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
@@ -817,6 +862,142 @@ SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = e;
 	}
 	return rc;
+}
+
+/* Rank 0's TCPStore server (its listener on MASTER_PORT, made by
+ * libtorch in a process whose store is served here): idle for the ranks,
+ * whose connections never reach it, but a client hpct does not route (a
+ * process of another job or replica group, a rank's exec'd child, an
+ * agent) lands there, and is served the ranks' keyspace instead: its
+ * accept takes each such connection to torch_store.c, and PyTorch's server
+ * sees none (a non-blocking listener, libuv's: EAGAIN; a blocking one,
+ * the legacy server's: a connection already closed, which it drops). */
+#define MAX_MASTER_FDS 8
+static _Atomic int master_fds[MAX_MASTER_FDS] = { -1, -1, -1, -1, -1, -1, -1, -1 };
+
+typedef int (*listen_fn)(int, int);
+typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
+static _Atomic(listen_fn) real_listen;
+static _Atomic(accept4_fn) real_accept4;
+
+static accept4_fn next_accept4(void)
+{
+	accept4_fn f = atomic_load(&real_accept4);
+	if (!f) {
+		*(void **)&f = dlsym(RTLD_NEXT, "accept4");
+		atomic_store(&real_accept4, f);
+	}
+	return f;
+}
+
+static int is_master_fd(int fd)
+{
+	for (int i = 0; i < MAX_MASTER_FDS; i++)
+		if (atomic_load(&master_fds[i]) == fd)
+			return 1;
+	return 0;
+}
+
+SHIM_API int listen(int fd, int backlog)
+{
+	listen_fn f = atomic_load(&real_listen);
+	if (!f) {
+		*(void **)&f = dlsym(RTLD_NEXT, "listen");
+		atomic_store(&real_listen, f);
+	}
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	int rc = f(fd, backlog);
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof(me);
+	if (rc == 0 && from_torch(__builtin_return_address(0)) &&
+	    getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+	    store_port((struct sockaddr *)&me, ml) && !hpct__fd_forked() && routed() == 1) {
+		for (int i = 0; i < MAX_MASTER_FDS; i++) {
+			int none = -1;
+			if (atomic_compare_exchange_strong(&master_fds[i], &none, fd))
+				break;
+		}
+	}
+	return rc;
+}
+
+/* A TCP connection whose peer has already closed: what a blocking
+ * listener's accept returns once the client it had was taken. */
+static int closed_conn(struct sockaddr *sa, socklen_t *len, int flags)
+{
+	sock_fn next_connect = real_sock(&real_connect, "connect");
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, r = -1;
+	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    atomic_load(&real_listen)(l, 1) == 0 &&
+	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
+	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    next_connect(c, (struct sockaddr *)&a, al) == 0)
+		r = next_accept4()(l, sa, len, flags);
+	int e = errno;
+	if (c >= 0)
+		close(c);
+	if (l >= 0)
+		close(l);
+	errno = e;
+	return r;
+}
+
+static int take_clients(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	accept4_fn f = next_accept4();
+	for (;;) {
+		int c = f(fd, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0)
+			return -1;
+		hpct__torch_store_adopt(c);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 0) > 0)
+			continue;
+		int fl = fcntl(fd, F_GETFL);
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
+			errno = EAGAIN;
+			return -1;
+		}
+		return closed_conn(sa, len, flags);
+	}
+}
+
+SHIM_API int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	accept4_fn f = next_accept4();
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (fd < 0 || !is_master_fd(fd) || hpct__fd_forked())
+		return f(fd, sa, len, flags);
+	/* still that listener?  (PyTorch closed it, and the number went to
+	 * another listener since: forgotten) */
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof(me);
+	int on = 0;
+	socklen_t ol = sizeof(on);
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+	    !store_port((struct sockaddr *)&me, ml) ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) != 0 || !on) {
+		for (int i = 0; i < MAX_MASTER_FDS; i++) {
+			int was = fd;
+			atomic_compare_exchange_strong(&master_fds[i], &was, -1);
+		}
+		return f(fd, sa, len, flags);
+	}
+	return take_clients(fd, sa, len, flags);
+}
+
+SHIM_API int accept(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	return accept4(fd, sa, len, 0);
 }
 
 /* TCPStore connections this process served itself (tests ask it). */

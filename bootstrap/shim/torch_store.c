@@ -137,12 +137,16 @@ struct hpct_torch_proto {
 struct conn {
 	int fd;
 	const struct hpct_torch_proto *p;
-	struct hpct_store *st; /* opened at the first command past VALIDATE/PING */
+	/* opened at the first command past VALIDATE/PING: st, PyTorch's own
+	 * keys (pg_key) in this connection's incarnation; all, every other
+	 * key, one keyspace for every client */
+	struct hpct_store *st, *all;
 	uint64_t incarnation;
 	uint64_t at_accept; /* the incarnation when the client connected */
 	uint16_t port;      /* its source port */
-	char peer[64];
+	char peer[128];
 	int pending_op; /* a request read ahead while a WAIT was parked */
+	int adopted;    /* came to rank 0's TCPStore server (hpct__torch_store_adopt) */
 	/* what a WAIT on one key fetched, for the GET that follows it at once
 	 * (PyTorch's get() is WAIT then GET, under one lock of its client:
 	 * the value as the WAIT found it is one the get() may return) */
@@ -442,8 +446,9 @@ static int recv_keys(struct conn *c, struct keys *ks)
 
 /* ------------------------------------------------------------ namespaces */
 
-/* The store handle of this connection, opened at its first command:
- * `begins` when that command is ADD "init/" (a new TCPStore). */
+/* The store handles of this connection, opened at its first command:
+ * `begins` when that command is ADD "init/" (a new TCPStore).  Incarnation
+ * 0 is the keyspace every client shares. */
 static int ensure_store(struct conn *c, int begins)
 {
 	if (c->st)
@@ -456,14 +461,76 @@ static int ensure_store(struct conn *c, int begins)
 	else
 		c->incarnation = c->at_accept ? c->at_accept : 1;
 	pthread_mutex_unlock(&S.mu);
-	uint64_t ns = hpct__hash_u64(
-	        hpct__hash_u64(hpct__hash_u64(0x746f726368ull, info.job), info.epoch),
-	        c->incarnation);
-	int rc = hpct__store_open(S.world, ns, hpct__world_timeout(S.world), &c->st);
+	uint64_t job = hpct__hash_u64(hpct__hash_u64(0x746f726368ull, info.job), info.epoch);
+	double t = hpct__world_timeout(S.world);
+	int rc = hpct__store_open(S.world, hpct__hash_u64(job, 0), t, &c->all);
+	if (rc == 0 &&
+	    (rc = hpct__store_open(S.world, hpct__hash_u64(job, c->incarnation), t, &c->st)) != 0) {
+		hpct__store_close(c->all);
+		c->all = NULL;
+	}
 	if (rc)
 		HPCT_WARN(HPCT_SUB_NET, "torch store: client %s: cannot open the store: %s",
 		          c->peer, hpct_last_error());
 	return rc;
+}
+
+/* PyTorch's own keys: under "default_pg/", the prefix init_process_group
+ * puts on its store (1.13 to 2.13), at the start or past a user's prefix
+ * (NVRx's "<iteration>/default_pg/...").  They live per incarnation, so a
+ * second init_process_group never reads the first's (stock does whenever
+ * rank 0's server outlives the first: pytorch#55967); no framework reads
+ * them from another store. */
+static int pg_key(const char *key)
+{
+	static const char tag[] = "default_pg/";
+	for (const char *at = strstr(key, tag); at; at = strstr(at + 1, tag))
+		if (at == key || at[-1] == '/')
+			return 1;
+	return 0;
+}
+
+static struct hpct_store *pick(struct conn *c, const char *key)
+{
+	return pg_key(key) ? c->st : c->all;
+}
+
+/* The keys of a multi-key command on their handles: h[0], c->st, takes
+ * PyTorch's own, h[1], c->all, the rest; at[], their places in the keys. */
+struct split {
+	struct hpct_store *h[2];
+	const char **k[2];
+	uint64_t *at[2];
+	int n[2];
+};
+
+static void split_free(struct split *sp)
+{
+	for (int i = 0; i < 2; i++) {
+		free(sp->k[i]);
+		free(sp->at[i]);
+	}
+}
+
+static int split_keys(struct conn *c, const struct keys *ks, struct split *sp)
+{
+	memset(sp, 0, sizeof(*sp));
+	sp->h[0] = c->st;
+	sp->h[1] = c->all;
+	for (int i = 0; i < 2; i++) {
+		sp->k[i] = malloc((ks->n ? ks->n : 1) * sizeof(char *));
+		sp->at[i] = malloc((ks->n ? ks->n : 1) * sizeof(uint64_t));
+		if (!sp->k[i] || !sp->at[i]) {
+			split_free(sp);
+			return HPCT_ENOMEM;
+		}
+	}
+	for (uint64_t j = 0; j < ks->n; j++) {
+		int i = pg_key(ks->k[j]) ? 0 : 1;
+		sp->k[i][sp->n[i]] = ks->k[j];
+		sp->at[i][sp->n[i]++] = j;
+	}
+	return 0;
 }
 
 /* ".../store_based_barrier_key:G" */
@@ -563,7 +630,7 @@ static int key_value(struct conn *c, const char *what,
 		return rc;
 	if ((rc = recv_str(c, &v, &vl)) == 0) {
 		rc = ensure_store(c, 0);
-		if (rc == 0 && (rc = op(c->st, k, v, vl)) != 0)
+		if (rc == 0 && (rc = op(pick(c, k), k, v, vl)) != 0)
 			failed(c, what, k, rc);
 		free(v);
 	}
@@ -602,7 +669,7 @@ static int do_cas(struct conn *c)
 	    (rc = ensure_store(c, 0)) == 0) {
 		void *v = NULL;
 		size_t vl = 0;
-		rc = hpct__store_cas(c->st, k, e, el, d, dl, &v, &vl);
+		rc = hpct__store_cas(pick(c, k), k, e, el, d, dl, &v, &vl);
 		rc = rc ? failed(c, "COMPARE_SET", k, rc) : reply_value(c, v, vl);
 	}
 	free(d);
@@ -624,14 +691,14 @@ static int do_cas(struct conn *c)
 static void init_counted(struct conn *c, int64_t count)
 {
 	if (count >= world_size())
-		(void)hpct__store_set(c->st, INIT_MARK, "1", 1);
+		(void)hpct__store_set(c->all, INIT_MARK, "1", 1);
 }
 
 static void init_settle(struct conn *c)
 {
 	void *v = NULL;
 	size_t vl = 0;
-	if (hpct__store_get_quiet(c->st, INIT_MARK, INIT_SETTLE_S, &v, &vl) == 0)
+	if (hpct__store_get_quiet(c->all, INIT_MARK, INIT_SETTLE_S, &v, &vl) == 0)
 		free(v);
 }
 
@@ -649,7 +716,7 @@ static int do_get(struct conn *c)
 		size_t vl = 0;
 		if (strcmp(k, INIT_KEY) == 0)
 			init_settle(c);
-		rc = hpct__store_get(c->st, k, -1, &v, &vl);
+		rc = hpct__store_get(pick(c, k), k, -1, &v, &vl);
 		rc = rc ? failed(c, "GET", k, rc) : reply_value(c, v, vl);
 	}
 	free(k);
@@ -673,7 +740,7 @@ static int do_add(struct conn *c)
 		} else if (brc) {
 			rc = failed(c, "the store-based barrier of", k, brc);
 		} else {
-			rc = hpct__store_add(c->st, k, delta, &v);
+			rc = hpct__store_add(pick(c, k), k, delta, &v);
 			if (rc)
 				failed(c, "ADD", k, rc);
 			else if (strcmp(k, INIT_KEY) == 0)
@@ -692,10 +759,14 @@ static int do_check(struct conn *c)
 	int rc = recv_keys(c, &ks);
 	if (rc)
 		return rc;
-	int all = 0;
-	if ((rc = ensure_store(c, 0)) == 0 &&
-	    (rc = hpct__store_check(c->st, (const char *const *)ks.k, (int)ks.n, &all)) != 0)
-		failed(c, "CHECK", ks.n ? ks.k[0] : "", rc);
+	int all = 1;
+	struct split sp;
+	if ((rc = ensure_store(c, 0)) == 0 && (rc = split_keys(c, &ks, &sp)) == 0) {
+		for (int i = 0; i < 2 && rc == 0 && all; i++)
+			if (sp.n[i] && (rc = hpct__store_check(sp.h[i], sp.k[i], sp.n[i], &all)) != 0)
+				failed(c, "CHECK", sp.k[i][0], rc);
+		split_free(&sp);
+	}
 	if (rc == 0)
 		rc = send_u8(c, all ? 0 : 1);
 	keys_free(&ks);
@@ -741,14 +812,27 @@ static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 {
 	const char *const *k = (const char *const *)ks->k;
 	double limit = hpct__store_timeout(c->st), waited = 0;
+	struct split sp;
+	int rc = split_keys(c, ks, &sp);
+	if (rc)
+		return rc;
 	for (;;) {
 		double t0 = hpct__now();
 		void *v = NULL;
 		size_t vl = 0;
-		int rc = ks->n == 1 && keep
-		                 ? hpct__store_get_quiet(c->st, k[0], WAIT_SLICE_S, &v, &vl)
-		                 : hpct__store_wait_quiet(c->st, k, (int)ks->n, WAIT_SLICE_S);
+		if (ks->n == 1 && keep) {
+			rc = hpct__store_get_quiet(pick(c, k[0]), k[0], WAIT_SLICE_S, &v, &vl);
+		} else {
+			/* PyTorch's own keys first, then the rest, each in turn
+			 * until found (a key once set stays for the wait) */
+			rc = 0;
+			for (int i = 0; i < 2 && rc == 0; i++)
+				if (sp.n[i] && (rc = hpct__store_wait_quiet(sp.h[i], sp.k[i], sp.n[i],
+				                                             WAIT_SLICE_S)) == 0)
+					sp.n[i] = 0;
+		}
 		if (rc == 0) {
+			split_free(&sp);
 			if (ks->n == 1 && keep) {
 				c->seen_key = strdup(k[0]);
 				c->seen_val = v;
@@ -756,12 +840,15 @@ static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 			}
 			return send_u8(c, 0);
 		}
-		if (rc != HPCT_ETIMEDOUT)
+		if (rc != HPCT_ETIMEDOUT) {
+			split_free(&sp);
 			return failed(c, what, ks->n ? ks->k[0] : "", rc);
+		}
 		waited += hpct__now() - t0;
 		if (waited >= limit) {
 			char dead[600];
-			if (hpct__store_unreachable(c->st, dead, sizeof(dead)) > 0) {
+			if (hpct__store_unreachable(c->all, dead, sizeof(dead)) > 0) {
+				split_free(&sp);
 				hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
 				          "torch store: client %s (torch %s): %s '%.100s' "
 				          "found nothing after %.1f s, and ranks whose store does "
@@ -774,9 +861,10 @@ static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 			waited = 0;
 		}
 		int ready = hpct__sock_wait(c->fd, POLLIN, hpct__now());
-		if (ready < 0)
-			return ready;
 		if (ready) {
+			split_free(&sp);
+			if (ready < 0)
+				return ready;
 			rc = c->p->interrupted(c);
 			return rc > 0 ? 0 : rc;
 		}
@@ -816,9 +904,10 @@ static int do_barrier(struct conn *c)
 		} else {
 			sprintf(count, "%s/hpct_barrier_count", k);
 			sprintf(done, "%s/hpct_barrier_done", k);
-			if ((rc = hpct__store_add(c->st, count, 1, &n)) != 0)
+			struct hpct_store *h = pick(c, done);
+			if ((rc = hpct__store_add(h, count, 1, &n)) != 0)
 				failed(c, "BARRIER", k, rc);
-			else if (n == size && (rc = hpct__store_set(c->st, done, "1", 1)) != 0)
+			else if (n == size && (rc = hpct__store_set(h, done, "1", 1)) != 0)
 				failed(c, "BARRIER", k, rc);
 		}
 		if (rc == 0) {
@@ -834,10 +923,12 @@ static int do_barrier(struct conn *c)
 
 static int do_numkeys(struct conn *c)
 {
-	int64_t n = 0;
+	int64_t n = 0, mine = 0;
 	int rc = ensure_store(c, 0);
-	if (rc == 0 && (rc = hpct__store_num_keys(c->st, &n)) != 0)
+	if (rc == 0 && ((rc = hpct__store_num_keys(c->all, &n)) != 0 ||
+	                (rc = hpct__store_num_keys(c->st, &mine)) != 0))
 		failed(c, "GETNUMKEYS", NULL, rc);
+	n += mine;
 	return rc ? rc : send_i64(c, n);
 }
 
@@ -848,7 +939,8 @@ static int do_delete(struct conn *c)
 	if (rc)
 		return rc;
 	int existed = 0;
-	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_delete(c->st, k, &existed)) != 0)
+	if ((rc = ensure_store(c, 0)) == 0 &&
+	    (rc = hpct__store_delete(pick(c, k), k, &existed)) != 0)
 		failed(c, "DELETE_KEY", k, rc);
 	free(k);
 	return rc ? rc : send_i64(c, existed ? 1 : 0);
@@ -869,10 +961,35 @@ static int do_mget(struct conn *c)
 	size_t *lens = calloc(ks.n ? ks.n : 1, sizeof(size_t));
 	if (!vals || !lens)
 		rc = HPCT_ENOMEM;
-	if (rc == 0 && (rc = ensure_store(c, 0)) == 0 &&
-	    (rc = hpct__store_get_many(c->st, (const char *const *)ks.k, (int)ks.n, -1, vals,
-	                               lens)) != 0)
-		failed(c, "MULTI_GET", ks.n ? ks.k[0] : "", rc);
+	struct split sp;
+	if (rc == 0 && (rc = ensure_store(c, 0)) == 0 && (rc = split_keys(c, &ks, &sp)) == 0) {
+		for (int i = 0; i < 2 && rc == 0; i++) {
+			void **v = vals + (i ? sp.n[0] : 0);
+			size_t *l = lens + (i ? sp.n[0] : 0);
+			if (sp.n[i] && (rc = hpct__store_get_many(sp.h[i], sp.k[i], sp.n[i], -1, v,
+			                                          l)) != 0)
+				failed(c, "MULTI_GET", sp.k[i][0], rc);
+		}
+		/* back in the order asked: h[0]'s then h[1]'s were fetched */
+		if (rc == 0 && sp.n[0] && sp.n[1]) {
+			void **ov = malloc(ks.n * sizeof(void *));
+			size_t *ol = malloc(ks.n * sizeof(size_t));
+			if (ov && ol) {
+				for (int i = 0, f = 0; i < 2; i++)
+					for (int j = 0; j < sp.n[i]; j++, f++) {
+						ov[sp.at[i][j]] = vals[f];
+						ol[sp.at[i][j]] = lens[f];
+					}
+				memcpy(vals, ov, ks.n * sizeof(void *));
+				memcpy(lens, ol, ks.n * sizeof(size_t));
+			} else {
+				rc = HPCT_ENOMEM;
+			}
+			free(ov);
+			free(ol);
+		}
+		split_free(&sp);
+	}
 	for (uint64_t i = 0; rc == 0 && i < ks.n; i++) {
 		rc = reply_value(c, vals[i], lens[i]);
 		vals[i] = NULL;
@@ -944,12 +1061,13 @@ static int do_qpop(struct conn *c)
 		return rc;
 	int there = 0;
 	const char *one[1] = { k };
-	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_check(c->st, one, 1, &there)) != 0)
+	if ((rc = ensure_store(c, 0)) == 0 &&
+	    (rc = hpct__store_check(pick(c, k), one, 1, &there)) != 0)
 		failed(c, "QUEUE_POP", k, rc);
 	if (rc == 0 && there) {
 		void *v = NULL;
 		size_t vl = 0;
-		rc = hpct__store_queue_pop(c->st, k, 0.05, &v, &vl);
+		rc = hpct__store_queue_pop(pick(c, k), k, 0.05, &v, &vl);
 		if (rc == 0) {
 			rc = send_i64(c, 1);
 			rc = rc ? (free(v), rc) : reply_value(c, v, vl);
@@ -972,7 +1090,8 @@ static int do_qlen(struct conn *c)
 	if (rc)
 		return rc;
 	int64_t n = 0;
-	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_queue_len(c->st, k, &n)) != 0)
+	if ((rc = ensure_store(c, 0)) == 0 &&
+	    (rc = hpct__store_queue_len(pick(c, k), k, &n)) != 0)
 		failed(c, "QUEUE_LEN", k, rc);
 	free(k);
 	return rc ? rc : send_i64(c, n);
@@ -980,19 +1099,22 @@ static int do_qlen(struct conn *c)
 
 static int do_list(struct conn *c)
 {
-	char **keys = NULL;
-	int64_t n = 0;
+	char **keys[2] = { NULL, NULL };
+	int64_t n[2] = { 0, 0 };
 	int rc = ensure_store(c, 0);
-	if (rc == 0 && (rc = hpct__store_list(c->st, &keys, &n)) != 0)
+	if (rc == 0 && ((rc = hpct__store_list(c->all, &keys[0], &n[0])) != 0 ||
+	                (rc = hpct__store_list(c->st, &keys[1], &n[1])) != 0))
 		failed(c, "LIST_KEYS", NULL, rc);
 	if (rc == 0)
-		rc = send_i64(c, n);
-	for (int64_t i = 0; i < n; i++) {
-		if (rc == 0)
-			rc = send_bytes(c, keys[i], strlen(keys[i]));
-		free(keys[i]);
+		rc = send_i64(c, n[0] + n[1]);
+	for (int h = 0; h < 2; h++) {
+		for (int64_t i = 0; i < n[h]; i++) {
+			if (rc == 0)
+				rc = send_bytes(c, keys[h][i], strlen(keys[h][i]));
+			free(keys[h][i]);
+		}
+		free(keys[h]);
 	}
-	free(keys);
 	return rc;
 }
 
@@ -1028,7 +1150,7 @@ static void *serve(void *arg)
 	struct conn *c = arg;
 	int first = 1;
 	/* here, not in the accept loop: a stranger's wait holds up no one */
-	if (!take_expected(c->port)) {
+	if (!c->adopted && !take_expected(c->port)) {
 		HPCT_WARN(HPCT_SUB_NET,
 		          "torch store: a connection from %s that no TCPStore of this process "
 		          "made: closed",
@@ -1066,9 +1188,57 @@ static void *serve(void *arg)
 	forget_seen(c);
 	if (c->st)
 		hpct__store_close(c->st);
+	if (c->all)
+		hpct__store_close(c->all);
 	close(c->fd);
 	free(c);
 	return NULL;
+}
+
+/* A thread serving a client from fd: one this process routed (its source
+ * port expected), or `adopted`. */
+static void start_conn(int fd, const struct sockaddr_storage *ss, int adopted)
+{
+	hpct__fd_track(fd);
+	int one = 1; /* replies are small and the client waits on each */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	uint16_t port = ss->ss_family == AF_INET6
+	                        ? ntohs(((const struct sockaddr_in6 *)ss)->sin6_port)
+	                        : ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	char peer[64];
+	if (adopted)
+		hpct__addr_str((const struct sockaddr *)ss, peer, sizeof(peer));
+	else
+		snprintf(peer, sizeof(peer), "127.0.0.1:%u", port);
+	struct conn *c = calloc(1, sizeof(*c));
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (c) {
+		c->fd = fd;
+		c->p = S.proto;
+		c->pending_op = -1;
+		c->port = port;
+		c->adopted = adopted;
+		pthread_mutex_lock(&S.mu);
+		c->at_accept = S.incarnation;
+		pthread_mutex_unlock(&S.mu);
+		snprintf(c->peer, sizeof(c->peer), "%s%s", peer,
+		         adopted ? " (at MASTER_PORT, not routed)" : "");
+	}
+	/* counted before its thread may answer: a client that got an
+	 * answer reads the count with its own connection in it */
+	if (!adopted)
+		atomic_fetch_add(&routed, 1);
+	if (!c || pthread_create(&t, &at, serve, c) != 0) {
+		if (!adopted)
+			atomic_fetch_sub(&routed, 1);
+		HPCT_WARN(HPCT_SUB_NET, "torch store: no thread for client %s: closed", peer);
+		close(fd);
+		free(c);
+	}
+	pthread_attr_destroy(&at);
 }
 
 static void *accept_loop(void *arg)
@@ -1090,41 +1260,40 @@ static void *accept_loop(void *arg)
 			          strerror(errno));
 			return NULL;
 		}
-		hpct__fd_track(fd);
-		int one = 1; /* replies are small and the client waits on each */
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		uint16_t port = ss.ss_family == AF_INET6
-		                        ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-		                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		char peer[64];
-		snprintf(peer, sizeof(peer), "127.0.0.1:%u", port);
-		struct conn *c = calloc(1, sizeof(*c));
-		pthread_t t;
-		pthread_attr_t at;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (c) {
-			c->fd = fd;
-			c->p = S.proto;
-			c->pending_op = -1;
-			c->port = port;
-			pthread_mutex_lock(&S.mu);
-			c->at_accept = S.incarnation;
-			pthread_mutex_unlock(&S.mu);
-			snprintf(c->peer, sizeof(c->peer), "%s", peer);
-		}
-		/* counted before its thread may answer: a client that got an
-		 * answer reads the count with its own connection in it */
-		atomic_fetch_add(&routed, 1);
-		if (!c || pthread_create(&t, &at, serve, c) != 0) {
-			atomic_fetch_sub(&routed, 1);
-			HPCT_WARN(HPCT_SUB_NET, "torch store: no thread for client %s: closed",
-			          peer);
-			close(fd);
-			free(c);
-		}
-		pthread_attr_destroy(&at);
+		start_conn(fd, &ss, 0);
 	}
+}
+
+/* A client that connected to rank 0's TCPStore server, at MASTER_ADDR:
+ * MASTER_PORT, without hpct's routing (a process of another job, a rank's
+ * exec'd child, an agent): served here, on the keyspace the ranks share. */
+void hpct__torch_store_adopt(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
+		memset(&ss, 0, sizeof(ss));
+	start_conn(fd, &ss, 1);
+}
+
+/* In a forked child of a rank that served its store (NVRx's monitor, a
+ * data-loader worker): the parent's listener and threads are not the
+ * child's (fdtrack.h made its sockets /dev/null), so the child listens on
+ * its own and is a client of the same keyspace, also once its parent has
+ * died.  The child's only thread runs this, so the copied lock is reset. */
+int hpct__torch_store_restart_child(void)
+{
+	pthread_mutex_init(&S.mu, NULL);
+	pthread_cond_init(&S.cv, NULL);
+	hpct_world *w = S.world;
+	const struct hpct_torch_proto *p = S.proto;
+	S.lfd = -1;
+	S.port = 0;
+	S.nexpected = 0;
+	S.barriers = NULL; /* the parent's (never freed: the child may not own them) */
+	S.nbarriers = 0;
+	atomic_store(&routed, 0);
+	return w && p ? hpct__torch_store_start(w, p) : HPCT_ESTATE;
 }
 
 int hpct__torch_store_start(hpct_world *world, const struct hpct_torch_proto *proto)

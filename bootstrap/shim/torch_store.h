@@ -33,6 +33,12 @@ int hpct__torch_store_addr(int family, struct sockaddr_storage *ss, socklen_t *l
 void hpct__torch_store_expect(uint16_t port);
 /* That client's connect failed: it will not come. */
 void hpct__torch_store_unexpect(uint16_t port);
+/* Serves a client that reached rank 0's TCPStore server at MASTER_PORT
+ * (not routed here) on the same keyspace; takes fd. */
+void hpct__torch_store_adopt(int fd);
+/* In a forked child of a rank that serves its store: listens anew (the
+ * parent's listener and threads are not the child's); 0, or an error. */
+int hpct__torch_store_restart_child(void);
 /* Connections accepted so far (a test asks it through the shim). */
 long hpct__torch_store_routed(void);
 /* The preload's lock on the shared world (preload.c). */

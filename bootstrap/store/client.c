@@ -123,6 +123,20 @@ static struct {
 	char why[512];
 } first = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
+/* A forked child (NVRx's monitor, a data-loader worker) is a client of
+ * the store too (bootstrap/shim): a lock another thread held at the fork
+ * is free again there, the only thread left. */
+static void child_locks(void)
+{
+	pthread_mutex_init(&open_handles.mu, NULL);
+	pthread_mutex_init(&first.mu, NULL);
+}
+
+__attribute__((constructor)) static void fork_safe(void)
+{
+	pthread_atfork(NULL, NULL, child_locks);
+}
+
 /* Records `why` (as "rank 2 at host:port ...") when it is this world
  * epoch's first; in also, what a message saying `says` adds: the first,
  * when `says` does not name its rank at its address already. */

@@ -130,6 +130,58 @@ if os.environ.get("JOB_FORK_DIE_RANK"):
         os.write(1, f"failed-after {time.monotonic() - t0:.1f} s: {e}\n".encode())
         sys.exit(1)
 
+# JOB_SHOW_SHIM=1: whether hpct's shim served this rank's store (one
+# write per line, print writes the text and the newline apart when stdout
+# is unbuffered: ranks share the log, and lines must not mix); in the last
+# incarnation, before its closing barrier (no rank leaves while another
+# asks its store), an exec'd child of it (a torch process that makes a
+# TCPStore to MASTER_PORT, which the shim does not route: rank 0's server
+# takes it) and a forked,
+# then double-forked one (as NVRx makes its monitor process; the shim
+# serves it as its rank) each read a key the ranks set, and the forked one
+# sets one its rank reads
+def show_children(inc):
+    import subprocess
+
+    child = subprocess.run(
+        [sys.executable, "-c", f"""
+import ctypes, datetime, torch.distributed as dist
+try:
+    s = dist.TCPStore({addr!r}, {port}, None, False, datetime.timedelta(seconds=10),
+                      wait_for_workers=False)
+    seen = s.get('shared{inc}-0').decode()
+except Exception as e:
+    seen = f'nothing ({{e}})'
+f = getattr(ctypes.CDLL(None), 'hpct_preload_store_routed', None)
+print(('yes' if f is not None and f() > 0 else 'no') + ' saw ' + seen)
+"""], capture_output=True, text=True, check=True)
+    os.write(1, f"child-shim {rank} {child.stdout.strip()}\n".encode())
+    r_fd, w_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r_fd)
+        if os.fork() != 0:
+            os._exit(0)
+        try:
+            s = dist.TCPStore(addr, port, None, False, timedelta(seconds=10),
+                              wait_for_workers=False)
+            s.set(f"forked-{rank}", str(rank))
+            got = s.get(f"shared{inc}-0").decode()  # answered: its connection counted
+            msg = f"{'yes' if routed() > 0 else 'no'} saw {got}"
+        except Exception as e:
+            msg = f"nothing ({e})"
+        os.write(w_fd, msg.encode())
+        os._exit(0)
+    os.close(w_fd)
+    os.waitpid(pid, 0)
+    msg = b""
+    while chunk := os.read(r_fd, 4096):
+        msg += chunk
+    os.close(r_fd)
+    s = dist.TCPStore(addr, port, None, False, timedelta(seconds=10), wait_for_workers=False)
+    os.write(1, f"forked-shim {rank} {msg.decode()} set {s.get(f'forked-{rank}').decode()}\n".encode())
+
+
 for inc in range(rounds):
     init()
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -196,7 +248,21 @@ for inc in range(rounds):
         except RuntimeError:
             pass
     st.set(f"only{inc}", "x")
+    # (those are PyTorch's own keys, under its "default_pg/" prefix) while
+    # the stores a program makes at MASTER_ADDR:MASTER_PORT, with a world
+    # size or without, share one keyspace with the group's own TCPStore
+    mine = dist.TCPStore(addr, port, n, False, timedelta(seconds=60))
+    other = dist.TCPStore(addr, port, None, False, timedelta(seconds=60))
+    mine.set(f"shared{inc}-{rank}", str(rank))
+    other.wait([f"shared{inc}-{r}" for r in range(n)])
+    assert other.get(f"shared{inc}-{(rank + 1) % n}") == str((rank + 1) % n).encode()
+    tcp = st
+    while hasattr(tcp, "underlying_store"):  # 2.x: the TCPStore under the prefixes
+        tcp = tcp.underlying_store
+    if tcp is not st:
+        assert tcp.get(f"shared{inc}-0") == b"0"
     dist.barrier()
+    del mine, other
     # the commands 2.x added: append, multi_get/multi_set, the queues,
     # list_keys and Store.barrier (on the TCPStore under the default
     # group's prefix)
@@ -235,29 +301,13 @@ for inc in range(rounds):
         dist.barrier()
     if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == "0":
         held += master_conns()
+    if os.environ.get("JOB_SHOW_SHIM") == "1" and inc == rounds - 1:
+        show_children(inc)
+        dist.barrier()
     dist.destroy_process_group()
 
 assert not held, f"connections to MASTER_PORT {port}: {held}"
 
-# JOB_SHOW_SHIM=1: whether hpct's shim served this rank's store, and a
-# child of it (a torch process that makes a TCPStore to MASTER_PORT) kept
-# PyTorch's own
 if os.environ.get("JOB_SHOW_SHIM") == "1":
-    import subprocess
-
-    # one write per line (print writes the text and the newline apart when
-    # stdout is unbuffered): ranks share the log, and lines must not mix
     os.write(1, f"shim {rank} {'yes' if routed() > 0 else 'no'}\n".encode())
-    child = subprocess.run(
-        [sys.executable, "-c", f"""
-import ctypes, datetime, torch.distributed as dist
-try:
-    dist.TCPStore({addr!r}, {port}, None, False, datetime.timedelta(seconds=2),
-                  wait_for_workers=False)
-except Exception:
-    pass
-f = getattr(ctypes.CDLL(None), 'hpct_preload_store_routed', None)
-print('yes' if f is not None and f() > 0 else 'no')
-"""], capture_output=True, text=True, check=True)
-    os.write(1, f"child-shim {rank} {child.stdout.strip()}\n".encode())
 os.write(1, f"ok {rank}\n".encode())
