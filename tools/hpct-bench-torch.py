@@ -105,9 +105,14 @@ if want and not torch.__version__.startswith(want + "."):
 # rootless: the shim serves the store in the rank only for a torch whose
 # protocol it knows; otherwise PyTorch keeps its own (said on stderr), which
 # is no rootless run: checked after the timed part, so a row never shows
-# stock figures as rootless ones
+# stock figures as rootless ones.  Under torchrun 2.x the workers are on
+# the agent's store, which the shim leaves the job's on both paths
+# (TORCHELASTIC_USE_AGENT_STORE=True): there the rows differ only in what
+# else the shim does (NCCL), nothing for Gloo
 def not_rootless():
     if os.environ.get("HPCT_USE_ROOTLESS") != "1":
+        return False
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return False
     f = getattr(ctypes.CDLL(None), "hpct_preload_store_routed", None)
     if f is not None:

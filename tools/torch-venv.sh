@@ -95,8 +95,59 @@ hpct_torch_python() {
 	esac
 }
 
+# hpct_frameworks_python: prints the interpreter of a venv (in the cache,
+# made once) holding torch 2.13.0 (CPU) and the recovery frameworks the
+# tests run: torchft 0.2.0 (its lighthouse binary ships in the wheel) and
+# NVIDIA Resiliency Extension 0.4.1 (--no-deps: its pynvml wants a GPU's
+# driver only when asked; 0.7.0 needs Python 3.12).  Returns as
+# hpct_torch_python.
+hpct_frameworks_python() {
+	local cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
+	local dir py log made=""
+	dir=$cache/venv-frameworks-2.13.0
+	py=$dir/bin/python
+	if "$py" -c 'import torch, torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
+		echo "$py"
+		return 0
+	fi
+	if [ ! -x "$py" ]; then
+		mkdir -p "$cache"
+		made=1
+		/usr/bin/python3 -m venv "$dir" || {
+			echo "hpct: frameworks: python3 -m venv $dir failed" >&2
+			rm -rf "$dir"
+			return 1
+		}
+	fi
+	log=$(mktemp)
+	echo "hpct: frameworks: installing torch 2.13.0 (CPU), torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 into $dir" >&2
+	if ! "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy torchft==0.2.0 \
+		psutil packaging pyyaml defusedxml nvidia-ml-py >"$log" 2>&1 ||
+		! "$py" -m pip install -q --disable-pip-version-check --no-deps \
+			nvidia-resiliency-ext==0.4.1 >>"$log" 2>&1; then
+		[ -z "$made" ] || rm -rf "$dir"
+		if grep -qiE 'connection|resolve|network is unreachable|timed out|from versions: none' "$log"; then
+			echo "hpct: frameworks: pip could not download them ($(grep -m1 -iE 'error|warning' "$log"))" >&2
+			rm -f "$log"
+			return 2
+		fi
+		echo "hpct: frameworks: pip install into $dir failed: $(tail -n 1 "$log")" >&2
+		rm -f "$log"
+		return 1
+	fi
+	rm -f "$log"
+	"$py" -c 'import torch, torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null || {
+		echo "hpct: frameworks: installed, but $py cannot import torch, torchft and nvidia_resiliency_ext.inprocess" >&2
+		return 1
+	}
+	echo "$py"
+}
+
 # run, not sourced: print the interpreter for $1
 if [ -n "${BASH_SOURCE:-}" ] && [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	. "$(dirname "$0")/debian-deps.sh"
-	hpct_torch_python "${1:?usage: tools/torch-venv.sh 1.13|2.13}"
+	case ${1:?usage: tools/torch-venv.sh 1.13|2.13|frameworks} in
+	frameworks) hpct_frameworks_python ;;
+	*) hpct_torch_python "$1" ;;
+	esac
 fi

@@ -1,0 +1,141 @@
+#!/bin/bash
+# The recovery frameworks users run on top of PyTorch, real, with and
+# without hpct's shim (LD_PRELOAD=libhpct_preload.so HPCT_USE_ROOTLESS=1):
+#   torchft 0.2.0: its lighthouse and two replica groups of one rank, each
+#     under its own torchrun, the way torchft's train_ddp example runs;
+#     one group exits at step 20 (or the first past it) and torchrun
+#     restarts it (the other
+#     group, then the primary one, whose store configures every quorum's
+#     process group); both must reach step 60, as stock does.
+#   NVIDIA Resiliency Extension 0.4.1: its in-process restart (Wrapper)
+#     around a 4-rank DDP loop, the Wrapper's store on rank 0 and the job's
+#     store at MASTER_PORT, a monitor process forked and double-forked by
+#     each rank: stock with rank 2 killed (the survivors restart and
+#     finish, 3 ranks), and under the shim with no fault (all finish: the
+#     Wrapper's, the job's and the monitors' stores are one keyspace).
+# Usage: test_frameworks.sh PRELOAD HPCT_RUN; the Python of a venv with
+# torch 2.13.0, torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 in
+# HPCT_FRAMEWORKS_PYTHON (tools/torch-venv.sh frameworks), else the cache's.
+# TAP on stdout.
+set -u
+preload=$1
+py=${HPCT_FRAMEWORKS_PYTHON:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-frameworks-2.13.0/bin/python}
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+failed=0 n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() {
+	n=$((n + 1)); failed=1
+	echo "not ok $n - $1"
+	shift
+	printf '%s\n' "$@" | sed 's/^/# /'
+}
+skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP"; }
+
+echo "1..6"
+if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
+	for i in 1 2 3 4 5 6; do skip "no torchft and NVRx at $py (tools/torch-venv.sh frameworks)"; done
+	exit 0
+fi
+lighthouse=$(dirname "$py")/torchft_lighthouse
+export OMP_NUM_THREADS=1 HPCT_TIMEOUT=60
+
+# torchft: lighthouse, then two groups; group $1 exits at step 20 in its
+# first run.  Each group's torchrun's exit status and log in $dir.
+torchft_run() { # tag exiting_group path(stock|hpct) port_base
+	local tag=$1 ex=$2 path=$3 base=$4 g lh env=()
+	[ "$path" = hpct ] && env=(HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload") ||
+		env=(HPCT_USE_ROOTLESS=0)
+	"$lighthouse" --min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 2000 \
+		--bind "127.0.0.1:$base" >"$dir/$tag.lh" 2>&1 &
+	lh=$!
+	pids+=("$lh")
+	local gp=()
+	for g in 0 1; do
+		env "${env[@]}" TORCHFT_LIGHTHOUSE="http://127.0.0.1:$base" REPLICA_GROUP_ID=$g \
+			JOB_EXIT_AT=$([ "$g" = "$ex" ] && echo 20 || echo -1) JOB_STEPS=60 \
+			timeout 240 "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 1 \
+			--max-restarts 2 --master-addr 127.0.0.1 --master-port $((base + 1 + g)) \
+			--rdzv-backend static --node-rank 0 "$here/frameworks/torchft_job.py" \
+			>"$dir/$tag.g$g" 2>&1 &
+		gp+=($!)
+		pids+=($!)
+	done
+	for g in 0 1; do
+		wait "${gp[$g]}"
+		echo $? >"$dir/$tag.rc$g"
+	done
+	kill "$lh" 2>/dev/null
+	wait "$lh" 2>/dev/null
+}
+
+torchft_verdict() { # tag exiting_group name
+	local tag=$1 ex=$2 name=$3 g bad=""
+	for g in 0 1; do
+		grep -q "^done $g at step 60\$" "$dir/$tag.g$g" || bad="$bad group $g did not reach step 60;"
+		[ "$(cat "$dir/$tag.rc$g")" = 0 ] || bad="$bad group $g's torchrun exited $(cat "$dir/$tag.rc$g");"
+	done
+	grep -Eq "^group $ex exits at step [2-5][0-9]\$" "$dir/$tag.g$ex" || bad="$bad group $ex never exited;"
+	[ "$(grep -c "participants" "$dir/$tag.g$ex")" -ge 2 ] || bad="$bad group $ex did not train again;"
+	if [ -z "$bad" ]; then
+		ok "$name"
+	else
+		not_ok "$name" "$bad" "$(grep -hE 'Error|error|hpct|done|exits' "$dir/$tag.g0" "$dir/$tag.g1" | tail -12)"
+	fi
+}
+
+port=29640
+for path in stock hpct; do
+	for ex in 1 0; do
+		what="group 1 restarted"
+		[ "$ex" = 0 ] && what="the primary group (0) restarted"
+		torchft_run "tf-$path-$ex" "$ex" "$path" "$port"
+		port=$((port + 4))
+		torchft_verdict "tf-$path-$ex" "$ex" "torchft 0.2.0, $path: two replica groups, $what, both reach step 60"
+	done
+done
+
+# NVRx: four ranks started by hand, rank 0's Wrapper store the server at
+# MASTER_PORT; output in $dir/<tag><rank>
+nvrx_run() { # tag path(stock|hpct) port VAR=VALUE...
+	local tag=$1 path=$2 port=$3 r env=()
+	shift 3
+	[ "$path" = hpct ] && env=(HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" HPCT_HOSTS=127.0.0.1
+		HPCT_JOB_ID="$tag-$$") || env=(HPCT_USE_ROOTLESS=0)
+	local rp=()
+	for r in 0 1 2 3; do
+		env "${env[@]}" "$@" RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
+			MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 150 "$py" \
+			"$here/frameworks/nvrx_job.py" >"$dir/$tag$r" 2>&1 &
+		rp+=($!)
+		pids+=($!)
+	done
+	for r in 0 1 2 3; do wait "${rp[$r]}" 2>/dev/null; done
+}
+
+nvrx_verdict() { # tag name size ranks...
+	local tag=$1 name=$2 size=$3 r bad=""
+	shift 3
+	for r in "$@"; do
+		grep -q "^done $r $size\$" "$dir/$tag$r" ||
+			bad="$bad rank $r did not finish in a world of $size: $(grep -E 'done|iteration|Error|HPCT WARN' "$dir/$tag$r" | tail -3 | tr '\n' ' ');"
+	done
+	if [ -z "$bad" ]; then
+		ok "$name"
+	else
+		not_ok "$name" "$bad"
+	fi
+}
+
+nvrx_run nv-stock-2 stock 29670 JOB_KILL_RANK=2
+nvrx_verdict nv-stock-2 "NVRx 0.4.1, stock: rank 2 killed, the 3 survivors restart in-process and finish" 3 0 1 3
+nvrx_run nv-hpct hpct 29671
+nvrx_verdict nv-hpct "NVRx 0.4.1, hpct: the Wrapper's, the job's and the monitors' stores are one keyspace, all 4 finish" 4 0 1 2 3
+exit $failed
