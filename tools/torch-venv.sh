@@ -6,12 +6,61 @@
 # default ~/.cache/hpct), made once and reused when present.  Only that
 # pinned version: a plain `pip install torch` takes a CUDA build of GBs.
 
+# hpct_venv_make LABEL DIR: makes the venv DIR unless it is there
+# (hpct_venv_made then names it: a failed install removes it, so that the
+# next call starts clean); 1 with a line naming LABEL on failure.
+hpct_venv_made=""
+hpct_venv_make() {
+	local label=$1 dir=$2
+	hpct_venv_made=""
+	[ -x "$dir/bin/python" ] && return 0
+	/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || {
+		if type hpct_ensure_packages >/dev/null 2>&1; then
+			hpct_ensure_packages python3-venv || return 1
+		else
+			echo "hpct: $label: python3 -m venv needs Debian package python3-venv" >&2
+			return 1
+		fi
+	}
+	mkdir -p "$(dirname "$dir")"
+	/usr/bin/python3 -m venv "$dir" || {
+		echo "hpct: $label: python3 -m venv $dir failed" >&2
+		rm -rf "$dir"
+		return 1
+	}
+	hpct_venv_made=$dir
+}
+
+# hpct_venv_pip LABEL DIR PIP-ARGS...: pip install into DIR's venv; 0, 2
+# when the registry could not be reached (a skip, not a failure), else 1,
+# with a line naming LABEL.
+hpct_venv_pip() {
+	local label=$1 dir=$2 log
+	shift 2
+	log=$(mktemp)
+	"$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" >"$log" 2>&1 && {
+		rm -f "$log"
+		return 0
+	}
+	[ "$hpct_venv_made" != "$dir" ] || rm -rf "$dir" # the next call starts clean
+	# "(from versions: none)": the index gave no such package at all, so it
+	# was not reached (pip says so only when it retried)
+	if grep -qiE 'connection|resolve|network is unreachable|timed out|from versions: none' "$log"; then
+		echo "hpct: $label: pip could not download it ($(grep -m1 -iE 'error|warning' "$log"))" >&2
+		rm -f "$log"
+		return 2
+	fi
+	echo "hpct: $label: pip install into $dir failed: $(tail -n 1 "$log")" >&2
+	rm -f "$log"
+	return 1
+}
+
 # hpct_torch_python VERSION: prints the interpreter (1.13, 2.13 or 2.13.0).
 # Returns 1 with a line on stderr naming the version and the cause; returns
 # 2 when pip could not reach the registry (a skip, not a failure).
 hpct_torch_python() {
 	local ver=$1 cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
-	local want full py dir log got made=""
+	local want full py dir got
 	case $ver in
 	1.13) want=1.13 ;;
 	2.13 | 2.13.0) want=2.13 full=2.13.0 ;;
@@ -49,39 +98,9 @@ hpct_torch_python() {
 		return 0
 		;;
 	esac
-	if [ ! -x "$py" ]; then
-		/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || {
-			if type hpct_ensure_packages >/dev/null 2>&1; then
-				hpct_ensure_packages python3-venv || return 1
-			else
-				echo "hpct: torch $full: python3 -m venv needs Debian package python3-venv" >&2
-				return 1
-			fi
-		}
-		mkdir -p "$cache"
-		made=1
-		/usr/bin/python3 -m venv "$dir" || {
-			echo "hpct: torch $full: python3 -m venv $dir failed" >&2
-			rm -rf "$dir"
-			return 1
-		}
-	fi
-	log=$(mktemp)
+	hpct_venv_make "torch $full" "$dir" || return 1
 	echo "hpct: torch $full: installing it (CPU build) and numpy into $dir" >&2
-	"$py" -m pip install -q --disable-pip-version-check "torch==$full" numpy >"$log" 2>&1 || {
-		[ -z "$made" ] || rm -rf "$dir" # the next call starts clean
-		# "(from versions: none)": the index gave no torch at all, so it
-		# was not reached (pip says so only when it retried)
-		if grep -qiE 'connection|resolve|network is unreachable|timed out|from versions: none' "$log"; then
-			echo "hpct: torch $full: pip could not download it ($(grep -m1 -iE 'error|warning' "$log"))" >&2
-			rm -f "$log"
-			return 2
-		fi
-		echo "hpct: torch $full: pip install into $dir failed: $(tail -n 1 "$log")" >&2
-		rm -f "$log"
-		return 1
-	}
-	rm -f "$log"
+	hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
 	got=$("$py" -c 'import torch; print(torch.__version__)' 2>&1) || {
 		echo "hpct: torch $full: installed, but $py cannot import it: $(echo "$got" | tail -n 1)" >&2
 		return 1
@@ -103,39 +122,18 @@ hpct_torch_python() {
 # hpct_torch_python.
 hpct_frameworks_python() {
 	local cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
-	local dir py log made=""
+	local dir py
 	dir=$cache/venv-frameworks-2.13.0
 	py=$dir/bin/python
 	if "$py" -c 'import torch, torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
 		echo "$py"
 		return 0
 	fi
-	if [ ! -x "$py" ]; then
-		mkdir -p "$cache"
-		made=1
-		/usr/bin/python3 -m venv "$dir" || {
-			echo "hpct: frameworks: python3 -m venv $dir failed" >&2
-			rm -rf "$dir"
-			return 1
-		}
-	fi
-	log=$(mktemp)
+	hpct_venv_make frameworks "$dir" || return 1
 	echo "hpct: frameworks: installing torch 2.13.0 (CPU), torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 into $dir" >&2
-	if ! "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy torchft==0.2.0 \
-		psutil packaging pyyaml defusedxml nvidia-ml-py >"$log" 2>&1 ||
-		! "$py" -m pip install -q --disable-pip-version-check --no-deps \
-			nvidia-resiliency-ext==0.4.1 >>"$log" 2>&1; then
-		[ -z "$made" ] || rm -rf "$dir"
-		if grep -qiE 'connection|resolve|network is unreachable|timed out|from versions: none' "$log"; then
-			echo "hpct: frameworks: pip could not download them ($(grep -m1 -iE 'error|warning' "$log"))" >&2
-			rm -f "$log"
-			return 2
-		fi
-		echo "hpct: frameworks: pip install into $dir failed: $(tail -n 1 "$log")" >&2
-		rm -f "$log"
-		return 1
-	fi
-	rm -f "$log"
+	hpct_venv_pip frameworks "$dir" torch==2.13.0 numpy torchft==0.2.0 psutil packaging pyyaml \
+		defusedxml nvidia-ml-py || return
+	hpct_venv_pip frameworks "$dir" --no-deps nvidia-resiliency-ext==0.4.1 || return
 	"$py" -c 'import torch, torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null || {
 		echo "hpct: frameworks: installed, but $py cannot import torch, torchft and nvidia_resiliency_ext.inprocess" >&2
 		return 1
