@@ -93,6 +93,34 @@ int hpct__world_start(struct hpct_topo *topo, const struct hpct_world_opts *opts
 	return 0;
 }
 
+/* A world of this process's topology (the launcher's environment) that
+ * only asks the rootless store (store/client.c): no path started, no port
+ * bound, nothing served.  For a forked child of a rank that had none yet
+ * (NVRx's monitor process). */
+HPCT_PRIVATE int hpct__world_store_client(struct hpct_world **world_out)
+{
+	struct hpct_topo t;
+	memset(&t, 0, sizeof(t));
+	int rc = hpct__topo_read(hpct__env_process(), &t);
+	if (rc < 0)
+		return rc;
+	struct hpct_world *w = calloc(1, sizeof(*w));
+	if (!w || (t.nnodes > 0 && !(w->nodes = calloc((size_t)t.nnodes, sizeof(*w->nodes))))) {
+		free(w);
+		hpct__topo_free(&t);
+		return HPCT_ENOMEM;
+	}
+	w->topo = t;
+	w->ops = &hpct__path_rootless;
+	w->store_client_only = 1;
+	w->born_epoch = t.epoch;
+	w->group.world = w;
+	w->group.rank = t.rank;
+	w->group.size = t.size;
+	*world_out = w;
+	return 0;
+}
+
 HPCT_API int hpct_world_create(struct hpct_world **world_out)
 {
 	if (!world_out)

@@ -128,6 +128,9 @@ struct hpct_world {
 	struct hpct_group **children; /* groups created and not destroyed */
 	int nchildren, capchildren;
 	int any_failed;
+	/* a store client only (hpct__world_store_client): no path started, and
+	 * its store serves nothing (a forked child of a rank) */
+	int store_client_only;
 	/* HPCT_OFI_EXCHANGE: the fabric engine, until the names are exchanged
 	 * over eng (TCP), then it becomes eng; every rank's endpoint name */
 	struct hpct_engine *fabric_eng;

@@ -37,6 +37,8 @@ HPCT_PRIVATE uint64_t hpct__world_rank_born(const hpct_world *world, int rank);
 /* Would hpct_world_create take the rootless path here?  Reads the
  * environment only (no socket, no store); when not, why in `why`. */
 HPCT_PRIVATE int hpct__rootless_possible(char *why, size_t len);
+/* A world that only asks the rootless store (world.h). */
+HPCT_PRIVATE int hpct__world_store_client(hpct_world **world_out);
 
 /* A subgroup of `parent` that only its members create, named by `key`
  * instead of the parent's counter: every member must pass the same key

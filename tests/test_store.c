@@ -7,7 +7,11 @@
  * TCPStore's newer protocol adds: append (creating, extending, waking a
  * parked wait, refused past the caps), queues (FIFO across ranks, a pop
  * parked until a push, a pop that times out, len, a value that is not a
- * queue) and the list of every key over every rank.
+ * queue) and the list of every key over every rank.  Keys live on two
+ * homes by default (HPCT_STORE_REPLICAS): with two of four ranks killed in
+ * turn, nothing is lost or counted twice until both homes of a key are
+ * gone, which is named; the tests of one home's caps and failures ask for
+ * one home.
  *
  * Slots: 0 to 3 of the program's range, one job at a time (-j1); a later
  * test takes a slot again once the job before it is gone. */
@@ -553,9 +557,17 @@ static int append_caps(int rank, void *arg)
 	return 0;
 }
 
-static void env_small(int r, void *arg)
+/* One home a key (HPCT_STORE_REPLICAS=1): a home's caps, and its failures
+ * named, as a rank with no other home for its keys sees them. */
+static void env_one_home(int r, void *arg)
 {
 	env(r, arg);
+	setenv("HPCT_STORE_REPLICAS", "1", 1);
+}
+
+static void env_small(int r, void *arg)
+{
+	env_one_home(r, arg);
 	setenv("HPCT_STORE_MAX_BYTES", "65536", 1);
 }
 
@@ -599,7 +611,7 @@ static int value_cap(int rank, void *arg)
 Test(store, append_is_refused_past_the_caps_naming_the_key)
 {
 	run_job(2, 1, env_small, append_caps);
-	run_job(2, 2, env, value_cap);
+	run_job(2, 2, env_one_home, value_cap);
 }
 
 #define ITEMS 8
@@ -1089,7 +1101,7 @@ static void cause_job(int late)
 	struct cause_job cj = { .j = { .n = 3, .slot = 2 }, .late = late };
 	cr_assert(ht_event_init(&cj.parked) == 0 && ht_event_init(&cj.leaving) == 0);
 	int codes[3];
-	ht_spawn(3, env, cause_passed_on, &cj, 60, NULL, codes);
+	ht_spawn(3, env_one_home, cause_passed_on, &cj, 60, NULL, codes);
 	cr_expect_eq(codes[0], 0, "rank 0: %s", ht_describe(codes, 3));
 	cr_expect_eq(codes[1], 0, "rank 1: %s", ht_describe(codes, 3));
 	cr_expect_eq(codes[2], 128 + SIGKILL, "rank 2: %s", ht_describe(codes, 3));
@@ -1107,4 +1119,146 @@ Test(store, a_rank_that_leaves_after_a_failure_passes_its_cause_on)
 Test(store, a_rank_that_asks_a_leaving_rank_late_is_told_the_cause_too)
 {
 	cause_job(1);
+}
+
+/* ---- two homes a key (HPCT_STORE_REPLICAS=2) ---- */
+
+struct twin_job {
+	struct job j;
+	struct ht_event parked, dying, added, popped, final;
+};
+
+static void env_twins(int r, void *arg)
+{
+	env(r, arg);
+	setenv("HPCT_STORE_REPLICAS", "2", 1);
+}
+
+/* A key whose first home is `home`: "<prefix><k>" for the first k. */
+static void homed_on(struct hpct_store *s, int home, const char *prefix, char *key, size_t len)
+{
+	for (int k = 0;; k++) {
+		snprintf(key, len, "%s%d", prefix, k);
+		if (hpct__store_home(s, key) == home)
+			return;
+	}
+}
+
+static int rank_gone(void *arg)
+{
+	struct hpct_store *s = arg;
+	char dead[600];
+	return hpct__store_unreachable(s, dead, sizeof(dead)) > 0;
+}
+
+/* Four ranks, every key on two homes.  All write keys whose first home is
+ * rank 2 (a value each, a counter, a queue), rank 1 parks a wait there,
+ * and rank 2 is killed: the values are read from rank 3, the counter and
+ * the queue go on from where they were (nothing counted twice or lost),
+ * and rank 1's wait moves to rank 3, where rank 0's write lands.  Then
+ * rank 3 is killed too: a key of both is lost, and the error says so,
+ * naming its homes. */
+static int twins(int rank, void *arg)
+{
+	struct twin_job *tj = arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(62, &w, &s);
+	if (rc)
+		return rc;
+	char mine[32], theirs[32], cnt[32], q[32], late[32], want[16];
+	snprintf(want, sizeof(want), "rep%d-", rank);
+	homed_on(s, 2, want, mine, sizeof(mine));
+	homed_on(s, 2, "cnt", cnt, sizeof(cnt));
+	homed_on(s, 2, "q", q, sizeof(q));
+	homed_on(s, 2, "late", late, sizeof(late));
+	int64_t v;
+	if (hpct__store_set(s, mine, "v", 1) != 0 || hpct__store_add(s, cnt, 1, &v) != 0 ||
+	    hpct__store_queue_push(s, q, &rank, sizeof(rank)) != 0)
+		return 12;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 13;
+	if (rank == 2) {
+		if (ht_event_wait(&tj->parked, 1, 60) != 0)
+			return 14;
+		ht_event_post(&tj->dying, 3);
+		raise(SIGKILL);
+	}
+	struct parked a = { .s = s, .key = late };
+	pthread_t th;
+	if (rank == 1) {
+		if ((rc = park_call(&a, &th)) != 0)
+			return rc;
+		ht_event_post(&tj->parked, 1);
+	}
+	if (ht_event_wait(&tj->dying, 1, 60) != 0 || ht_wait_for(rank_gone, s, 30) != 0)
+		return 15;
+	if (rank == 0 && hpct__store_set(s, late, "now", 3) != 0)
+		return 16;
+	if (rank == 1) {
+		pthread_join(th, NULL);
+		fprintf(stderr, "rank 1's wait, parked on rank 2: %s\n", a.rc ? a.why : "answered");
+		if (a.rc != 0)
+			return 17;
+	}
+	for (int r = 0; r < 4; r++) {
+		snprintf(want, sizeof(want), "rep%d-", r);
+		homed_on(s, 2, want, theirs, sizeof(theirs));
+		if (!get_is(s, theirs, "v"))
+			return 18;
+	}
+	if (hpct__store_add(s, cnt, 1, &v) != 0)
+		return 19;
+	void *item = NULL;
+	size_t il = 0;
+	if (hpct__store_queue_pop(s, q, 5.0, &item, &il) != 0 || il != sizeof(int))
+		return 20;
+	free(item);
+	if (rank != 0) {
+		ht_event_post(&tj->added, 1);
+		ht_event_post(&tj->popped, 1);
+	}
+	if (rank == 1)
+		return 0;
+	if (rank == 3) {
+		if (ht_event_wait(&tj->final, 1, 60) != 0)
+			return 21;
+		raise(SIGKILL);
+	}
+	/* rank 0: 4 adds before, 3 after; 4 pushes, 3 pops */
+	int64_t n = 0;
+	if (ht_event_wait(&tj->added, 2, 60) != 0 || ht_event_wait(&tj->popped, 2, 60) != 0 ||
+	    hpct__store_add(s, cnt, 0, &v) != 0 || hpct__store_queue_len(s, q, &n) != 0)
+		return 22;
+	fprintf(stderr, "rank 0: counter %lld, queue %lld\n", (long long)v, (long long)n);
+	if (v != 7 || n != 1)
+		return 23;
+	ht_event_post(&tj->final, 1);
+	/* rank 3 gone as well: rank 0 keeps asking until it is */
+	double until = hpct__now() + 30;
+	void *val = NULL;
+	size_t len;
+	hpct__store_set_timeout(s, 2.0);
+	do
+		rc = hpct__store_get(s, mine, 1.0, &val, &len);
+	while (rc == 0 && (free(val), val = NULL, hpct__now() < until));
+	fprintf(stderr, "rank 0, both homes gone: %s\n", hpct_last_error());
+	if (rc != HPCT_EPEERDEAD || !strstr(hpct_last_error(), "every home of it (ranks 2 at ") ||
+	    !strstr(hpct_last_error(), " and 3 at ") ||
+	    !strstr(hpct_last_error(), "its value is lost"))
+		return 24;
+	return 0;
+}
+
+Test(store, with_two_homes_a_killed_rank_loses_no_key)
+{
+	struct twin_job tj = { .j = { .n = 4, .slot = 1 } };
+	cr_assert(ht_event_init(&tj.parked) == 0 && ht_event_init(&tj.dying) == 0 &&
+	          ht_event_init(&tj.added) == 0 && ht_event_init(&tj.popped) == 0 &&
+	          ht_event_init(&tj.final) == 0);
+	int codes[4];
+	ht_spawn(4, env_twins, twins, &tj, 90, NULL, codes);
+	for (int r = 0; r < 4; r++)
+		cr_expect_eq(codes[r], r >= 2 ? 128 + SIGKILL : 0, "rank %d: %s", r,
+		             ht_describe(codes, 4));
 }

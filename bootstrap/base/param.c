@@ -50,6 +50,9 @@ static const struct hpct_param params[] = {
 	 * PyTorch stores small keys (addresses, counters, NCCL ids); its biggest
 	 * values are pickled objects of a few MB, and hashing spreads keys over
 	 * every rank: a job comes nowhere near these. */
+	{ "HPCT_STORE_REPLICAS", HPCT_PT_INT, "2",
+	  "rootless store: ranks that keep each key (its home and the ranks after it), so that "
+	  "fewer losses than this lose none; 1: one home, as before (at most the world's size)" },
 	{ "HPCT_STORE_MAX_KEYS", HPCT_PT_INT, "1048576",
 	  "rootless store: most keys one rank's store holds, all namespaces together; a set past "
 	  "it is refused (logged naming the client and the key)" },

@@ -146,8 +146,13 @@ static enum rank_given rank_given(void)
  * library too, and only its environment changes (its ranks then inherit
  * the variable, and a rank that declines later keeps it: hpct's plugin
  * answers every other lookup from the environment, as NCCL would). */
+/* The process that loaded this library (each exec loads it anew; a fork
+ * does not): another pid here is a forked child. */
+static pid_t load_pid;
+
 __attribute__((constructor)) static void preload_loaded(void)
 {
+	load_pid = getpid();
 	char why[512];
 	const char *v = env_get("HPCT_USE_ROOTLESS");
 	if (!v || strcmp(v, "1") != 0)
@@ -686,7 +691,7 @@ static int keep_stock(const char *why)
 	return -1;
 }
 
-static int decide(void)
+static int decide(int child)
 {
 	char why[1200], ver[64], where[4096] = "";
 	const char *v = env_get("HPCT_USE_ROOTLESS");
@@ -705,9 +710,7 @@ static int decide(void)
 	if (v && strcmp(v, "True") == 0)
 		return keep_stock("torchrun's agent holds this job's store "
 		                  "(TORCHELASTIC_USE_AGENT_STORE=True), shared with every client");
-	if (hpct__fd_forked())
-		return keep_stock("a forked child of a rank");
-	long anc = rank_ancestor();
+	long anc = child ? 0 : rank_ancestor();
 	if (anc) {
 		snprintf(why, sizeof(why), "a child of rank process %ld", anc);
 		return keep_stock(why);
@@ -724,7 +727,20 @@ static int decide(void)
 	if (!hpct__rootless_possible(why, sizeof(why)))
 		return keep_stock(why);
 	resolve_master();
-	hpct_world *w = hpct_preload_world();
+	hpct_world *w = NULL;
+	if (child) {
+		/* a forked child of a rank that had no world yet: a client of the
+		 * store, serving nothing */
+		if (hpct__world_store_client(&w) != 0 ||
+		    hpct__torch_store_restart_child(w, proto) != 0) {
+			fprintf(stderr, "hpct: a forked child of a rank: %s: its TCPStore connections "
+			                "fail\n",
+			        hpct_last_error());
+			return -2;
+		}
+		return 1;
+	}
+	w = hpct_preload_world();
 	if (!w) {
 		/* the others wait for this rank, and stock here could not reach
 		 * rank 0's store either: fail this rank's store, saying why */
@@ -759,41 +775,50 @@ static int decide(void)
 	return 1;
 }
 
-/* A forked child of a rank whose store is served here (NVRx's monitor
- * processes, forked and double-forked; a data-loader worker): it serves
- * its own TCPStore connections on its own listener, a client of the same
- * keyspace, also once its rank has died.  Once per process, by the first
- * thread to come (never a lock the fork may have taken with it). */
-static _Atomic pid_t child_started, child_ready;
+/* A forked child of a rank (NVRx's monitor processes, forked and
+ * double-forked; a data-loader worker): it serves its own TCPStore
+ * connections on its own listener, a client of the same keyspace, also
+ * once its rank has died: with its parent's world when the parent had
+ * decided before the fork (r, its route then), else with a world of its
+ * own that only asks the store.  Once per process, by the first thread to
+ * come (never a lock the fork may have taken with it). */
+static _Atomic pid_t child_started, child_pid;
+static atomic_int child_route; /* as route, for the process child_pid */
 
-static int child_routed(void)
+static int child_routed(int r)
 {
+	if (r < 0)
+		return 0; /* the parent keeps PyTorch's store: so does its child */
 	pid_t me = getpid();
-	if (atomic_load(&child_ready) == me)
-		return 1;
 	pid_t was = atomic_load(&child_started);
-	if (was != me && atomic_compare_exchange_strong(&child_started, &was, me)) {
-		if (hpct__torch_store_restart_child() != 0) {
-			fprintf(stderr, "hpct: a forked child of a rank: %s: its TCPStore connections "
-			                "fail\n",
-			        hpct_last_error());
-			atomic_store(&child_ready, -me);
+	if (atomic_load(&child_pid) != me && was != me &&
+	    atomic_compare_exchange_strong(&child_started, &was, me)) {
+		int d;
+		if (r == 1) {
+			d = hpct__torch_store_restart_child(NULL, NULL) == 0 ? 1 : -2;
+			if (d < 0)
+				fprintf(stderr, "hpct: a forked child of a rank: %s: its TCPStore "
+				                "connections fail\n",
+				        hpct_last_error());
 		} else {
+			d = decide(1);
+		}
+		if (d == 1)
 			HPCT_INFO(HPCT_SUB_INIT,
 			          "preload: a forked child of a rank: its TCPStore served in it "
 			          "(127.0.0.1:%u), a client of its rank's keyspace",
 			          hpct__torch_store_port());
-			atomic_store(&child_ready, me);
-		}
+		atomic_store(&child_route, d);
+		atomic_store(&child_pid, me);
 	}
-	for (int i = 0; i < 20000 && atomic_load(&child_ready) != me &&
-	                atomic_load(&child_ready) != -me;
-	     i++)
+	for (int i = 0; i < 20000 && atomic_load(&child_pid) != me; i++)
 		hpct__sleep(0.001);
-	if (atomic_load(&child_ready) == me)
-		return 1;
-	errno = EACCES;
-	return -1;
+	int d = atomic_load(&child_pid) == me ? atomic_load(&child_route) : -2;
+	if (d == -2) {
+		errno = EACCES;
+		return -1;
+	}
+	return d == 1;
 }
 
 /* 1: route this call; 0: leave it; -1 with errno: fail it. */
@@ -802,13 +827,13 @@ static int routed(void)
 	int r = atomic_load(&route);
 	/* a forked child decides nothing (never waits on a lock the fork may
 	 * have taken with it): it is served as its parent was */
-	int forked = hpct__fd_forked();
+	int forked = hpct__fd_forked() || (load_pid && getpid() != load_pid);
 	if (forked)
-		return r == 1 ? child_routed() : 0;
+		return child_routed(r);
 	if (!r) {
 		pthread_mutex_lock(&route_mu);
 		if (!(r = atomic_load(&route))) {
-			r = decide();
+			r = decide(0);
 			atomic_store(&route, r);
 		}
 		pthread_mutex_unlock(&route_mu);

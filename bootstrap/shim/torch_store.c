@@ -1281,12 +1281,12 @@ void hpct__torch_store_adopt(int fd)
  * child's (fdtrack.h made its sockets /dev/null), so the child listens on
  * its own and is a client of the same keyspace, also once its parent has
  * died.  The child's only thread runs this, so the copied lock is reset. */
-int hpct__torch_store_restart_child(void)
+int hpct__torch_store_restart_child(hpct_world *world, const struct hpct_torch_proto *proto)
 {
 	pthread_mutex_init(&S.mu, NULL);
 	pthread_cond_init(&S.cv, NULL);
-	hpct_world *w = S.world;
-	const struct hpct_torch_proto *p = S.proto;
+	hpct_world *w = world ? world : S.world;
+	const struct hpct_torch_proto *p = proto ? proto : S.proto;
 	S.lfd = -1;
 	S.port = 0;
 	S.nexpected = 0;

@@ -36,9 +36,10 @@ void hpct__torch_store_unexpect(uint16_t port);
 /* Serves a client that reached rank 0's TCPStore server at MASTER_PORT
  * (not routed here) on the same keyspace; takes fd. */
 void hpct__torch_store_adopt(int fd);
-/* In a forked child of a rank that serves its store: listens anew (the
- * parent's listener and threads are not the child's); 0, or an error. */
-int hpct__torch_store_restart_child(void);
+/* In a forked child of a rank: listens anew (the parent's listener and
+ * threads are not the child's), clients of protocol `proto` over `world`
+ * (NULL, NULL: the parent's); 0, or an error. */
+int hpct__torch_store_restart_child(hpct_world *world, const struct hpct_torch_proto *proto);
 /* Connections accepted so far (a test asks it through the shim). */
 long hpct__torch_store_routed(void);
 /* The preload's lock on the shared world (preload.c). */

@@ -85,7 +85,49 @@ struct hpct_store {
 	pthread_mutex_t mu;
 	int *fd;                        /* per home rank, -1 until first used */
 	struct hpct_store *prev, *next; /* the process's open handles */
+	/* HPCT_STORE_REPLICAS: R homes a key; with more than one, the homes
+	 * found gone (dead), and this handle's id and last write's number
+	 * (a write's id: OP_RID) */
+	int R;
+	unsigned char *dead;
+	uint64_t cid, seq;
 };
+
+/* Ranks whose store this process reached once: one that refuses later
+ * died (one never reached may not have started yet), so that with
+ * replicas its keys' next home is asked at once.  Per world and epoch. */
+static struct {
+	uint64_t job, epoch;
+	int size;
+	unsigned char *seen;
+} reached;
+
+static void mark_reached(const struct hpct_world *w, int rank)
+{
+	if (!reached.seen || reached.job != w->topo.job || reached.epoch != w->topo.epoch ||
+	    reached.size != w->topo.size) {
+		unsigned char *s = calloc((size_t)w->topo.size, 1);
+		if (!s)
+			return;
+		unsigned char *old = reached.seen;
+		reached.seen = s;
+		reached.job = w->topo.job;
+		reached.epoch = w->topo.epoch;
+		reached.size = w->topo.size;
+		free(old);
+	}
+	__atomic_store_n(&reached.seen[rank], 1, __ATOMIC_RELAXED);
+}
+
+static int was_reached(const struct hpct_world *w, int rank)
+{
+	return reached.seen && reached.job == w->topo.job && reached.epoch == w->topo.epoch &&
+	       reached.size == w->topo.size && __atomic_load_n(&reached.seen[rank], __ATOMIC_RELAXED);
+}
+
+/* The write a thread is sending now: its sequence in the handle (frame
+ * puts it after the key when the op carries OP_RID). */
+static _Thread_local uint64_t rid_seq;
 
 /* The open handles, for hpct__store_own_addrs. */
 static struct {
@@ -187,7 +229,7 @@ int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hp
 		return hpct__fail(HPCT_ESTATE, HPCT_SUB_NET,
 		                  "the rootless store needs a node list (%s)",
 		                  w->topo.why_not_rootless);
-	int rc = hpct__store_server_start(w);
+	int rc = w->store_client_only ? 0 : hpct__store_server_start(w);
 	if (rc)
 		return rc;
 	struct hpct_store *s = calloc(1, sizeof(*s));
@@ -200,6 +242,17 @@ int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hp
 	s->w = w;
 	s->ns = ns;
 	s->timeout = timeout_s;
+	if ((rc = hpct__store_replicas(w, &s->R)) != 0 ||
+	    (s->R > 1 && !(s->dead = calloc((size_t)w->topo.size, 1)))) {
+		free(s->fd);
+		free(s);
+		return rc ? rc : HPCT_ENOMEM;
+	}
+	/* unique enough among the job's handles: a home remembers one write
+	 * per id */
+	uint64_t now_ns = (uint64_t)(hpct__now() * 1e9);
+	s->cid = hpct__hash_u64(hpct__hash_u64(now_ns, (uint64_t)getpid()), (uint64_t)(uintptr_t)s) |
+	         1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_lock(&open_handles.mu);
 	if ((s->next = open_handles.head) != NULL)
@@ -227,6 +280,7 @@ void hpct__store_close(struct hpct_store *s)
 			close(s->fd[i]);
 	pthread_mutex_destroy(&s->mu);
 	free(s->fd);
+	free(s->dead);
 	free(s);
 }
 
@@ -314,9 +368,21 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 		}
 		if (fd >= 0) {
 			s->fd[home] = fd;
+			mark_reached(s->w, home);
 			return 0;
 		}
 		double now = hpct__now();
+		if (s->R > 1 && fd == -ECONNREFUSED && was_reached(s->w, home)) {
+			/* it answered before: gone, and its keys have other homes */
+			char why[HPCT_ADDRSTRLEN + 96], also[600];
+			snprintf(why, sizeof(why),
+			         "rank %d at %s refused a connection: it died or left", home, text);
+			found_dead(s, why, why, also, sizeof(also));
+			return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
+			                  "store: %s: rank %d (a home of the key) at %s refused a "
+			                  "connection: it died or left%s",
+			                  what, home, text, also);
+		}
 		if (fd == HPCT_ETIMEDOUT || !hpct__sock_retryable(-fd) || now >= deadline) {
 			char why[HPCT_ADDRSTRLEN + 160], also[600];
 			snprintf(why, sizeof(why),
@@ -353,7 +419,8 @@ static int frame(struct hpct_store *s, const char *what, uint8_t op, const char 
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
 		                  "store: %s: value of %zu bytes (at most %zu)", what, alen + blen,
 		                  (size_t)HPCT_STORE_MAX_FRAME - HDR - klen - 64);
-	size_t flen = HDR + klen + alen + blen;
+	size_t rl = op & OP_RID ? 16 : 0;
+	size_t flen = HDR + klen + rl + alen + blen;
 	unsigned char *f = malloc(4 + flen);
 	if (!f)
 		return HPCT_ENOMEM;
@@ -362,10 +429,14 @@ static int frame(struct hpct_store *s, const char *what, uint8_t op, const char 
 	hpct__put64(f + 5, s->ns);
 	hpct__put32(f + 13, (uint32_t)klen);
 	memcpy(f + 4 + HDR, key, klen);
+	if (rl) {
+		hpct__put64(f + 4 + HDR + klen, s->cid);
+		hpct__put64(f + 4 + HDR + klen + 8, rid_seq);
+	}
 	if (alen)
-		memcpy(f + 4 + HDR + klen, a, alen);
+		memcpy(f + 4 + HDR + klen + rl, a, alen);
 	if (blen)
-		memcpy(f + 4 + HDR + klen + alen, b, blen);
+		memcpy(f + 4 + HDR + klen + rl + alen, b, blen);
 	*f_out = f;
 	*len_out = 4 + flen;
 	return 0;
@@ -513,6 +584,91 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 	return rc;
 }
 
+/* Every home of `key` is gone: its value with them. */
+static int lost(struct hpct_store *s, const char *what, const char *key, int h0)
+{
+	char kb[KEY_SHOWN + 8], homes[512] = "";
+	size_t used = 0;
+	for (int k = 0; k < s->R && used < sizeof(homes); k++) {
+		int home = (h0 + k) % s->w->topo.size;
+		char text[HPCT_ADDRSTRLEN] = "?";
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
+		used += (size_t)snprintf(homes + used, sizeof(homes) - used, "%s%d at %s",
+		                         k == 0 ? "" : k == s->R - 1 ? " and " : ", ", home, text);
+	}
+	char last[700];
+	snprintf(last, sizeof(last), "%s", hpct_last_error());
+	return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
+	                  "store: %s: key '%s': every home of it (ranks %s; "
+	                  "HPCT_STORE_REPLICAS=%d) is gone: its value is lost (the last: %s)",
+	                  what, shown(key, kb, sizeof(kb)), homes, s->R, last);
+}
+
+/* A request on `key` to its home; with replicas (R > 1) to the first of
+ * its homes not found gone, and on to the next when that one is (a write,
+ * `write`, carries an id, so that a home answers a retry of a write the
+ * last one did with its first answer).  A wait keeps its end. */
+static int rpc_key(struct hpct_store *s, const char *what, uint8_t op, const char *key,
+                   const void *a, size_t alen, const void *b, size_t blen, double wait_s,
+                   int write, unsigned char **rep, size_t *replen)
+{
+	int h0 = hpct__store_home(s, key);
+	if (s->R < 2)
+		return rpc(s, h0, what, op, key, a, alen, b, blen, wait_s, rep, replen);
+	if (write) {
+		op |= OP_RID;
+		rid_seq = __atomic_add_fetch(&s->seq, 1, __ATOMIC_RELAXED);
+	}
+	double until = hpct__now() + wait_s;
+	for (int k = 0; k < s->R; k++) {
+		int home = (h0 + k) % s->w->topo.size;
+		if (__atomic_load_n(&s->dead[home], __ATOMIC_RELAXED))
+			continue;
+		double w = wait_s;
+		if (wait_s > 0 && (w = until - hpct__now()) < 0.001)
+			w = 0.001;
+		int rc = rpc(s, home, what, op, key, a, alen, b, blen, w, rep, replen);
+		if (rc != HPCT_EPEERDEAD)
+			return rc;
+		__atomic_store_n(&s->dead[home], 1, __ATOMIC_RELAXED);
+	}
+	return lost(s, what, key, h0);
+}
+
+/* The home asked first for `key`: its first, or with replicas the first
+ * of them not found gone. */
+static int live_home(struct hpct_store *s, const char *key)
+{
+	int h0 = hpct__store_home(s, key);
+	for (int k = 0; s->R > 1 && k < s->R; k++) {
+		int home = (h0 + k) % s->w->topo.size;
+		if (!__atomic_load_n(&s->dead[home], __ATOMIC_RELAXED))
+			return home;
+	}
+	return h0;
+}
+
+int hpct__store_forward(struct hpct_store *s, int home, uint64_t ns, const char *key,
+                        const void *body, size_t len)
+{
+	unsigned char *rep;
+	size_t rl;
+	s->ns = ns; /* the forwarder's own handle */
+	int rc = rpc(s, home, "replicate", OP_REPL, key, body, len, NULL, 0, 0, &rep, &rl);
+	free(rep);
+	return rc;
+}
+
+int hpct__store_replicas(const struct hpct_world *w, int *r_out)
+{
+	long r = 2;
+	int rc = hpct__env_int(hpct__env_process(), "HPCT_STORE_REPLICAS", 1, 64, 2, &r, NULL);
+	*r_out = r > w->topo.size ? w->topo.size : (int)r;
+	return rc;
+}
+
 /* The same request for n keys (a field `a` each), sent to their homes all
  * at once and answered in order (a home serves a connection's requests
  * one after another): n round trips become about one.  rcs[i], reps[i]
@@ -530,11 +686,14 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 		reps[i] = NULL;
 		replens[i] = 0;
 	}
+	int *homes = malloc((size_t)(n ? n : 1) * sizeof(int));
+	if (!homes)
+		return HPCT_ENOMEM;
 	pthread_mutex_lock(&s->mu);
 	while (sent < n) {
 		unsigned char *f = NULL;
 		size_t flen = 0;
-		int home = hpct__store_home(s, keys[sent]);
+		int home = homes[sent] = live_home(s, keys[sent]);
 		if ((rc = frame(s, what, op, keys[sent], a, alen, NULL, 0, &f, &flen)) != 0)
 			break;
 		if ((rc = ensure(s, home, what, hpct__now() + t)) == 0 &&
@@ -546,7 +705,7 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 		sent++;
 	}
 	for (int i = 0; i < sent; i++) {
-		int home = hpct__store_home(s, keys[i]);
+		int home = homes[i];
 		if (s->fd[home] < 0) {
 			rcs[i] = HPCT_EPEERDEAD;
 			continue;
@@ -563,6 +722,7 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
+	free(homes);
 	for (int i = 0; i < n; i++)
 		if (rcs[i] || rc) {
 			free(reps[i]);
@@ -626,7 +786,7 @@ static int put_value(struct hpct_store *s, uint8_t op, const char *what, const c
 	unsigned char l[4], *rep;
 	size_t rl;
 	hpct__put32(l, (uint32_t)len);
-	int rc = rpc(s, hpct__store_home(s, key), what, op, key, l, 4, val, len, 0, &rep, &rl);
+	int rc = rpc_key(s, what, op, key, l, 4, val, len, 0, 1, &rep, &rl);
 	free(rep);
 	return rc;
 }
@@ -657,10 +817,9 @@ static int parked_value(struct hpct_store *s, uint8_t op, const char *what, cons
 	unsigned char ms[8], *rep;
 	size_t rl;
 	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
-	int home = hpct__store_home(s, key);
-	int rc = rpc(s, home, what, op, key, ms, 8, NULL, 0, t, &rep, &rl);
+	int rc = rpc_key(s, what, op, key, ms, 8, NULL, 0, t, op == OP_QPOP, &rep, &rl);
 	if (rc == HPCT_ETIMEDOUT)
-		return quiet ? rc : timed_out(s, what, missing, key, home, t);
+		return quiet ? rc : timed_out(s, what, missing, key, live_home(s, key), t);
 	return rc ? rc : take_value(rep, rl, val_out, len_out);
 }
 
@@ -678,6 +837,23 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 		return 0;
 	struct batch bt;
 	int rc = batch_ask(s, "get", OP_GET, keys, n, t, &bt);
+	if (rc == HPCT_EPEERDEAD && s->R > 1) {
+		/* a home is gone: each key from the first of its homes left */
+		batch_free(&bt, n);
+		for (int i = 0; i < n; i++)
+			vals[i] = NULL;
+		rc = 0;
+		for (int i = 0; rc == 0 && i < n; i++)
+			if ((rc = parked_value(s, OP_GET, "get", "was not set", keys[i], t, 0, &vals[i],
+			                       &lens[i])) != 0)
+				break;
+		if (rc)
+			for (int i = 0; i < n; i++) {
+				free(vals[i]);
+				vals[i] = NULL;
+			}
+		return rc;
+	}
 	for (int i = 0; i < n; i++) {
 		vals[i] = NULL;
 		if (rc == 0 && bt.rcs[i] == HPCT_ETIMEDOUT)
@@ -710,8 +886,7 @@ int hpct__store_add(struct hpct_store *s, const char *key, int64_t delta, int64_
 	unsigned char d[8], *rep;
 	size_t rl;
 	hpct__put64(d, (uint64_t)delta);
-	int home = hpct__store_home(s, key);
-	int rc = rpc(s, home, "add", OP_ADD, key, d, 8, NULL, 0, 0, &rep, &rl);
+	int rc = rpc_key(s, "add", OP_ADD, key, d, 8, NULL, 0, 0, 1, &rep, &rl);
 	if (rc == HPCT_EINVAL) {
 		char kb[KEY_SHOWN + 8];
 		return hpct__fail(rc, HPCT_SUB_NET,
@@ -741,8 +916,7 @@ int hpct__store_cas(struct hpct_store *s, const char *key, const void *expected,
 	hpct__put32(body + 4 + elen, (uint32_t)dlen);
 	if (dlen)
 		memcpy(body + 8 + elen, desired, dlen);
-	int rc = rpc(s, hpct__store_home(s, key), "compare_set", OP_CAS, key, body, n, NULL, 0, 0,
-	             &rep, &rl);
+	int rc = rpc_key(s, "compare_set", OP_CAS, key, body, n, NULL, 0, 0, 1, &rep, &rl);
 	free(body);
 	return rc ? rc : take_value(rep, rl, val_out, len_out);
 }
@@ -751,7 +925,7 @@ static int flag_op(struct hpct_store *s, uint8_t op, const char *what, const cha
 {
 	unsigned char *rep;
 	size_t rl;
-	int rc = rpc(s, hpct__store_home(s, key), what, op, key, NULL, 0, NULL, 0, 0, &rep, &rl);
+	int rc = rpc_key(s, what, op, key, NULL, 0, NULL, 0, 0, op == OP_DEL, &rep, &rl);
 	if (rc == 0 && rl != 1)
 		rc = HPCT_EPROTO;
 	if (rc == 0)
@@ -784,6 +958,26 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 		return 0;
 	struct batch bt;
 	int rc = batch_ask(s, "wait", OP_WAIT, keys, n, t, &bt);
+	if (rc == HPCT_EPEERDEAD && s->R > 1) {
+		/* a home is gone: each key at the first of its homes left */
+		batch_free(&bt, n);
+		double until = hpct__now() + t;
+		unsigned char ms[8], *rep = NULL;
+		size_t rl;
+		rc = 0;
+		for (int i = 0; rc == 0 && i < n; i++) {
+			double w = until - hpct__now();
+			hpct__put64(ms, (uint64_t)(int64_t)((w > 0 ? w : 0) * 1000));
+			rc = rpc_key(s, "wait", OP_WAIT, keys[i], ms, 8, NULL, 0, w > 0.001 ? w : 0.001,
+			             0, &rep, &rl);
+			free(rep);
+			rep = NULL;
+			if (rc == HPCT_ETIMEDOUT && !quiet)
+				rc = timed_out(s, "wait", "was not set", keys[i], live_home(s, keys[i]),
+				               t);
+		}
+		return rc;
+	}
 	for (int i = 0; rc == 0 && i < n; i++)
 		if (bt.rcs[i] == HPCT_ETIMEDOUT)
 			rc = quiet ? bt.rcs[i]
@@ -810,9 +1004,18 @@ int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out)
 	return flag_op(s, OP_DEL, "delete_key", key, existed_out);
 }
 
+static void free_keys(char **keys, int64_t n);
+
 int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out)
 {
 	*n_out = 0;
+	if (s->R > 1) { /* every home holds the key: count them once */
+		char **keys = NULL;
+		int rc = hpct__store_list(s, &keys, n_out);
+		if (rc == 0)
+			free_keys(keys, *n_out);
+		return rc;
+	}
 	for (int r = 0; r < s->w->topo.size; r++) {
 		unsigned char *rep;
 		size_t rl;
@@ -860,8 +1063,7 @@ int hpct__store_queue_len(struct hpct_store *s, const char *key, int64_t *n_out)
 {
 	unsigned char *rep;
 	size_t rl;
-	int rc = rpc(s, hpct__store_home(s, key), "queue_len", OP_QLEN, key, NULL, 0, NULL, 0, 0,
-	             &rep, &rl);
+	int rc = rpc_key(s, "queue_len", OP_QLEN, key, NULL, 0, NULL, 0, 0, 0, &rep, &rl);
 	if (rc == HPCT_EINVAL)
 		return not_a_queue(s, "queue_len", key);
 	if (rc == 0 && rl != 8)
@@ -907,6 +1109,11 @@ static int take_keys(const unsigned char *rep, size_t rl, char ***keys, int64_t 
 	return at == rl ? 0 : HPCT_EPROTO;
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out)
 {
 	char **keys = NULL;
@@ -915,7 +1122,14 @@ int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out)
 	for (int r = 0; r < s->w->topo.size && rc == 0; r++) {
 		unsigned char *rep;
 		size_t rl;
+		if (s->R > 1 && __atomic_load_n(&s->dead[r], __ATOMIC_RELAXED))
+			continue;
 		rc = rpc(s, r, "list", OP_LIST, "", NULL, 0, NULL, 0, 0, &rep, &rl);
+		if (rc == HPCT_EPEERDEAD && s->R > 1) { /* its keys have other homes */
+			__atomic_store_n(&s->dead[r], 1, __ATOMIC_RELAXED);
+			rc = 0;
+			continue;
+		}
 		if (rc == 0 && (rc = take_keys(rep, rl, &keys, &n)) == HPCT_EPROTO) {
 			char text[HPCT_ADDRSTRLEN] = "?";
 			struct sockaddr_storage ss;
@@ -931,6 +1145,17 @@ int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out)
 	if (rc) {
 		free_keys(keys, n);
 		return rc;
+	}
+	if (s->R > 1 && n > 1) { /* each key once, not once a home */
+		qsort(keys, (size_t)n, sizeof(*keys), by_name);
+		int64_t m = 1;
+		for (int64_t i = 1; i < n; i++) {
+			if (strcmp(keys[i], keys[m - 1]) == 0)
+				free(keys[i]);
+			else
+				keys[m++] = keys[i];
+		}
+		n = m;
 	}
 	*keys_out = keys;
 	*n_out = n;

@@ -45,6 +45,29 @@ static void reply_with(struct ssrv *s, struct sconn *c, int32_t status, const vo
 		c->oval = sval_ref(v);
 		c->ovoff = 0;
 	}
+	/* replicas (replica.c): sent once every change made before it is on
+	 * its key's other homes; a request's answer kept for its retry */
+	c->need = s->recording ? s->fwd_issued + 1 : s->fwd_issued;
+	if (s->cap.on && s->cap.c == c) {
+		size_t add = alen + blen + (v ? v->len : 0);
+		if (s->cap.len + add > s->cap.cap) {
+			unsigned char *nb = realloc(s->cap.b, s->cap.len + add);
+			if (!nb) {
+				s->cap.on = 0;
+				return;
+			}
+			s->cap.b = nb;
+			s->cap.cap = s->cap.len + add;
+		}
+		if (alen)
+			memcpy(s->cap.b + s->cap.len, a, alen);
+		if (blen)
+			memcpy(s->cap.b + s->cap.len + alen, b, blen);
+		if (v && v->len)
+			memcpy(s->cap.b + s->cap.len + alen + blen, v->b, v->len);
+		s->cap.len += add;
+		s->cap.status = status;
+	}
 }
 
 void sreq_reply(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen,
@@ -124,7 +147,7 @@ static int parked_on(const struct sconn *c, uint64_t ns, const char *key)
 /* A key came into being: answer whoever waits for it, GETs and WAITs
  * first (a POP may take the key away), then POPs in the order they came,
  * while the key lasts. */
-static void woken(struct ssrv *s, uint64_t ns, const char *key)
+void sreq_woken(struct ssrv *s, uint64_t ns, const char *key)
 {
 	struct entry *e = stab_get(&s->t, ns, key);
 	for (int i = 0; e && i < s->nc; i++) {
@@ -300,17 +323,26 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 {
 	if (len < HDR)
 		return -1;
-	uint8_t op = p[0];
+	uint8_t op = p[0] & ~OP_RID;
+	int rid = (p[0] & OP_RID) != 0;
 	uint64_t ns = hpct__get64(p + 1);
 	uint32_t klen = hpct__get32(p + 9);
-	if (klen > HPCT_STORE_MAX_KEY || klen > len - HDR)
+	if (klen > HPCT_STORE_MAX_KEY || klen > len - HDR || (rid && len - HDR - klen < 16))
 		return -1;
 	char small[256], *key = klen < sizeof(small) ? small : malloc((size_t)klen + 1);
 	if (!key)
 		return -1;
 	memcpy(key, p + HDR, klen);
 	key[klen] = 0;
-	int rc = strlen(key) != klen ? -1 : serve(s, c, op, ns, key, p + HDR + klen, len - HDR - klen);
+	const unsigned char *f = p + HDR + klen;
+	size_t flen = len - HDR - klen;
+	int rc = 0;
+	if (strlen(key) != klen)
+		rc = -1;
+	else if (op == OP_REPL)
+		rc = srepl_apply(s, c, ns, key, f, flen);
+	else if (!rid || !srepl_seen(s, c, hpct__get64(f), hpct__get64(f + 8)))
+		rc = serve(s, c, op, ns, key, f + (rid ? 16 : 0), flen - (rid ? 16 : 0));
 	if (key != small)
 		free(key);
 	return rc;
@@ -328,7 +360,7 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 		int rc = put(s, c, "set", ns, key, p + 4, len - 4);
 		sreq_reply(s, c, rc, NULL, 0, NULL, 0);
 		if (rc == 0)
-			woken(s, ns, key);
+			sreq_woken(s, ns, key);
 		return 0;
 	}
 	case OP_GET:
@@ -360,7 +392,7 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 		hpct__put64(b, (uint64_t)v);
 		sreq_reply(s, c, rc, b, rc ? 0 : 8, NULL, 0);
 		if (rc == 0 && !e)
-			woken(s, ns, key);
+			sreq_woken(s, ns, key);
 		return 0;
 	}
 	case OP_CAS: {
@@ -392,7 +424,7 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 			sreq_reply(s, c, 0, b, 4, exp, el);
 		}
 		if (made)
-			woken(s, ns, key);
+			sreq_woken(s, ns, key);
 		return 0;
 	}
 	case OP_CHECK:
@@ -425,7 +457,7 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 			rc = extend(s, c, "queue_push", ns, key, e, p, len);
 		sreq_reply(s, c, rc, NULL, 0, NULL, 0);
 		if (rc == 0)
-			woken(s, ns, key);
+			sreq_woken(s, ns, key);
 		return 0;
 	}
 	case OP_QPOP: {

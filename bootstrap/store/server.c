@@ -2,7 +2,10 @@
  * the keys whose home is this rank (table.c) with the requests' semantics
  * of requests.c: the listener, non-blocking connections, the shared-secret
  * proof, the bounds on what a client can make a rank hold, and the
- * socket-free hook the fuzz target drives.
+ * socket-free hook the fuzz target drives.  With replicas (replica.c) a
+ * request's changes go to their keys' other homes by the forwarder
+ * thread, and an answer is not sent (nor POLLOUT asked) until what came
+ * before it is there; the thread itself never waits on another rank.
  *
  * What a client can make a rank hold, and for how long:
  *   - a connection that has not proved the secret (HPCT_SECRET) or, with no
@@ -137,8 +140,13 @@ static int serve_one(struct sconn *c)
 	if (__atomic_load_n(&srv.leaving, __ATOMIC_ACQUIRE)) { /* the cause: this rank leaves */
 		sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
 		c->told = 1;
-	} else if (sreq_serve(&srv, c, c->in + 4, fl) < 0)
-		return -1;
+	} else {
+		srepl_begin(&srv, c);
+		int r = sreq_serve(&srv, c, c->in + 4, fl);
+		srepl_end(&srv, c);
+		if (r < 0)
+			return -1;
+	}
 	c->admitted = 1; /* without a secret, a whole request admits it */
 	unreserve(c);
 	c->inlen -= 4 + (size_t)fl;
@@ -160,6 +168,8 @@ static int serve_one(struct sconn *c)
 
 static void flush(struct sconn *c)
 {
+	if (srepl_held(&srv, c)) /* its key's other homes do not have it yet */
+		return;
 	while (c->fd >= 0 && pending(c)) {
 		int head = c->outoff < c->outlen;
 		const unsigned char *p = head ? c->out + c->outoff : c->oval->b + c->ovoff;
@@ -577,7 +587,9 @@ static void *server_main(void *arg)
 				.events = (short)((stalled(&srv.c[i]) || srv.c[i].budget_wait
 				                           ? 0
 				                           : POLLIN) |
-				                  (pending(&srv.c[i]) ? POLLOUT : 0)),
+				                  (pending(&srv.c[i]) && !srepl_held(&srv, &srv.c[i])
+				                           ? POLLOUT
+				                           : 0)),
 			};
 		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
 		if (poll(pfd, (nfds_t)srv.nc + 2, ms) < 0 && errno != EINTR)
@@ -647,6 +659,8 @@ int hpct__store_server_start(struct hpct_world *w)
 		}
 	}
 	if (rc == 0 && (rc = read_bounds()) != 0)
+		close(fd);
+	if (rc == 0 && (rc = srepl_start(&srv, w)) != 0)
 		close(fd);
 	if (rc == 0 && w->topo.secret) {
 		srv.id = hpct__store_auth_id(w, w->topo.rank, w->topo.rank);

@@ -46,7 +46,15 @@ struct sconn {
 	struct hpct_auth_srv auth;
 	int fuzz; /* no socket: replies are dropped as they are made */
 	int told; /* answered with the cause of this rank's leaving */
+	/* replication (replica.c): its reply waits until the forwarder has
+	 * given the key's other homes every change made before it (fwd_done
+	 * >= need); a home's connection (repl) is answered at once */
+	uint64_t need;
+	int repl;
 };
+
+struct srepl_batch;
+struct srepl_dedupe;
 
 struct ssrv {
 	pthread_mutex_t mu; /* start only: the thread owns everything else */
@@ -83,6 +91,29 @@ struct ssrv {
 	char (*own)[HPCT_ADDRSTRLEN];
 	int nown;
 	double timeout_s; /* HPCT_TIMEOUT: the linger's cap, with LINGER_S */
+	/* replication (replica.c), with R > 1 homes a key among `size` ranks:
+	 * what a request changed (recording, dirty) goes in order to the
+	 * key's other homes by the forwarder thread (batches fwd_issued, of
+	 * which fwd_done are there); the request's id and answer (cap) too,
+	 * kept by every home (dd) for a retry */
+	int R, size;
+	int recording;
+	uint64_t fwd_issued, fwd_done; /* fwd_done: __atomic, the forwarder writes it */
+	struct { uint64_t ns; char *key; } *dirty;
+	int ndirty, dcap;
+	struct {
+		int on;
+		const struct sconn *c;
+		uint64_t cid, seq;
+		int32_t status;
+		unsigned char *b;
+		size_t len, cap;
+	} cap;
+	struct srepl_dedupe *dd;
+	struct hpct_world *w;
+	pthread_mutex_t fmu;
+	pthread_cond_t fcv;
+	struct srepl_batch *fhead, *ftail;
 };
 
 /* Buffer sizes, counted in inflight as they change. */
@@ -116,5 +147,24 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 void sreq_reply(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen,
                 const void *b, size_t blen);
 void sreq_unpark(struct sconn *c);
+
+/* replica.c.  srepl_start: reads HPCT_STORE_REPLICAS; with more than one,
+ * hooks the table and starts the forwarder (0, or an error). */
+int srepl_start(struct ssrv *s, struct hpct_world *w);
+/* Around one request of the server thread: begin records what it
+ * changes; end sends that to the keys' other homes (a batch) and sets
+ * when c's answer may go. */
+void srepl_begin(struct ssrv *s, const struct sconn *c);
+void srepl_end(struct ssrv *s, struct sconn *c);
+/* 1 when c's answer must wait for the forwarder. */
+int srepl_held(const struct ssrv *s, const struct sconn *c);
+/* A request with an id (OP_RID): 1 when this home answered it before
+ * (the answer is queued again), else 0 and its answer is kept once made. */
+int srepl_seen(struct ssrv *s, struct sconn *c, uint64_t cid, uint64_t seq);
+/* OP_REPL: a key's state from its first live home; 0, or -1 (malformed). */
+int srepl_apply(struct ssrv *s, struct sconn *c, uint64_t ns, const char *key,
+                const unsigned char *p, size_t len);
+/* requests.c: what a key coming into being wakes (a replicated one too). */
+void sreq_woken(struct ssrv *s, uint64_t ns, const char *key);
 
 #endif

@@ -1,5 +1,6 @@
 /* The rootless store: a key-value store with no server to reach.  Every
- * rank serves the keys whose hash falls to it, from a thread listening at
+ * rank serves the keys whose hash falls to it (and, with replicas, those
+ * of the ranks just before it), from a thread listening at
  * its store port (its world port + HPCT_STORE_PORT_OFFSET: by default
  * -HPCT_PORT_RANGE, the range just below hpct's, or +2 x HPCT_PORT_RANGE,
  * after NCCL's, when there is no room below 1024), and asks a key's home
@@ -26,9 +27,16 @@
  *     QPOP   i64 wait ms                reply: status, u32 length, item
  *     QLEN   -                          reply: status, i64 items
  *     LIST   - (empty key)              reply: status, u32 n, n x (u32 length, key)
+ *     REPL   the key's state (replica.c) reply: status
  *   reply: i32 status (0, HPCT_ETIMEDOUT, HPCT_EINVAL, HPCT_ENOMEM,
- *   HPCT_EPROTO) + fields; the ops are numbered 1 (SET) to 13 (LIST) in
- *   this order.  HPCT_EPEERDEAD + text answers any request, parked or
+ *   HPCT_EPROTO) + fields; the ops are numbered 1 (SET) to 14 (REPL) in
+ *   this order.  A write's op may carry OP_RID (0x80): u64 client id and
+ *   u64 sequence then follow the key, and a home answers a retry of the
+ *   same id with the first answer.
+ * Each key lives on HPCT_STORE_REPLICAS homes (default 2): the rank its
+ *   hash gives and the ranks after it.  A client asks the first of them
+ *   not found gone; that home sends what each write changed to the others
+ *   before any answer made after it goes out (replica.c).  HPCT_EPEERDEAD + text answers any request, parked or
  *   new, of a rank exiting after it found a peer dead: the text names
  *   that peer ("rank 2 at host:port closed its connection: ..."), so that
  *   its clients name the first failure, not the rank that passed it on.

@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 
 #include "bootstrap/base/auth.h"
+#include "bootstrap/base/util.h"
 #include "bootstrap/world.h"
+
+struct hpct_store;
 
 enum {
 	OP_SET = 1,
@@ -24,9 +27,29 @@ enum {
 	OP_QPOP,
 	OP_QLEN,
 	OP_LIST, /* 13 */
+	OP_REPL, /* a key's state, from its first live home to the others */
 };
 
-#define HDR 13 /* op, namespace, key length */
+/* On a write's op: u64 client id and u64 sequence follow the key, so that
+ * a home answers a retry (after the first home died) with the first
+ * answer instead of doing it twice. */
+#define OP_RID 0x80u
+#define HDR    13 /* op, namespace, key length */
+
+/* The key's first home (hpct__store_home); its others follow it around
+ * the ranks: home + 1, ..., home + R - 1 (mod size). */
+static inline int hpct__store_home_of(uint64_t ns, const char *key, size_t klen, int size)
+{
+	return (int)(hpct__hash(key, klen, ns ^ 0x73746f7265ull) % (uint64_t)size);
+}
+
+/* HPCT_STORE_REPLICAS (default 2), at most the world's size, in *r_out:
+ * 0, or HPCT_EBADENV naming the variable and its value (client.c). */
+int hpct__store_replicas(const struct hpct_world *w, int *r_out);
+/* One key's state to `home` (OP_REPL; the forwarder's handle, replica.c):
+ * 0, or the failure (HPCT_EPEERDEAD: that home is gone). */
+int hpct__store_forward(struct hpct_store *s, int home, uint64_t ns, const char *key,
+                        const void *body, size_t len);
 
 /* The store address of world rank `rank`: its node, its world port plus
  * HPCT_STORE_PORT_OFFSET (client.c). */

@@ -119,6 +119,8 @@ int stab_put2(struct stab *t, uint64_t ns, const char *key, const void *a, size_
 	}
 	t->bytes += VAL_COST(len);
 	e->val = v;
+	if (t->changed)
+		t->changed(ns, key);
 	return STAB_OK;
 }
 
@@ -139,6 +141,8 @@ int stab_del(struct stab *t, uint64_t ns, const char *key)
 	if (!*pe)
 		return 0;
 	unlink_entry(t, pe);
+	if (t->changed)
+		t->changed(ns, key);
 	return 1;
 }
 

@@ -31,6 +31,9 @@ struct stab {
 	 * with what each costs to keep (KEY_COST, VAL_COST in table.c) */
 	size_t bytes;
 	size_t max_keys, max_bytes;
+	/* called after a key is set or deleted (replica.c: what a write changed
+	 * goes to the key's other homes); NULL: none */
+	void (*changed)(uint64_t ns, const char *key);
 };
 
 /* What stab_put refused, for the caller's log line. */

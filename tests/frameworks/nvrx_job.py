@@ -17,6 +17,10 @@ import torch.distributed as dist
 
 import nvidia_resiliency_ext.inprocess as inprocess
 
+if os.environ.get("JOB_LOG"):  # NVRx's own log, on stderr
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG, format=f"rank {os.environ['RANK']}: %(message)s")
 steps = int(os.environ.get("JOB_STEPS", "30"))
 kill_rank = int(os.environ.get("JOB_KILL_RANK", "-1"))
 kill_at = int(os.environ.get("JOB_KILL_AT", "10"))
@@ -38,6 +42,7 @@ s = datetime.timedelta(seconds=1)
     barrier_timeout=datetime.timedelta(seconds=40),
     completion_timeout=datetime.timedelta(seconds=30),
     termination_grace_time=datetime.timedelta(seconds=2),
+    monitor_process_logfile=os.environ.get("JOB_MONITOR_LOG"),
 )
 def train(call_wrapper: inprocess.CallWrapper = None):
     global job_store
