@@ -95,7 +95,8 @@ static void remember(struct ssrv *s, uint64_t cid, uint64_t seq, int32_t status,
 	unsigned char *copy = malloc(len ? len : 1);
 	if (!copy)
 		return;
-	memcpy(copy, b, len);
+	if (len)
+		memcpy(copy, b, len);
 	free(d->b);
 	*d = (struct srepl_dedupe){ .cid = cid, .seq = seq, .status = status, .b = copy, .len = len };
 }
