@@ -733,8 +733,9 @@ static int decide(int child)
 		 * store, serving nothing */
 		if (hpct__world_store_client(&w) != 0 ||
 		    hpct__torch_store_restart_child(w, proto) != 0) {
-			fprintf(stderr, "hpct: a forked child of a rank: %s: its TCPStore connections "
-			                "fail\n",
+			fprintf(stderr,
+			        "hpct: a forked child of a rank: %s: its TCPStore connections "
+			        "fail\n",
 			        hpct_last_error());
 			return -2;
 		}
@@ -797,8 +798,9 @@ static int child_routed(int r)
 		if (r == 1) {
 			d = hpct__torch_store_restart_child(NULL, NULL) == 0 ? 1 : -2;
 			if (d < 0)
-				fprintf(stderr, "hpct: a forked child of a rank: %s: its TCPStore "
-				                "connections fail\n",
+				fprintf(stderr,
+				        "hpct: a forked child of a rank: %s: its TCPStore "
+				        "connections fail\n",
 				        hpct_last_error());
 		} else {
 			d = decide(1);

@@ -763,7 +763,8 @@ static int do_check(struct conn *c)
 	struct split sp;
 	if ((rc = ensure_store(c, 0)) == 0 && (rc = split_keys(c, &ks, &sp)) == 0) {
 		for (int i = 0; i < 2 && rc == 0 && all; i++)
-			if (sp.n[i] && (rc = hpct__store_check(sp.h[i], sp.k[i], sp.n[i], &all)) != 0)
+			if (sp.n[i] &&
+			    (rc = hpct__store_check(sp.h[i], sp.k[i], sp.n[i], &all)) != 0)
 				failed(c, "CHECK", sp.k[i][0], rc);
 		split_free(&sp);
 	}
@@ -827,8 +828,9 @@ static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 			 * until found (a key once set stays for the wait) */
 			rc = 0;
 			for (int i = 0; i < 2 && rc == 0; i++)
-				if (sp.n[i] && (rc = hpct__store_wait_quiet(sp.h[i], sp.k[i], sp.n[i],
-				                                             WAIT_SLICE_S)) == 0)
+				if (sp.n[i] &&
+				    (rc = hpct__store_wait_quiet(sp.h[i], sp.k[i], sp.n[i],
+				                                 WAIT_SLICE_S)) == 0)
 					sp.n[i] = 0;
 		}
 		if (rc == 0) {
@@ -966,8 +968,8 @@ static int do_mget(struct conn *c)
 		for (int i = 0; i < 2 && rc == 0; i++) {
 			void **v = vals + (i ? sp.n[0] : 0);
 			size_t *l = lens + (i ? sp.n[0] : 0);
-			if (sp.n[i] && (rc = hpct__store_get_many(sp.h[i], sp.k[i], sp.n[i], -1, v,
-			                                          l)) != 0)
+			if (sp.n[i] &&
+			    (rc = hpct__store_get_many(sp.h[i], sp.k[i], sp.n[i], -1, v, l)) != 0)
 				failed(c, "MULTI_GET", sp.k[i][0], rc);
 		}
 		/* back in the order asked: h[0]'s then h[1]'s were fetched */
@@ -1090,8 +1092,7 @@ static int do_qlen(struct conn *c)
 	if (rc)
 		return rc;
 	int64_t n = 0;
-	if ((rc = ensure_store(c, 0)) == 0 &&
-	    (rc = hpct__store_queue_len(pick(c, k), k, &n)) != 0)
+	if ((rc = ensure_store(c, 0)) == 0 && (rc = hpct__store_queue_len(pick(c, k), k, &n)) != 0)
 		failed(c, "QUEUE_LEN", k, rc);
 	free(k);
 	return rc ? rc : send_i64(c, n);

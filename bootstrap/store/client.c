@@ -122,7 +122,8 @@ static void mark_reached(const struct hpct_world *w, int rank)
 static int was_reached(const struct hpct_world *w, int rank)
 {
 	return reached.seen && reached.job == w->topo.job && reached.epoch == w->topo.epoch &&
-	       reached.size == w->topo.size && __atomic_load_n(&reached.seen[rank], __ATOMIC_RELAXED);
+	       reached.size == w->topo.size &&
+	       __atomic_load_n(&reached.seen[rank], __ATOMIC_RELAXED);
 }
 
 /* The write a thread is sending now: its sequence in the handle (frame
@@ -251,8 +252,9 @@ int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hp
 	/* unique enough among the job's handles: a home remembers one write
 	 * per id */
 	uint64_t now_ns = (uint64_t)(hpct__now() * 1e9);
-	s->cid = hpct__hash_u64(hpct__hash_u64(now_ns, (uint64_t)getpid()), (uint64_t)(uintptr_t)s) |
-	         1;
+	s->cid =
+	        hpct__hash_u64(hpct__hash_u64(now_ns, (uint64_t)getpid()), (uint64_t)(uintptr_t)s) |
+	        1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_lock(&open_handles.mu);
 	if ((s->next = open_handles.head) != NULL)
@@ -596,7 +598,10 @@ static int lost(struct hpct_store *s, const char *what, const char *key, int h0)
 		socklen_t sl;
 		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 		used += (size_t)snprintf(homes + used, sizeof(homes) - used, "%s%d at %s",
-		                         k == 0 ? "" : k == s->R - 1 ? " and " : ", ", home, text);
+		                         k == 0          ? ""
+		                         : k == s->R - 1 ? " and "
+		                                         : ", ",
+		                         home, text);
 	}
 	char last[700];
 	snprintf(last, sizeof(last), "%s", hpct_last_error());
@@ -611,8 +616,8 @@ static int lost(struct hpct_store *s, const char *what, const char *key, int h0)
  * `write`, carries an id, so that a home answers a retry of a write the
  * last one did with its first answer).  A wait keeps its end. */
 static int rpc_key(struct hpct_store *s, const char *what, uint8_t op, const char *key,
-                   const void *a, size_t alen, const void *b, size_t blen, double wait_s,
-                   int write, unsigned char **rep, size_t *replen)
+                   const void *a, size_t alen, const void *b, size_t blen, double wait_s, int write,
+                   unsigned char **rep, size_t *replen)
 {
 	int h0 = hpct__store_home(s, key);
 	if (s->R < 2)
@@ -844,8 +849,8 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 			vals[i] = NULL;
 		rc = 0;
 		for (int i = 0; rc == 0 && i < n; i++)
-			if ((rc = parked_value(s, OP_GET, "get", "was not set", keys[i], t, 0, &vals[i],
-			                       &lens[i])) != 0)
+			if ((rc = parked_value(s, OP_GET, "get", "was not set", keys[i], t, 0,
+			                       &vals[i], &lens[i])) != 0)
 				break;
 		if (rc)
 			for (int i = 0; i < n; i++) {
@@ -968,13 +973,13 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 		for (int i = 0; rc == 0 && i < n; i++) {
 			double w = until - hpct__now();
 			hpct__put64(ms, (uint64_t)(int64_t)((w > 0 ? w : 0) * 1000));
-			rc = rpc_key(s, "wait", OP_WAIT, keys[i], ms, 8, NULL, 0, w > 0.001 ? w : 0.001,
-			             0, &rep, &rl);
+			rc = rpc_key(s, "wait", OP_WAIT, keys[i], ms, 8, NULL, 0,
+			             w > 0.001 ? w : 0.001, 0, &rep, &rl);
 			free(rep);
 			rep = NULL;
 			if (rc == HPCT_ETIMEDOUT && !quiet)
-				rc = timed_out(s, "wait", "was not set", keys[i], live_home(s, keys[i]),
-				               t);
+				rc = timed_out(s, "wait", "was not set", keys[i],
+				               live_home(s, keys[i]), t);
 		}
 		return rc;
 	}

@@ -98,7 +98,9 @@ static void remember(struct ssrv *s, uint64_t cid, uint64_t seq, int32_t status,
 	if (len)
 		memcpy(copy, b, len);
 	free(d->b);
-	*d = (struct srepl_dedupe){ .cid = cid, .seq = seq, .status = status, .b = copy, .len = len };
+	*d = (struct srepl_dedupe){
+		.cid = cid, .seq = seq, .status = status, .b = copy, .len = len
+	};
 }
 
 int srepl_seen(struct ssrv *s, struct sconn *c, uint64_t cid, uint64_t seq)
@@ -195,7 +197,8 @@ void srepl_end(struct ssrv *s, struct sconn *c)
 			                 .key = key,
 			                 .body = body,
 			                 .len = len,
-			                 .first = hpct__store_home_of(ns, key, strlen(key), s->size) };
+			                 .first = hpct__store_home_of(ns, key, strlen(key),
+			                                              s->size) };
 	}
 	s->ndirty = 0;
 	s->cap.on = 0;
@@ -257,11 +260,12 @@ static void *forwarder(void *arg)
 				                             it->len);
 				if (rc == HPCT_EPEERDEAD || rc == HPCT_ETIMEDOUT) {
 					dead[home] = 1;
-					HPCT_WARN(HPCT_SUB_NET,
-					          "store: rank %d: rank %d, a home of key '%.100s', "
-					          "is gone (%s): this rank's keys go to the homes "
-					          "left",
-					          s->rank, home, it->key, hpct_last_error());
+					HPCT_WARN(
+					        HPCT_SUB_NET,
+					        "store: rank %d: rank %d, a home of key '%.100s', "
+					        "is gone (%s): this rank's keys go to the homes "
+					        "left",
+					        s->rank, home, it->key, hpct_last_error());
 				} else if (rc) {
 					HPCT_WARN(HPCT_SUB_NET,
 					          "store: rank %d: rank %d did not keep key "

@@ -584,12 +584,13 @@ static void *server_main(void *arg)
 		for (int i = 0; i < srv.nc; i++)
 			pfd[i + 2] = (struct pollfd){
 				.fd = srv.c[i].fd,
-				.events = (short)((stalled(&srv.c[i]) || srv.c[i].budget_wait
-				                           ? 0
-				                           : POLLIN) |
-				                  (pending(&srv.c[i]) && !srepl_held(&srv, &srv.c[i])
-				                           ? POLLOUT
-				                           : 0)),
+				.events =
+				        (short)((stalled(&srv.c[i]) || srv.c[i].budget_wait
+				                         ? 0
+				                         : POLLIN) |
+				                (pending(&srv.c[i]) && !srepl_held(&srv, &srv.c[i])
+				                         ? POLLOUT
+				                         : 0)),
 			};
 		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
 		if (poll(pfd, (nfds_t)srv.nc + 2, ms) < 0 && errno != EINTR)

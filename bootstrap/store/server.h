@@ -99,7 +99,10 @@ struct ssrv {
 	int R, size;
 	int recording;
 	uint64_t fwd_issued, fwd_done; /* fwd_done: __atomic, the forwarder writes it */
-	struct { uint64_t ns; char *key; } *dirty;
+	struct {
+		uint64_t ns;
+		char *key;
+	} * dirty;
 	int ndirty, dcap;
 	struct {
 		int on;

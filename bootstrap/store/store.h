@@ -36,7 +36,8 @@
  * Each key lives on HPCT_STORE_REPLICAS homes (default 2): the rank its
  *   hash gives and the ranks after it.  A client asks the first of them
  *   not found gone; that home sends what each write changed to the others
- *   before any answer made after it goes out (replica.c).  HPCT_EPEERDEAD + text answers any request, parked or
+ *   before any answer made after it goes out (replica.c).
+ * HPCT_EPEERDEAD + text answers any request, parked or
  *   new, of a rank exiting after it found a peer dead: the text names
  *   that peer ("rank 2 at host:port closed its connection: ..."), so that
  *   its clients name the first failure, not the rank that passed it on.
@@ -65,7 +66,7 @@ extern "C" {
 /* A key: 1 MiB, past PyTorch's own servers (the libuv one of 2.4-2.13,
  * the default, refuses keys over 8 KiB and values over 8 MiB; the legacy
  * one of 1.13, or use_libuv=False, has no cap). */
-#define HPCT_STORE_MAX_KEY   (1u << 20)
+#define HPCT_STORE_MAX_KEY (1u << 20)
 /* The most a value may grow to by APPEND or QPUSH (a GET's reply of it
  * stays one frame). */
 #define HPCT_STORE_MAX_VALUE (64u << 20)
