@@ -97,33 +97,42 @@ struct hpct_store {
  * died (one never reached may not have started yet), so that with
  * replicas its keys' next home is asked at once.  Per world and epoch. */
 static struct {
+	pthread_mutex_t mu;
 	uint64_t job, epoch;
 	int size;
 	unsigned char *seen;
-} reached;
+} reached = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int same_world(const struct hpct_world *w)
+{
+	return reached.seen && reached.job == w->topo.job && reached.epoch == w->topo.epoch &&
+	       reached.size == w->topo.size;
+}
 
 static void mark_reached(const struct hpct_world *w, int rank)
 {
-	if (!reached.seen || reached.job != w->topo.job || reached.epoch != w->topo.epoch ||
-	    reached.size != w->topo.size) {
+	pthread_mutex_lock(&reached.mu);
+	if (!same_world(w)) {
 		unsigned char *s = calloc((size_t)w->topo.size, 1);
-		if (!s)
-			return;
-		unsigned char *old = reached.seen;
-		reached.seen = s;
-		reached.job = w->topo.job;
-		reached.epoch = w->topo.epoch;
-		reached.size = w->topo.size;
-		free(old);
+		if (s) {
+			free(reached.seen);
+			reached.seen = s;
+			reached.job = w->topo.job;
+			reached.epoch = w->topo.epoch;
+			reached.size = w->topo.size;
+		}
 	}
-	__atomic_store_n(&reached.seen[rank], 1, __ATOMIC_RELAXED);
+	if (same_world(w))
+		reached.seen[rank] = 1;
+	pthread_mutex_unlock(&reached.mu);
 }
 
 static int was_reached(const struct hpct_world *w, int rank)
 {
-	return reached.seen && reached.job == w->topo.job && reached.epoch == w->topo.epoch &&
-	       reached.size == w->topo.size &&
-	       __atomic_load_n(&reached.seen[rank], __ATOMIC_RELAXED);
+	pthread_mutex_lock(&reached.mu);
+	int r = same_world(w) && reached.seen[rank];
+	pthread_mutex_unlock(&reached.mu);
+	return r;
 }
 
 /* The write a thread is sending now: its sequence in the handle (frame
@@ -173,6 +182,7 @@ static void child_locks(void)
 {
 	pthread_mutex_init(&open_handles.mu, NULL);
 	pthread_mutex_init(&first.mu, NULL);
+	pthread_mutex_init(&reached.mu, NULL);
 }
 
 __attribute__((constructor)) static void fork_safe(void)
