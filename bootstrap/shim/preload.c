@@ -150,6 +150,13 @@ static enum rank_given rank_given(void)
  * does not): another pid here is a forked child. */
 static pid_t load_pid;
 
+/* A forked child: of a process that loaded this library, or that tracked
+ * a socket of hpct's (fdtrack.h). */
+static int forked_child(void)
+{
+	return hpct__fd_forked() || (load_pid && getpid() != load_pid);
+}
+
 __attribute__((constructor)) static void preload_loaded(void)
 {
 	load_pid = getpid();
@@ -404,16 +411,24 @@ SHIM_API void hpct_preload_world_unlock(void)
  * and on torch 1.13 Gloo's connectFullMesh in libtorch_cpu redirected to
  * hpct's Gloo connect (libhpct_torch.so, see got.c). */
 
-typedef int (*sock_fn)(int, const struct sockaddr *, socklen_t);
-static _Atomic(sock_fn) real_connect;
-
-static sock_fn real_sock(_Atomic(sock_fn) *slot, const char *name)
+/* The next definition of an interposed libc function, found once. */
+static void *next_libc(_Atomic(void *) *slot, const char *name)
 {
-	sock_fn f = atomic_load(slot);
+	void *f = atomic_load(slot);
 	if (!f) {
-		*(void **)&f = dlsym(RTLD_NEXT, name);
+		f = dlsym(RTLD_NEXT, name);
 		atomic_store(slot, f);
 	}
+	return f;
+}
+
+typedef int (*sock_fn)(int, const struct sockaddr *, socklen_t);
+static _Atomic(void *) real_connect;
+
+static sock_fn next_connect_fn(void)
+{
+	sock_fn f;
+	*(void **)&f = next_libc(&real_connect, "connect");
 	return f;
 }
 
@@ -728,19 +743,13 @@ static int decide(int child)
 		return keep_stock(why);
 	resolve_master();
 	hpct_world *w = NULL;
-	if (child) {
-		/* a forked child of a rank that had no world yet: a client of the
-		 * store, serving nothing */
-		if (hpct__world_store_client(&w) != 0 ||
-		    hpct__torch_store_restart_child(w, proto) != 0) {
-			fprintf(stderr,
-			        "hpct: a forked child of a rank: %s: its TCPStore connections "
-			        "fail\n",
-			        hpct_last_error());
-			return -2;
-		}
-		return 1;
-	}
+	if (child) /* a forked child of a rank that had no world yet: a
+	            * client of the store, serving nothing (failure said by
+	            * child_routed) */
+		return hpct__world_store_client(&w) != 0 ||
+		                       hpct__torch_store_restart_child(w, proto) != 0
+		               ? -2
+		               : 1;
 	w = hpct_preload_world();
 	if (!w) {
 		/* the others wait for this rank, and stock here could not reach
@@ -794,17 +803,13 @@ static int child_routed(int r)
 	pid_t was = atomic_load(&child_started);
 	if (atomic_load(&child_pid) != me && was != me &&
 	    atomic_compare_exchange_strong(&child_started, &was, me)) {
-		int d;
-		if (r == 1) {
-			d = hpct__torch_store_restart_child(NULL, NULL) == 0 ? 1 : -2;
-			if (d < 0)
-				fprintf(stderr,
-				        "hpct: a forked child of a rank: %s: its TCPStore "
-				        "connections fail\n",
-				        hpct_last_error());
-		} else {
-			d = decide(1);
-		}
+		int d = r == 1 ? (hpct__torch_store_restart_child(NULL, NULL) == 0 ? 1 : -2)
+		               : decide(1);
+		if (d == -2)
+			fprintf(stderr,
+			        "hpct: a forked child of a rank: %s: its TCPStore connections "
+			        "fail\n",
+			        hpct_last_error());
 		if (d == 1)
 			HPCT_INFO(HPCT_SUB_INIT,
 			          "preload: a forked child of a rank: its TCPStore served in it "
@@ -829,8 +834,7 @@ static int routed(void)
 	int r = atomic_load(&route);
 	/* a forked child decides nothing (never waits on a lock the fork may
 	 * have taken with it): it is served as its parent was */
-	int forked = hpct__fd_forked() || (load_pid && getpid() != load_pid);
-	if (forked)
+	if (forked_child())
 		return child_routed(r);
 	if (!r) {
 		pthread_mutex_lock(&route_mu);
@@ -849,7 +853,7 @@ static int routed(void)
 
 SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	sock_fn next_connect = real_sock(&real_connect, "connect");
+	sock_fn next_connect = next_connect_fn();
 	if (!next_connect) {
 		errno = ENOSYS;
 		return -1;
@@ -904,16 +908,19 @@ static _Atomic int master_fds[MAX_MASTER_FDS] = { -1, -1, -1, -1, -1, -1, -1, -1
 
 typedef int (*listen_fn)(int, int);
 typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
-static _Atomic(listen_fn) real_listen;
-static _Atomic(accept4_fn) real_accept4;
+static _Atomic(void *) real_listen, real_accept4;
+
+static listen_fn next_listen(void)
+{
+	listen_fn f;
+	*(void **)&f = next_libc(&real_listen, "listen");
+	return f;
+}
 
 static accept4_fn next_accept4(void)
 {
-	accept4_fn f = atomic_load(&real_accept4);
-	if (!f) {
-		*(void **)&f = dlsym(RTLD_NEXT, "accept4");
-		atomic_store(&real_accept4, f);
-	}
+	accept4_fn f;
+	*(void **)&f = next_libc(&real_accept4, "accept4");
 	return f;
 }
 
@@ -927,11 +934,7 @@ static int is_master_fd(int fd)
 
 SHIM_API int listen(int fd, int backlog)
 {
-	listen_fn f = atomic_load(&real_listen);
-	if (!f) {
-		*(void **)&f = dlsym(RTLD_NEXT, "listen");
-		atomic_store(&real_listen, f);
-	}
+	listen_fn f = next_listen();
 	if (!f) {
 		errno = ENOSYS;
 		return -1;
@@ -941,7 +944,7 @@ SHIM_API int listen(int fd, int backlog)
 	socklen_t ml = sizeof(me);
 	if (rc == 0 && from_torch(__builtin_return_address(0)) &&
 	    getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
-	    store_port((struct sockaddr *)&me, ml) && !hpct__fd_forked() && routed() == 1) {
+	    store_port((struct sockaddr *)&me, ml) && !forked_child() && routed() == 1) {
 		for (int i = 0; i < MAX_MASTER_FDS; i++) {
 			int none = -1;
 			if (atomic_compare_exchange_strong(&master_fds[i], &none, fd))
@@ -955,13 +958,12 @@ SHIM_API int listen(int fd, int backlog)
  * listener's accept returns once the client it had was taken. */
 static int closed_conn(struct sockaddr *sa, socklen_t *len, int flags)
 {
-	sock_fn next_connect = real_sock(&real_connect, "connect");
+	sock_fn next_connect = next_connect_fn();
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	socklen_t al = sizeof(a);
 	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, r = -1;
-	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    atomic_load(&real_listen)(l, 1) == 0 &&
+	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && next_listen()(l, 1) == 0 &&
 	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
 	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
 	    next_connect(c, (struct sockaddr *)&a, al) == 0)
@@ -1002,7 +1004,7 @@ SHIM_API int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (fd < 0 || !is_master_fd(fd) || hpct__fd_forked())
+	if (fd < 0 || !is_master_fd(fd) || forked_child())
 		return f(fd, sa, len, flags);
 	/* still that listener?  (PyTorch closed it, and the number went to
 	 * another listener since: forgotten) */
