@@ -596,13 +596,19 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 	return rc;
 }
 
+/* The k-th home of a key whose first is h0 (the ranks after it). */
+static int home_at(const struct hpct_store *s, int h0, int k)
+{
+	return (h0 + k) % s->w->topo.size;
+}
+
 /* Every home of `key` is gone: its value with them. */
 static int lost(struct hpct_store *s, const char *what, const char *key, int h0)
 {
 	char kb[KEY_SHOWN + 8], homes[512] = "";
 	size_t used = 0;
 	for (int k = 0; k < s->R && used < sizeof(homes); k++) {
-		int home = (h0 + k) % s->w->topo.size;
+		int home = home_at(s, h0, k);
 		char text[HPCT_ADDRSTRLEN] = "?";
 		struct sockaddr_storage ss;
 		socklen_t sl;
@@ -638,7 +644,7 @@ static int rpc_key(struct hpct_store *s, const char *what, uint8_t op, const cha
 	}
 	double until = hpct__now() + wait_s;
 	for (int k = 0; k < s->R; k++) {
-		int home = (h0 + k) % s->w->topo.size;
+		int home = home_at(s, h0, k);
 		if (__atomic_load_n(&s->dead[home], __ATOMIC_RELAXED))
 			continue;
 		double w = wait_s;
@@ -658,7 +664,7 @@ static int live_home(struct hpct_store *s, const char *key)
 {
 	int h0 = hpct__store_home(s, key);
 	for (int k = 0; s->R > 1 && k < s->R; k++) {
-		int home = (h0 + k) % s->w->topo.size;
+		int home = home_at(s, h0, k);
 		if (!__atomic_load_n(&s->dead[home], __ATOMIC_RELAXED))
 			return home;
 	}
@@ -823,19 +829,51 @@ static int take_value(unsigned char *rep, size_t rl, void **val_out, size_t *len
 	return 0;
 }
 
+/* GET, WAIT and QPOP: parked at the key's home up to `t` seconds; the
+ * answer in *rep (malloc'd), or the failure (the wait's named unless
+ * quiet). */
+static int parked(struct hpct_store *s, uint8_t op, const char *what, const char *missing,
+                  const char *key, double t, int quiet, unsigned char **rep, size_t *rl)
+{
+	unsigned char ms[8];
+	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
+	int rc = rpc_key(s, what, op, key, ms, 8, NULL, 0, t, op == OP_QPOP, rep, rl);
+	if (rc == HPCT_ETIMEDOUT && !quiet)
+		rc = timed_out(s, what, missing, key, live_home(s, key), t);
+	return rc;
+}
+
 /* GET and QPOP: a value, parked at the key's home up to the wait. */
 static int parked_value(struct hpct_store *s, uint8_t op, const char *what, const char *missing,
                         const char *key, double timeout_s, int quiet, void **val_out,
                         size_t *len_out)
 {
-	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
-	unsigned char ms[8], *rep;
+	unsigned char *rep;
 	size_t rl;
-	hpct__put64(ms, (uint64_t)(int64_t)(t * 1000));
-	int rc = rpc_key(s, what, op, key, ms, 8, NULL, 0, t, op == OP_QPOP, &rep, &rl);
-	if (rc == HPCT_ETIMEDOUT)
-		return quiet ? rc : timed_out(s, what, missing, key, live_home(s, key), t);
+	int rc = parked(s, op, what, missing, key,
+	                cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s), quiet, &rep, &rl);
 	return rc ? rc : take_value(rep, rl, val_out, len_out);
+}
+
+/* GET (vals) or WAIT (vals NULL) of each key in turn, at the first of its
+ * homes left, all within `t`: a batch (batch_ask) found a home gone. */
+static int one_by_one(struct hpct_store *s, uint8_t op, const char *what, const char *const *keys,
+                      int n, double t, int quiet, void **vals, size_t *lens)
+{
+	double until = hpct__now() + t;
+	int rc = 0;
+	for (int i = 0; rc == 0 && i < n; i++) {
+		double w = until - hpct__now();
+		unsigned char *rep = NULL;
+		size_t rl = 0;
+		rc = parked(s, op, what, "was not set", keys[i], w > 0.001 ? w : 0.001, quiet, &rep,
+		            &rl);
+		if (rc == 0 && vals)
+			rc = take_value(rep, rl, &vals[i], &lens[i]); /* takes it */
+		else
+			free(rep);
+	}
+	return rc;
 }
 
 int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s, void **val_out,
@@ -857,11 +895,7 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 		batch_free(&bt, n);
 		for (int i = 0; i < n; i++)
 			vals[i] = NULL;
-		rc = 0;
-		for (int i = 0; rc == 0 && i < n; i++)
-			if ((rc = parked_value(s, OP_GET, "get", "was not set", keys[i], t, 0,
-			                       &vals[i], &lens[i])) != 0)
-				break;
+		rc = one_by_one(s, OP_GET, "get", keys, n, t, 0, vals, lens);
 		if (rc)
 			for (int i = 0; i < n; i++) {
 				free(vals[i]);
@@ -976,21 +1010,7 @@ static int wait_keys(struct hpct_store *s, const char *const *keys, int n, doubl
 	if (rc == HPCT_EPEERDEAD && s->R > 1) {
 		/* a home is gone: each key at the first of its homes left */
 		batch_free(&bt, n);
-		double until = hpct__now() + t;
-		unsigned char ms[8], *rep = NULL;
-		size_t rl;
-		rc = 0;
-		for (int i = 0; rc == 0 && i < n; i++) {
-			double w = until - hpct__now();
-			hpct__put64(ms, (uint64_t)(int64_t)((w > 0 ? w : 0) * 1000));
-			rc = rpc_key(s, "wait", OP_WAIT, keys[i], ms, 8, NULL, 0,
-			             w > 0.001 ? w : 0.001, 0, &rep, &rl);
-			free(rep);
-			rep = NULL;
-			if (rc == HPCT_ETIMEDOUT && !quiet)
-				rc = timed_out(s, "wait", "was not set", keys[i],
-				               live_home(s, keys[i]), t);
-		}
+		rc = one_by_one(s, OP_WAIT, "wait", keys, n, t, quiet, NULL, NULL);
 		return rc;
 	}
 	for (int i = 0; rc == 0 && i < n; i++)
