@@ -29,15 +29,7 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT
-failed=0 n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-	n=$((n + 1)); failed=1
-	echo "not ok $n - $1"
-	shift
-	printf '%s\n' "$@" | sed 's/^/# /'
-}
-skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP"; }
+. "$here/tap.sh"
 
 echo "1..6"
 if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then

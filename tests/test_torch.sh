@@ -11,7 +11,8 @@
 # HPCT_USE_ROOTLESS=0 runs stock (in a network namespace of its own, as
 # stock binds the wildcard address); a rank killed during init makes the
 # others fail, naming it, within HPCT_TIMEOUT; a rank killed while a forked
-# child of it lives on makes the others fail at once.  TAP output.
+# child of it lives on is answered for by its keys' other homes at once.
+# TAP output.
 # Last, hpct-bench --scenario torch --reinit prints a row per torch,
 # launch (direct, and under the release's own torchrun), path and phase.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
@@ -31,19 +32,7 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT
-n_test=0
-failed=0
-ok() {
-	n_test=$((n_test + 1))
-	echo "ok $n_test - $*"
-}
-not_ok() {
-	n_test=$((n_test + 1))
-	failed=1
-	echo "not ok $n_test - $1"
-	shift
-	for line in "$@"; do printf "%s\n" "$line" | sed "s/^/# /"; done # every line a TAP comment
-}
+. "$(dirname "$0")/tap.sh"
 # ok when a count is the one wanted
 expect_count() { # name got want what
 	if [ "$2" = "$3" ]; then
@@ -51,10 +40,6 @@ expect_count() { # name got want what
 	else
 		not_ok "$1" "$2 $4, not $3"
 	fi
-}
-skip() {
-	n_test=$((n_test + 1))
-	echo "ok $n_test - # SKIP $*"
 }
 # want TAG [VERSION]: TORCH_TESTS (and TORCH_VERSIONS) leave it in; else
 # lists COUNT skips (the tests the part would have run) and says no
