@@ -101,8 +101,9 @@ struct hpct_world_service_ops {
 };
 
 enum hpct_world_slot_id {
-	HPCT_WORLD_SLOT_XCHG, /* xchg/service.c */
-	HPCT_WORLD_SLOT_NCCL, /* nccl/domain.c */
+	HPCT_WORLD_SLOT_XCHG,  /* xchg/service.c */
+	HPCT_WORLD_SLOT_NCCL,  /* nccl/domain.c */
+	HPCT_WORLD_SLOT_STORE, /* store/server.c: the store's server forgets the world */
 	HPCT_WORLD_SLOTS,
 };
 

@@ -1151,13 +1151,20 @@ static int rank_gone(void *arg)
 	return hpct__store_unreachable(s, dead, sizeof(dead)) > 0;
 }
 
+static int rank_gone_too(void *arg)
+{
+	struct hpct_store *s = arg;
+	char dead[600];
+	return hpct__store_unreachable(s, dead, sizeof(dead)) > 1;
+}
+
 /* Four ranks, every key on two homes.  All write keys whose first home is
  * rank 2 (a value each, a counter, a queue), rank 1 parks a wait there,
  * and rank 2 is killed: the values are read from rank 3, the counter and
  * the queue go on from where they were (nothing counted twice or lost),
- * and rank 1's wait moves to rank 3, where rank 0's write lands.  Then
- * rank 3 is killed too: a key of both is lost, and the error says so,
- * naming its homes. */
+ * and rank 1's wait moves to rank 3, where rank 0's write lands.  Rank
+ * 3, their first live home now, has copied them to rank 0 (the next live
+ * rank) by then, so when rank 3 is killed too, every key is still read. */
 static int twins(int rank, void *arg)
 {
 	struct twin_job *tj = arg;
@@ -1234,19 +1241,19 @@ static int twins(int rank, void *arg)
 	if (v != 7 || n != 1)
 		return 23;
 	ht_event_post(&tj->final, 1);
-	/* rank 3 gone as well: rank 0 keeps asking until it is */
-	double until = hpct__now() + 30;
-	void *val = NULL;
-	size_t len;
-	hpct__store_set_timeout(s, 2.0);
-	do
-		rc = hpct__store_get(s, mine, 1.0, &val, &len);
-	while (rc == 0 && (free(val), val = NULL, hpct__now() < until));
-	fprintf(stderr, "rank 0, both homes gone: %s\n", hpct_last_error());
-	if (rc != HPCT_EPEERDEAD || !strstr(hpct_last_error(), "every home of it (ranks 2 at ") ||
-	    !strstr(hpct_last_error(), " and 3 at ") ||
-	    !strstr(hpct_last_error(), "its value is lost"))
+	/* rank 3 gone as well: its keys were copied to rank 0 */
+	if (ht_wait_for(rank_gone_too, s, 30) != 0)
 		return 24;
+	for (int r = 0; r < 4; r++) {
+		snprintf(want, sizeof(want), "rep%d-", r);
+		homed_on(s, 2, want, theirs, sizeof(theirs));
+		if (!get_is(s, theirs, "v"))
+			return 25;
+	}
+	if (hpct__store_add(s, cnt, 0, &v) != 0 || v != 7 || !get_is(s, late, "now"))
+		return 26;
+	fprintf(stderr, "rank 0, ranks 2 and 3 gone one after the other: counter %lld\n",
+	        (long long)v);
 	return 0;
 }
 
@@ -1261,4 +1268,119 @@ Test(store, with_two_homes_a_killed_rank_loses_no_key)
 	for (int r = 0; r < 4; r++)
 		cr_expect_eq(codes[r], r >= 2 ? 128 + SIGKILL : 0, "rank %d: %s", r,
 		             ht_describe(codes, 4));
+}
+
+/* Both homes of a key killed at once, before either could copy it on:
+ * the key is lost, and its next live rank says so, naming them; a key
+ * set there afterwards is kept, and a key whose other home lives is
+ * read. */
+static int twins_lost(int rank, void *arg)
+{
+	struct twin_job *tj = arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(63, &w, &s);
+	if (rc)
+		return rc;
+	char on2[32], on3[32], on1[32], later[32];
+	homed_on(s, 2, "two", on2, sizeof(on2));
+	homed_on(s, 3, "three", on3, sizeof(on3));
+	homed_on(s, 1, "one", on1, sizeof(on1));
+	homed_on(s, 2, "later", later, sizeof(later));
+	if (rank == 0 &&
+	    (hpct__store_set(s, on2, "v", 1) != 0 || hpct__store_set(s, on3, "v", 1) != 0 ||
+	     hpct__store_set(s, on1, "v", 1) != 0))
+		return 12;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 13;
+	if (!get_is(s, on2, "v") || !get_is(s, on3, "v"))
+		return 14; /* every rank has reached both */
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 15;
+	if (rank >= 2)
+		raise(SIGKILL);
+	if (ht_wait_for(rank_gone_too, s, 30) != 0)
+		return 16;
+	void *val = NULL;
+	size_t len;
+	rc = hpct__store_get(s, on2, 2.0, &val, &len);
+	free(val);
+	fprintf(stderr, "rank %d, both homes gone at once: %s\n", rank, hpct_last_error());
+	if (rc != HPCT_EPEERDEAD || !strstr(hpct_last_error(), "every home of it (ranks 2 at ") ||
+	    !strstr(hpct_last_error(), ", 3 at ") ||
+	    !strstr(hpct_last_error(), "its value is lost"))
+		return 17;
+	if (!get_is(s, on1, "v"))
+		return 18;
+	if (rank == 1) {
+		if (hpct__store_set(s, later, "w", 1) != 0)
+			return 19;
+		ht_event_post(&tj->final, 1);
+	} else if (ht_event_wait(&tj->final, 1, 60) != 0) {
+		return 20;
+	}
+	if (!get_is(s, later, "w"))
+		return 21;
+	return 0;
+}
+
+Test(store, with_two_homes_both_killed_at_once_the_key_is_named_lost)
+{
+	struct twin_job tj = { .j = { .n = 4, .slot = 1 } };
+	cr_assert(ht_event_init(&tj.final) == 0);
+	int codes[4];
+	ht_spawn(4, env_twins, twins_lost, &tj, 90, NULL, codes);
+	for (int r = 0; r < 4; r++)
+		cr_expect_eq(codes[r], r >= 2 ? 128 + SIGKILL : 0, "rank %d: %s", r,
+		             ht_describe(codes, 4));
+}
+
+/* Ranks that finish one after another, cleanly (exit, as a training
+ * script ends): each hands the keys it is the first live home of to the
+ * ranks that take its place before its process goes, so the last rank
+ * still reads keys whose two homes both exited. */
+static int twins_exit(int rank, void *arg)
+{
+	struct twin_job *tj = arg;
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(64, &w, &s);
+	if (rc)
+		return rc;
+	char on1[32], cnt[32];
+	homed_on(s, 1, "one", on1, sizeof(on1));
+	homed_on(s, 1, "cnt", cnt, sizeof(cnt));
+	int64_t v;
+	if (rank == 0 &&
+	    (hpct__store_set(s, on1, "v", 1) != 0 || hpct__store_add(s, cnt, 5, &v) != 0))
+		return 12;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 13;
+	if (rank == 1)
+		exit(0); /* first: its keys go to ranks 2 and 0 */
+	if (rank == 2) {
+		if (ht_event_wait(&tj->dying, 1, 60) != 0)
+			return 14;
+		exit(0); /* then: rank 0 holds the keys */
+	}
+	if (ht_wait_for(rank_gone, s, 30) != 0)
+		return 15;
+	ht_event_post(&tj->dying, 1);
+	if (ht_wait_for(rank_gone_too, s, 30) != 0)
+		return 16;
+	if (!get_is(s, on1, "v") || hpct__store_add(s, cnt, 1, &v) != 0 || v != 6)
+		return 17;
+	fprintf(stderr, "rank 0, after ranks 1 and 2 exited: key read, counter %lld\n",
+	        (long long)v);
+	return 0;
+}
+
+Test(store, with_two_homes_ranks_that_exit_leave_their_keys_behind)
+{
+	struct twin_job tj = { .j = { .n = 3, .slot = 1 } };
+	cr_assert(ht_event_init(&tj.dying) == 0);
+	int codes[3];
+	ht_spawn(3, env_twins, twins_exit, &tj, 90, NULL, codes);
+	for (int r = 0; r < 3; r++)
+		cr_expect_eq(codes[r], 0, "rank %d: %s", r, ht_describe(codes, 3));
 }

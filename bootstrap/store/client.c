@@ -30,6 +30,8 @@
 #define KEY_SHOWN 100
 #define SLACK_S   5.0 /* past a parked wait, before the client gives up */
 #define PROBE_S   0.3 /* to find ranks that do not answer, after a timeout */
+/* a home never reached that refuses: how often a peer is asked if it is gone */
+#define ASK_EVERY_S 0.5
 
 int hpct__store_addr(struct hpct_world *w, int rank, struct sockaddr_storage *ss, socklen_t *sl,
                      char *text, size_t tlen)
@@ -85,12 +87,14 @@ struct hpct_store {
 	pthread_mutex_t mu;
 	int *fd;                        /* per home rank, -1 until first used */
 	struct hpct_store *prev, *next; /* the process's open handles */
-	/* HPCT_STORE_REPLICAS: R homes a key; with more than one, the homes
-	 * found gone (dead), and this handle's id and last write's number
-	 * (a write's id: OP_RID) */
+	/* HPCT_STORE_REPLICAS: R homes a key; with more than one, the view's
+	 * generation each home was last told the gone ranks in (told, +1;
+	 * view.c), and this handle's id and last write's number (a write's
+	 * id: OP_RID) */
 	int R;
-	unsigned char *dead;
+	unsigned *told;
 	uint64_t cid, seq;
+	int asking; /* said_dead's own handle: it asks no further */
 };
 
 /* Ranks whose store this process reached once: one that refuses later
@@ -175,6 +179,14 @@ static struct {
 	char why[512];
 } first = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
+/* A handle of this process's for asking other ranks (said_dead), per
+ * world: a rank's forked child opens its own. */
+static struct {
+	pthread_mutex_t mu;
+	struct hpct_store *h;
+	pid_t pid;
+} asker = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
 /* A forked child (NVRx's monitor, a data-loader worker) is a client of
  * the store too (bootstrap/shim): a lock another thread held at the fork
  * is free again there, the only thread left. */
@@ -183,6 +195,8 @@ static void child_locks(void)
 	pthread_mutex_init(&open_handles.mu, NULL);
 	pthread_mutex_init(&first.mu, NULL);
 	pthread_mutex_init(&reached.mu, NULL);
+	hpct__store_view_child();
+	pthread_mutex_init(&asker.mu, NULL);
 }
 
 __attribute__((constructor)) static void fork_safe(void)
@@ -254,7 +268,7 @@ int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hp
 	s->ns = ns;
 	s->timeout = timeout_s;
 	if ((rc = hpct__store_replicas(w, &s->R)) != 0 ||
-	    (s->R > 1 && !(s->dead = calloc((size_t)w->topo.size, 1)))) {
+	    (s->R > 1 && !(s->told = calloc((size_t)w->topo.size, sizeof(unsigned))))) {
 		free(s->fd);
 		free(s);
 		return rc ? rc : HPCT_ENOMEM;
@@ -292,7 +306,7 @@ void hpct__store_close(struct hpct_store *s)
 			close(s->fd[i]);
 	pthread_mutex_destroy(&s->mu);
 	free(s->fd);
-	free(s->dead);
+	free(s->told);
 	free(s);
 }
 
@@ -352,7 +366,10 @@ static int unreachable(struct hpct_store *s, char *buf, size_t len)
 	return n;
 }
 
-/* Connects to `home`'s store, retrying while nobody listens there yet. */
+static int said_dead(struct hpct_store *s, int x);
+
+/* Connects to `home`'s store, retrying while nobody listens there yet
+ * (with replicas, until a peer counts it gone: said_dead). */
 static int ensure(struct hpct_store *s, int home, const char *what, double deadline)
 {
 	if (s->fd[home] >= 0)
@@ -363,7 +380,7 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 	int rc = hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 	if (rc)
 		return rc;
-	double nap = 0.001, t0 = hpct__now();
+	double nap = 0.001, t0 = hpct__now(), next_ask = t0 + ASK_EVERY_S;
 	for (;;) {
 		int fd = hpct__sock_connect(&ss, sl, deadline);
 		if (fd >= 0 && s->w->topo.secret) {
@@ -384,6 +401,23 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 			return 0;
 		}
 		double now = hpct__now();
+		if (s->R > 1 && fd == -ECONNREFUSED && !was_reached(s->w, home) &&
+		    now >= next_ask) {
+			next_ask = now + ASK_EVERY_S;
+			if (said_dead(s, home)) {
+				char why[HPCT_ADDRSTRLEN + 96], also[600];
+				snprintf(why, sizeof(why),
+				         "rank %d at %s refused a connection, and a peer counts it "
+				         "gone",
+				         home, text);
+				found_dead(s, why, why, also, sizeof(also));
+				return hpct__fail(
+				        HPCT_EPEERDEAD, HPCT_SUB_NET,
+				        "store: %s: rank %d (a home of the key) at %s refused "
+				        "a connection, and a peer counts it gone%s",
+				        what, home, text, also);
+			}
+		}
 		if (s->R > 1 && fd == -ECONNREFUSED && was_reached(s->w, home)) {
 			/* it answered before: gone, and its keys have other homes */
 			char why[HPCT_ADDRSTRLEN + 96], also[600];
@@ -525,13 +559,13 @@ static int left(struct hpct_store *s, int home, const char *what, const unsigned
 	hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 	snprintf(cause, sizeof(cause), "%.*s", (int)(replen < 511 ? replen : 511),
 	         rep ? (const char *)rep : "");
-	snprintf(why, sizeof(why), "rank %d at %s is leaving, after it found %s", home, text,
-	         cause);
-	found_dead(s, cause[0] ? cause : why, why, also, sizeof(also));
+	int exits = strcmp(cause, ST_EXITS) == 0;
+	snprintf(why, sizeof(why), "rank %d at %s is leaving%s %s", home, text,
+	         exits ? ":" : ", after it found", cause);
+	found_dead(s, cause[0] && !exits ? cause : why, why, also, sizeof(also));
 	return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
-	                  "store: %s: rank %d (the key's home) at %s is leaving, after it found "
-	                  "%s%s",
-	                  what, home, text, cause, also);
+	                  "store: %s: rank %d (the key's home) at %s is leaving%s %s%s", what, home,
+	                  text, exits ? ":" : ", after it found", cause, also);
 }
 
 /* A home's refusal for want of memory, named. */
@@ -596,88 +630,183 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 	return rc;
 }
 
-/* The k-th home of a key whose first is h0 (the ranks after it). */
-static int home_at(const struct hpct_store *s, int h0, int k)
+/* This process's gone ranks to `home` and home's back (OP_DEAD): each
+ * side then counts gone what either did.  0, or the exchange's failure. */
+static int exchange(struct hpct_store *s, int home, unsigned *gen_out)
 {
-	return (h0 + k) % s->w->topo.size;
+	int n = s->w->topo.size, k = 0;
+	unsigned char *dead = malloc((size_t)n), *list = malloc((size_t)n * 4 + 4);
+	if (!dead || !list) {
+		free(dead);
+		free(list);
+		return HPCT_ENOMEM;
+	}
+	*gen_out = hpct__store_view(s->w, dead);
+	for (int r = 0; r < n; r++)
+		if (dead[r])
+			hpct__put32(list + 4 + 4 * k++, (uint32_t)r);
+	hpct__put32(list, (uint32_t)k);
+	unsigned char *rep = NULL;
+	size_t rl = 0;
+	int rc = rpc(s, home, "exchange the ranks gone", OP_DEAD, "", list, (size_t)k * 4 + 4, NULL,
+	             0, 0, &rep, &rl);
+	uint32_t m = rc == 0 && rl >= 4 ? hpct__get32(rep) : 0;
+	for (uint32_t i = 0; m <= (uint32_t)n && rl == 4 + 4 * (size_t)m && i < m; i++) {
+		int r = (int)hpct__get32(rep + 4 + 4 * i);
+		if (r != s->w->topo.rank || s->w->store_client_only)
+			hpct__store_mark_dead(s->w, r); /* never this rank itself: it runs */
+	}
+	free(rep);
+	free(dead);
+	free(list);
+	return rc;
 }
 
-/* Every home of `key` is gone: its value with them. */
-static int lost(struct hpct_store *s, const char *what, const char *key, int h0)
+/* Tells `home` the ranks this process found gone, once a change of its
+ * view, so that it serves as their keys' home and moves them to their
+ * new homes (replica.c). */
+static void tell(struct hpct_store *s, int home)
 {
-	char kb[KEY_SHOWN + 8], homes[512] = "";
+	unsigned g = hpct__store_view(s->w, NULL);
+	if (__atomic_load_n(&s->told[home], __ATOMIC_RELAXED) == g + 1)
+		return;
+	int any = 0;
+	for (int r = 0; r < s->w->topo.size && !any; r++)
+		any = hpct__store_dead(s->w, r);
+	if (!any || exchange(s, home, &g) == 0)
+		__atomic_store_n(&s->told[home], g + 1, __ATOMIC_RELAXED);
+}
+
+/* `x` refuses connections but this process never reached it: it has not
+ * started yet, or it died before this process first asked it (a forked
+ * monitor that asks for the first time after its rank died).  A rank
+ * reached before, the first after x, is asked which ranks are gone: 1
+ * when x is among them. */
+static int said_dead(struct hpct_store *s, int x)
+{
+	if (s->R < 2 || s->asking)
+		return 0;
+	int n = s->w->topo.size, y = -1;
+	for (int k = 1; k < n && y < 0; k++) {
+		int r = (x + k) % n;
+		if (!hpct__store_dead(s->w, r) && was_reached(s->w, r))
+			y = r;
+	}
+	if (y < 0)
+		return 0;
+	pthread_mutex_lock(&asker.mu);
+	if (asker.h && (asker.pid != getpid() || asker.h->w != s->w))
+		asker.h = NULL; /* a forked child's parent's, or another world's: left alone */
+	if (!asker.h && hpct__store_open(s->w, 0, s->timeout, &asker.h) == 0) {
+		asker.h->asking = 1;
+		asker.pid = getpid();
+	}
+	unsigned g;
+	if (asker.h)
+		exchange(asker.h, y, &g);
+	pthread_mutex_unlock(&asker.mu);
+	return hpct__store_dead(s->w, x);
+}
+
+/* A home found gone (the exchange with it failed so): in the view. */
+static void gone(struct hpct_store *s, int home)
+{
+	hpct__store_mark_dead(s->w, home);
+}
+
+/* Every home of `key` is gone: its value with them.  `at`: the rank that
+ * answered that it does not hold the key (ST_LOST), or -1 (none is left);
+ * the homes named are the gone ranks before it, from the key's first. */
+static int lost(struct hpct_store *s, const char *what, const char *key, int at)
+{
+	int h0 = hpct__store_home(s, key), n = s->w->topo.size;
+	char kb[KEY_SHOWN + 8], homes[512] = "", where[HPCT_ADDRSTRLEN + 64] = "";
 	size_t used = 0;
-	for (int k = 0; k < s->R && used < sizeof(homes); k++) {
-		int home = home_at(s, h0, k);
+	int named = 0;
+	for (int k = 0; k < n && used < sizeof(homes); k++) {
+		int home = (h0 + k) % n;
+		if (home == at || (at < 0 && named >= s->R))
+			break;
+		if (!hpct__store_dead(s->w, home))
+			continue;
 		char text[HPCT_ADDRSTRLEN] = "?";
 		struct sockaddr_storage ss;
 		socklen_t sl;
 		hpct__store_addr(s->w, home, &ss, &sl, text, sizeof(text));
 		used += (size_t)snprintf(homes + used, sizeof(homes) - used, "%s%d at %s",
-		                         k == 0          ? ""
-		                         : k == s->R - 1 ? " and "
-		                                         : ", ",
-		                         home, text);
+		                         named ? ", " : "", home, text);
+		named++;
 	}
-	char last[700];
-	snprintf(last, sizeof(last), "%s", hpct_last_error());
+	if (at >= 0) {
+		char text[HPCT_ADDRSTRLEN] = "?";
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		hpct__store_addr(s->w, at, &ss, &sl, text, sizeof(text));
+		snprintf(where, sizeof(where), "rank %d at %s, its home now, was never sent it", at,
+		         text);
+	} else {
+		snprintf(where, sizeof(where), "the last: %s", hpct_last_error());
+	}
 	return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
 	                  "store: %s: key '%s': every home of it (ranks %s; "
-	                  "HPCT_STORE_REPLICAS=%d) is gone: its value is lost (the last: %s)",
-	                  what, shown(key, kb, sizeof(kb)), homes, s->R, last);
+	                  "HPCT_STORE_REPLICAS=%d) is gone: its value is lost (%s)",
+	                  what, shown(key, kb, sizeof(kb)), homes, s->R, where);
 }
 
-/* A request on `key` to its home; with replicas (R > 1) to the first of
- * its homes not found gone, and on to the next when that one is (a write,
- * `write`, carries an id, so that a home answers a retry of a write the
- * last one did with its first answer).  A wait keeps its end. */
+/* The home asked first for `key`: its first, or with replicas the first
+ * live rank from it on (view.c); -1 when every rank is gone. */
+static int live_home(struct hpct_store *s, const char *key)
+{
+	int h0 = hpct__store_home(s, key), home = h0;
+	if (s->R > 1 && hpct__store_live_homes(s->w, h0, 1, &home) < 1)
+		return -1;
+	return home;
+}
+
+/* A request on `key` to its home; with replicas (R > 1) to the first live
+ * rank from it on (the others it was sent to are the next live ones),
+ * told first of the ranks found gone, and on to the next when that one
+ * is gone too (a write, `write`, carries an id, so that a home answers a
+ * retry of a write the last one did with its first answer).  A wait
+ * keeps its end. */
 static int rpc_key(struct hpct_store *s, const char *what, uint8_t op, const char *key,
                    const void *a, size_t alen, const void *b, size_t blen, double wait_s, int write,
                    unsigned char **rep, size_t *replen)
 {
-	int h0 = hpct__store_home(s, key);
 	if (s->R < 2)
-		return rpc(s, h0, what, op, key, a, alen, b, blen, wait_s, rep, replen);
+		return rpc(s, hpct__store_home(s, key), what, op, key, a, alen, b, blen, wait_s,
+		           rep, replen);
 	if (write) {
 		op |= OP_RID;
 		rid_seq = __atomic_add_fetch(&s->seq, 1, __ATOMIC_RELAXED);
 	}
 	double until = hpct__now() + wait_s;
-	for (int k = 0; k < s->R; k++) {
-		int home = home_at(s, h0, k);
-		if (__atomic_load_n(&s->dead[home], __ATOMIC_RELAXED))
-			continue;
+	for (int home; (home = live_home(s, key)) >= 0;) {
+		tell(s, home);
 		double w = wait_s;
 		if (wait_s > 0 && (w = until - hpct__now()) < 0.001)
 			w = 0.001;
 		int rc = rpc(s, home, what, op, key, a, alen, b, blen, w, rep, replen);
+		if (rc == ST_LOST)
+			return lost(s, what, key, home);
 		if (rc != HPCT_EPEERDEAD)
 			return rc;
-		__atomic_store_n(&s->dead[home], 1, __ATOMIC_RELAXED);
+		gone(s, home);
 	}
-	return lost(s, what, key, h0);
+	return lost(s, what, key, -1);
 }
 
-/* The home asked first for `key`: its first, or with replicas the first
- * of them not found gone. */
-static int live_home(struct hpct_store *s, const char *key)
-{
-	int h0 = hpct__store_home(s, key);
-	for (int k = 0; s->R > 1 && k < s->R; k++) {
-		int home = home_at(s, h0, k);
-		if (!__atomic_load_n(&s->dead[home], __ATOMIC_RELAXED))
-			return home;
-	}
-	return h0;
-}
-
-int hpct__store_forward(struct hpct_store *s, int home, uint64_t ns, const char *key,
+int hpct__store_forward(struct hpct_store *s, int home, uint8_t op, uint64_t ns, const char *key,
                         const void *body, size_t len)
 {
 	unsigned char *rep;
 	size_t rl;
 	s->ns = ns; /* the forwarder's own handle */
-	int rc = rpc(s, home, "replicate", OP_REPL, key, body, len, NULL, 0, 0, &rep, &rl);
+	int rc = rpc(s, home,
+	             op == OP_REPL   ? "replicate"
+	             : op == OP_HAVE ? "say all keys sent"
+	                             : "tell the ranks gone",
+	             op, key, body, len, NULL, 0, 0, &rep, &rl);
 	free(rep);
 	return rc;
 }
@@ -707,14 +836,25 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 		reps[i] = NULL;
 		replens[i] = 0;
 	}
-	int *homes = malloc((size_t)(n ? n : 1) * sizeof(int));
+	int *homes = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
 	if (!homes)
 		return HPCT_ENOMEM;
+	for (int i = 0; i < n; i++) {
+		if ((homes[i] = live_home(s, keys[i])) < 0) {
+			free(homes); /* every rank gone: key by key names it */
+			return HPCT_EPEERDEAD;
+		}
+		int told = 0;
+		for (int j = 0; j < i && !told; j++)
+			told = homes[j] == homes[i];
+		if (s->R > 1 && !told)
+			tell(s, homes[i]);
+	}
 	pthread_mutex_lock(&s->mu);
 	while (sent < n) {
 		unsigned char *f = NULL;
 		size_t flen = 0;
-		int home = homes[sent] = live_home(s, keys[sent]);
+		int home = homes[sent];
 		if ((rc = frame(s, what, op, keys[sent], a, alen, NULL, 0, &f, &flen)) != 0)
 			break;
 		if ((rc = ensure(s, home, what, hpct__now() + t)) == 0 &&
@@ -743,6 +883,9 @@ static int rpc_many(struct hpct_store *s, const char *what, uint8_t op, const ch
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < sent; i++)
+		if (rcs[i] == ST_LOST)
+			rcs[i] = lost(s, what, keys[i], homes[i]);
 	free(homes);
 	for (int i = 0; i < n; i++)
 		if (rcs[i] || rc) {
@@ -1157,11 +1300,11 @@ int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out)
 	for (int r = 0; r < s->w->topo.size && rc == 0; r++) {
 		unsigned char *rep;
 		size_t rl;
-		if (s->R > 1 && __atomic_load_n(&s->dead[r], __ATOMIC_RELAXED))
+		if (s->R > 1 && hpct__store_dead(s->w, r))
 			continue;
 		rc = rpc(s, r, "list", OP_LIST, "", NULL, 0, NULL, 0, 0, &rep, &rl);
 		if (rc == HPCT_EPEERDEAD && s->R > 1) { /* its keys have other homes */
-			__atomic_store_n(&s->dead[r], 1, __ATOMIC_RELAXED);
+			gone(s, r);
 			rc = 0;
 			continue;
 		}

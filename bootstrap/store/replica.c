@@ -41,11 +41,12 @@ struct srepl_dedupe {
 };
 
 struct item {
+	enum { IT_KEY, IT_HAVE, IT_TELL } kind;
 	uint64_t ns;
-	char *key;
+	char *key; /* IT_KEY */
 	unsigned char *body;
 	size_t len;
-	int first; /* the key's first home */
+	int first; /* the key's first home (IT_KEY, IT_HAVE); IT_TELL: the rank told */
 };
 
 struct srepl_batch {
@@ -163,6 +164,8 @@ static unsigned char *body_of(struct ssrv *s, uint64_t ns, const char *key, size
 	return b;
 }
 
+static void enqueue(struct ssrv *s, struct srepl_batch *bt, struct item *it, int n);
+
 void srepl_end(struct ssrv *s, struct sconn *c)
 {
 	if (s->R < 2)
@@ -171,6 +174,10 @@ void srepl_end(struct ssrv *s, struct sconn *c)
 	recorder = NULL;
 	if (s->cap.on)
 		remember(s, s->cap.cid, s->cap.seq, s->cap.status, s->cap.b, s->cap.len);
+	if (s->unheld) {
+		s->unheld = 0;
+		return;
+	}
 	if (s->ndirty == 0) {
 		/* nothing changed: the answer waits only for what came before */
 		c->need = s->fwd_issued;
@@ -193,7 +200,8 @@ void srepl_end(struct ssrv *s, struct sconn *c)
 			free(key);
 			continue;
 		}
-		it[n++] = (struct item){ .ns = ns,
+		it[n++] = (struct item){ .kind = IT_KEY,
+			                 .ns = ns,
 			                 .key = key,
 			                 .body = body,
 			                 .len = len,
@@ -208,7 +216,12 @@ void srepl_end(struct ssrv *s, struct sconn *c)
 		c->need = s->fwd_issued;
 		return;
 	}
-	bt->id = ++s->fwd_issued;
+	enqueue(s, bt, it, n);
+}
+
+static void enqueue(struct ssrv *s, struct srepl_batch *bt, struct item *it, int n)
+{
+	bt->id = __atomic_add_fetch(&s->fwd_issued, 1, __ATOMIC_RELEASE);
 	bt->it = it;
 	bt->n = n;
 	pthread_mutex_lock(&s->fmu);
@@ -221,60 +234,90 @@ void srepl_end(struct ssrv *s, struct sconn *c)
 	pthread_mutex_unlock(&s->fmu);
 }
 
-/* The forwarder: batches in order, each change to its key's other live
- * homes; then the answers made before the next batch may go. */
+/* One item to its targets (the forwarder's handle h): a key's state or
+ * OP_HAVE to the other live homes of its first home, and on to the next
+ * live rank when one of them is found gone; OP_DEAD to the rank told. */
+static void forward(struct ssrv *s, struct hpct_store *h, const struct item *it)
+{
+	int sent[64], ns = 0;
+	for (int tries = 0; tries < s->size; tries++) {
+		int homes[64], n, to = -1;
+		pthread_mutex_lock(&s->wmu);
+		if (!s->w) {
+			/* the world ended: nothing is sent for it */
+		} else if (it->kind == IT_TELL) {
+			to = tries == 0 && !hpct__store_dead(s->w, it->first) ? it->first : -1;
+		} else {
+			n = hpct__store_live_homes(s->w, it->first, s->R, homes);
+			for (int k = 0; k < n && to < 0; k++) {
+				int done = homes[k] == s->rank;
+				for (int j = 0; j < ns && !done; j++)
+					done = sent[j] == homes[k];
+				if (!done)
+					to = homes[k];
+			}
+		}
+		pthread_mutex_unlock(&s->wmu);
+		if (to < 0)
+			return;
+		int rc;
+		if (it->kind == IT_KEY) {
+			rc = hpct__store_forward(h, to, OP_REPL, it->ns, it->key, it->body,
+			                         it->len);
+		} else {
+			rc = hpct__store_forward(h, to, it->kind == IT_HAVE ? OP_HAVE : OP_DEAD, 0,
+			                         "", it->body, it->len);
+		}
+		if (ns < 64)
+			sent[ns++] = to;
+		pthread_mutex_lock(&s->wmu);
+		int news = (rc == HPCT_EPEERDEAD || rc == HPCT_ETIMEDOUT) && s->w &&
+		           hpct__store_mark_dead(s->w, to);
+		pthread_mutex_unlock(&s->wmu);
+		if (rc == HPCT_EPEERDEAD || rc == HPCT_ETIMEDOUT) {
+			if (news)
+				HPCT_WARN(HPCT_SUB_NET,
+				          "store: rank %d: rank %d is gone (%s): the keys it was a "
+				          "home of go to the next live ranks",
+				          s->rank, to, hpct_last_error());
+		} else if (rc) {
+			HPCT_WARN(HPCT_SUB_NET,
+			          "store: rank %d: rank %d did not keep key '%.100s' (%s)", s->rank,
+			          to, it->key ? it->key : "", hpct_last_error());
+		}
+	}
+}
+
+/* The forwarder: batches in order, each item to its targets; then the
+ * answers made before the next batch may go. */
 static void *forwarder(void *arg)
 {
 	struct ssrv *s = arg;
 	struct hpct_store *h = NULL;
-	unsigned char *dead = calloc((size_t)s->size, 1);
-	if (hpct__store_open(s->w, 0, s->timeout_s, &h) != 0 || !dead) {
+	pthread_mutex_lock(&s->wmu);
+	int rc = s->w ? hpct__store_open(s->w, 0, s->timeout_s, &h) : HPCT_ESTATE;
+	pthread_mutex_unlock(&s->wmu);
+	if (rc != 0) {
 		HPCT_WARN(HPCT_SUB_NET,
 		          "store: rank %d cannot send its keys to their other homes (%s): "
 		          "HPCT_STORE_REPLICAS=%d is not kept",
 		          s->rank, hpct_last_error(), s->R);
 		h = NULL;
 	}
-	uint64_t epoch = s->w->topo.epoch;
 	for (;;) {
 		pthread_mutex_lock(&s->fmu);
 		while (!s->fhead)
 			pthread_cond_wait(&s->fcv, &s->fmu);
-		if (dead && s->w->topo.epoch != epoch) {
-			/* a recovered world: its ranks are the new epoch's */
-			epoch = s->w->topo.epoch;
-			memset(dead, 0, (size_t)s->size);
-		}
 		struct srepl_batch *bt = s->fhead;
 		s->fhead = bt->next;
 		if (!s->fhead)
 			s->ftail = NULL;
 		pthread_mutex_unlock(&s->fmu);
 		for (int i = 0; i < bt->n; i++) {
-			struct item *it = &bt->it[i];
-			for (int k = 0; h && k < s->R; k++) {
-				int home = (it->first + k) % s->size;
-				if (home == s->rank || dead[home])
-					continue;
-				int rc = hpct__store_forward(h, home, it->ns, it->key, it->body,
-				                             it->len);
-				if (rc == HPCT_EPEERDEAD || rc == HPCT_ETIMEDOUT) {
-					dead[home] = 1;
-					HPCT_WARN(
-					        HPCT_SUB_NET,
-					        "store: rank %d: rank %d, a home of key '%.100s', "
-					        "is gone (%s): this rank's keys go to the homes "
-					        "left",
-					        s->rank, home, it->key, hpct_last_error());
-				} else if (rc) {
-					HPCT_WARN(HPCT_SUB_NET,
-					          "store: rank %d: rank %d did not keep key "
-					          "'%.100s' (%s)",
-					          s->rank, home, it->key, hpct_last_error());
-				}
-			}
-			free(it->key);
-			free(it->body);
+			if (h)
+				forward(s, h, &bt->it[i]);
+			free(bt->it[i].key);
+			free(bt->it[i].body);
 		}
 		__atomic_store_n(&s->fwd_done, bt->id, __ATOMIC_RELEASE);
 		ssize_t w = write(s->wake[1], "f", 1);
@@ -283,6 +326,202 @@ static void *forwarder(void *arg)
 		free(bt);
 	}
 	return NULL;
+}
+
+/* 1 when rank is in homes[0..n). */
+static int among(int rank, const int *homes, int n)
+{
+	for (int k = 0; k < n; k++)
+		if (homes[k] == rank)
+			return 1;
+	return 0;
+}
+
+struct rescan {
+	struct ssrv *s;
+	const unsigned char *move; /* per first home: its keys go to new homes */
+	struct item *it;
+	int n, cap;
+};
+
+static int add(struct rescan *r, struct item x)
+{
+	if (r->n == r->cap) {
+		int cap = r->cap ? r->cap * 2 : 16;
+		struct item *it = realloc(r->it, (size_t)cap * sizeof(*it));
+		if (!it)
+			return -1;
+		r->it = it;
+		r->cap = cap;
+	}
+	r->it[r->n++] = x;
+	return 0;
+}
+
+static int each_key(const struct entry *e, void *arg)
+{
+	struct rescan *r = arg;
+	struct ssrv *s = r->s;
+	int first = hpct__store_home_of(e->ns, e->key, strlen(e->key), s->size);
+	if (!r->move[first])
+		return 0;
+	size_t len = 0;
+	int on = s->cap.on;
+	s->cap.on = 0; /* a key's state alone, no request's answer */
+	unsigned char *body = body_of(s, e->ns, e->key, &len);
+	s->cap.on = on;
+	char *key = body ? strdup(e->key) : NULL;
+	if (!key || add(r, (struct item){ .kind = IT_KEY,
+	                                  .ns = e->ns,
+	                                  .key = key,
+	                                  .body = body,
+	                                  .len = len,
+	                                  .first = first }) != 0) {
+		free(body);
+		free(key);
+		HPCT_WARN(HPCT_SUB_NET,
+		          "store: rank %d: no memory to send key '%.100s' to its new homes",
+		          s->rank, e->key);
+	}
+	return 0;
+}
+
+static struct item u32_item(int kind, int first, uint32_t v)
+{
+	unsigned char *b = malloc(4);
+	if (b)
+		hpct__put32(b, v);
+	return (struct item){ .kind = kind, .body = b, .len = 4, .first = first };
+}
+
+void srepl_view(struct ssrv *s)
+{
+	if (s->R < 2 || !s->w || hpct__store_view(s->w, NULL) == s->vgen)
+		return; /* (the server thread holds wmu) */
+	int size = s->size;
+	unsigned char *now = malloc((size_t)size), *move = calloc((size_t)size, 1);
+	unsigned char *told = calloc((size_t)size, 1);
+	if (!now || !move || !told) {
+		free(now);
+		free(move);
+		free(told);
+		return; /* again at the next turn */
+	}
+	unsigned g = hpct__store_view(s->w, now);
+	struct rescan r = { .s = s, .move = move };
+	int w0[64], w1[64], nmove = 0;
+	for (int h = 0; h < size; h++) {
+		int n0 = hpct__store_window(s->vdead, size, h, s->R, w0);
+		int n1 = hpct__store_window(now, size, h, s->R, w1);
+		int grew = 0;
+		for (int k = 0; k < n1; k++)
+			grew |= !among(w1[k], w0, n0);
+		/* this rank holds them all, and was or is their first live home */
+		if (grew && s->have[h] && ((n0 && w0[0] == s->rank) || (n1 && w1[0] == s->rank))) {
+			move[h] = 1;
+			nmove++;
+		}
+		if (!among(s->rank, w1, n1) || !among(s->rank, w0, n0))
+			s->have[h] = 0;
+		/* a newly gone home: the first live home tells it moves them */
+		for (int k = 0; k < n0; k++)
+			if (now[w0[k]] && !s->vdead[w0[k]] && n1 && w1[0] != s->rank)
+				told[w1[0]] = 1;
+	}
+	if (nmove)
+		stab_all(&s->t, each_key, &r);
+	for (int h = 0; h < size; h++)
+		if (move[h])
+			add(&r, u32_item(IT_HAVE, h, (uint32_t)h));
+	int ntold = 0;
+	for (int t = 0; t < size; t++)
+		if (told[t] && add(&r, u32_item(IT_TELL, t, 0)) == 0)
+			ntold++;
+	/* IT_TELL's body: the gone ranks */
+	int k = 0;
+	for (int t = 0; t < size; t++)
+		k += now[t];
+	for (int i = 0; i < r.n; i++)
+		if (r.it[i].kind == IT_TELL) {
+			unsigned char *b = realloc(r.it[i].body, 4 + 4 * (size_t)k);
+			if (!b)
+				continue;
+			hpct__put32(b, (uint32_t)k);
+			for (int t = 0, j = 0; t < size; t++)
+				if (now[t])
+					hpct__put32(b + 4 + 4 * j++, (uint32_t)t);
+			r.it[i].body = b;
+			r.it[i].len = 4 + 4 * (size_t)k;
+		}
+	HPCT_INFO(HPCT_SUB_NET,
+	          "store: rank %d: %d ranks gone now: %d items go to the new homes of %d first "
+	          "homes' keys, %d ranks told",
+	          s->rank, k, r.n - ntold - nmove, nmove, ntold);
+	memcpy(s->vdead, now, (size_t)size);
+	__atomic_store_n(&s->vgen, g, __ATOMIC_RELEASE);
+	free(now);
+	free(move);
+	free(told);
+	struct srepl_batch *bt = r.n ? calloc(1, sizeof(*bt)) : NULL;
+	if (bt) {
+		enqueue(s, bt, r.it, r.n);
+		return;
+	}
+	for (int i = 0; i < r.n; i++) {
+		free(r.it[i].key);
+		free(r.it[i].body);
+	}
+	free(r.it);
+}
+
+int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const unsigned char *p, size_t len)
+{
+	if (len < 4)
+		return -1;
+	uint32_t n = hpct__get32(p);
+	if (op == OP_HAVE) {
+		if (len != 4)
+			return -1;
+		if (s->R > 1 && n < (uint32_t)s->size)
+			s->have[n] = 1;
+	} else {
+		if (n > (uint32_t)s->size || len != 4 + 4 * (size_t)n)
+			return -1;
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t r = hpct__get32(p + 4 + 4 * i);
+			if (r >= (uint32_t)s->size)
+				return -1;
+			if ((int)r != s->rank && s->w)
+				hpct__store_mark_dead(s->w, (int)r);
+		}
+		srepl_view(s);
+	}
+	/* answered at once (after what this connection was answered
+	 * before): two ranks' forwarders never wait on each other.  OP_DEAD's
+	 * answer: the ranks this one counts gone (u32 n, n x u32), which the
+	 * asker counts gone too */
+	unsigned char *list = op == OP_DEAD ? malloc(4 + 4 * (size_t)s->size) : NULL;
+	uint32_t k = 0;
+	for (int r = 0; list && s->w && r < s->size; r++)
+		if (hpct__store_dead(s->w, r))
+			hpct__put32(list + 4 + 4 * k++, (uint32_t)r);
+	if (list)
+		hpct__put32(list, k);
+	uint64_t need = c->need;
+	sreq_reply(s, c, 0, list, list ? 4 + 4 * (size_t)k : 0, NULL, 0);
+	c->need = need;
+	free(list);
+	s->unheld = 1;
+	return 0;
+}
+
+int srepl_have(const struct ssrv *s, uint64_t ns, const char *key)
+{
+	if (s->R < 2)
+		return 1;
+	if (s->vdead[s->rank])
+		return -1; /* this rank is leaving (server.c's hand_off) */
+	return s->have[hpct__store_home_of(ns, key, strlen(key), s->size)];
 }
 
 int srepl_apply(struct ssrv *s, struct sconn *c, uint64_t ns, const char *key,
@@ -328,8 +567,18 @@ int srepl_start(struct ssrv *s, struct hpct_world *w)
 	s->w = w;
 	if (rc || s->R < 2)
 		return rc;
-	if (!(s->dd = calloc(DEDUPE_SLOTS, sizeof(*s->dd))))
+	if (s->R > 64)
+		s->R = 64; /* the most hpct__store_replicas takes */
+	if (!(s->dd = calloc(DEDUPE_SLOTS, sizeof(*s->dd))) ||
+	    !(s->vdead = malloc((size_t)s->size)) || !(s->have = calloc((size_t)s->size, 1)))
 		return HPCT_ENOMEM;
+	/* from the start of the epoch, a home of its keys holds them all */
+	s->vgen = hpct__store_view(w, s->vdead);
+	int homes[64];
+	for (int h = 0; h < s->size; h++) {
+		int n = hpct__store_window(s->vdead, s->size, h, s->R, homes);
+		s->have[h] = among(s->rank, homes, n);
+	}
 	pthread_mutex_init(&s->fmu, NULL);
 	pthread_cond_init(&s->fcv, NULL);
 	s->t.changed = changed;

@@ -341,6 +341,8 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 		rc = -1;
 	else if (op == OP_REPL)
 		rc = srepl_apply(s, c, ns, key, f, flen);
+	else if (op == OP_DEAD || op == OP_HAVE)
+		rc = srepl_told(s, c, op, f, flen);
 	else if (!rid || !srepl_seen(s, c, hpct__get64(f), hpct__get64(f + 8)))
 		rc = serve(s, c, op, ns, key, f + (rid ? 16 : 0), flen - (rid ? 16 : 0));
 	if (key != small)
@@ -353,6 +355,14 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 {
 	struct entry *e = stab_get(&s->t, ns, key);
 	unsigned char b[8];
+	int have = e || op == OP_SET || op == OP_DEL || op == OP_COUNT || op == OP_LIST
+	                   ? 1
+	                   : srepl_have(s, ns, key);
+	if (have <= 0) {
+		sreq_reply(s, c, have ? HPCT_EPEERDEAD : ST_LOST, have ? ST_EXITS : NULL,
+		           have ? strlen(ST_EXITS) : 0, NULL, 0);
+		return 0;
+	}
 	switch (op) {
 	case OP_SET: {
 		if (len < 4 || hpct__get32(p) != len - 4)

@@ -68,6 +68,7 @@
 #define LINGER_S       2.0    /* a leaving rank waits for its clients, at most */
 
 static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER,
+	                   .wmu = PTHREAD_MUTEX_INITIALIZER,
 	                   .cv = PTHREAD_COND_INITIALIZER,
 	                   .lfd = -1,
 	                   .wake = { -1, -1 } };
@@ -518,10 +519,42 @@ static void check_clear(void)
  * any that ask until each connection of another process has been told or
  * has closed (LINGER_S, and HPCT_TIMEOUT, at most), so that a rank that
  * asks late names the first failure too, not this rank. */
+/* At exit, with replicas (HPCT_STORE_REPLICAS > 1): this rank counts
+ * itself gone, so that the keys whose first live home it is go to the
+ * ranks that take its place, and the first live homes of the others
+ * (where it was a later home) are told to copy theirs on (replica.c);
+ * it waits until its forwarder has sent all of that (LINGER_S and
+ * HPCT_TIMEOUT at most).  Until it exits it still serves: what it is
+ * asked meanwhile goes to the new homes too.  Ranks that finish one
+ * after another so leave every key with the ranks still running. */
+static void hand_off(void)
+{
+	pthread_mutex_lock(&srv.wmu);
+	if (srv.R < 2 || !srv.w) {
+		pthread_mutex_unlock(&srv.wmu);
+		return;
+	}
+	hpct__store_mark_dead(srv.w, srv.rank);
+	unsigned g = hpct__store_view(srv.w, NULL);
+	pthread_mutex_unlock(&srv.wmu);
+	ssize_t w = write(srv.wake[1], "h", 1); /* the server thread moves the keys */
+	double cap = srv.timeout_s < LINGER_S ? srv.timeout_s : LINGER_S;
+	double until = hpct__now() + cap;
+	while (w == 1 && __atomic_load_n(&srv.vgen, __ATOMIC_ACQUIRE) != g && hpct__now() < until)
+		hpct__sleep(0.0005);
+	uint64_t issued = __atomic_load_n(&srv.fwd_issued, __ATOMIC_ACQUIRE);
+	while (w == 1 && __atomic_load_n(&srv.fwd_done, __ATOMIC_ACQUIRE) < issued &&
+	       hpct__now() < until)
+		hpct__sleep(0.0005);
+}
+
 static void leave(void)
 {
 	char cause[sizeof(srv.cause) - 64];
-	if (getpid() != srv.pid || !hpct__store_first_dead(cause, sizeof(cause)))
+	if (getpid() != srv.pid)
+		return;
+	hand_off();
+	if (!hpct__store_first_dead(cause, sizeof(cause)))
 		return;
 	char(*own)[HPCT_ADDRSTRLEN] = calloc(64, HPCT_ADDRSTRLEN);
 	int nown = own ? hpct__store_own_addrs(own, 64) : 0;
@@ -537,6 +570,29 @@ static void leave(void)
 		;
 	pthread_mutex_unlock(&srv.mu);
 }
+
+/* The world ends: the server and its forwarder use it no more (the
+ * server thread itself stays, serving this process's last requests). */
+static void world_end(struct hpct_world *w, void *ctx)
+{
+	(void)ctx;
+	pthread_mutex_lock(&srv.wmu);
+	if (srv.w == w)
+		srv.w = NULL;
+	pthread_mutex_unlock(&srv.wmu);
+	w->svc[HPCT_WORLD_SLOT_STORE].ops = NULL;
+}
+
+static void world_recovered(struct hpct_world *w, void *ctx, uint64_t old_epoch)
+{
+	(void)w, (void)ctx, (void)old_epoch; /* the view is per epoch (view.c) */
+}
+
+static const struct hpct_world_service_ops world_ops = {
+	.name = "store",
+	.recovered = world_recovered,
+	.end = world_end,
+};
 
 static void *server_main(void *arg)
 {
@@ -595,6 +651,7 @@ static void *server_main(void *arg)
 		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
 		if (poll(pfd, (nfds_t)srv.nc + 2, ms) < 0 && errno != EINTR)
 			hpct__sleep(0.01);
+		pthread_mutex_lock(&srv.wmu); /* requests may use the world */
 		for (int i = srv.nc - 1; i >= 0; i--) {
 			short re = pfd[i + 2].revents;
 			if (re & (POLLIN | POLLHUP | POLLERR))
@@ -607,6 +664,8 @@ static void *server_main(void *arg)
 			accept_all(hpct__now());
 		if (pfd[1].revents & POLLIN)
 			tell_leaving();
+		srepl_view(&srv);
+		pthread_mutex_unlock(&srv.wmu);
 		check_clear();
 	}
 	return NULL;
@@ -663,6 +722,10 @@ int hpct__store_server_start(struct hpct_world *w)
 		close(fd);
 	if (rc == 0 && (rc = srepl_start(&srv, w)) != 0)
 		close(fd);
+	if (rc == 0) {
+		w->svc[HPCT_WORLD_SLOT_STORE].ops = &world_ops;
+		w->svc[HPCT_WORLD_SLOT_STORE].ctx = &srv;
+	}
 	if (rc == 0 && w->topo.secret) {
 		srv.id = hpct__store_auth_id(w, w->topo.rank, w->topo.rank);
 		srv.slen = w->topo.secret_len;

@@ -58,6 +58,9 @@ struct srepl_dedupe;
 
 struct ssrv {
 	pthread_mutex_t mu; /* start only: the thread owns everything else */
+	/* held while the server's and the forwarder's threads use w, which
+	 * the world's end sets NULL (it outlives no world) */
+	pthread_mutex_t wmu;
 	int started, err;
 	int rank;
 	char where[HPCT_ADDRSTRLEN];
@@ -113,6 +116,14 @@ struct ssrv {
 		size_t len, cap;
 	} cap;
 	struct srepl_dedupe *dd;
+	/* the view (view.c) this server last moved its keys for: its
+	 * generation, its gone ranks (vdead), and the first homes whose
+	 * keys this rank holds all of (have[h]: it has been a home of
+	 * theirs since the epoch began, or their first live home sent it
+	 * them all, OP_HAVE) */
+	unsigned vgen;
+	unsigned char *vdead, *have;
+	int unheld; /* the request served (OP_DEAD, OP_HAVE) is answered at once */
 	struct hpct_world *w;
 	pthread_mutex_t fmu;
 	pthread_cond_t fcv;
@@ -159,6 +170,18 @@ int srepl_start(struct ssrv *s, struct hpct_world *w);
  * when c's answer may go. */
 void srepl_begin(struct ssrv *s, const struct sconn *c);
 void srepl_end(struct ssrv *s, struct sconn *c);
+/* A new view of the gone ranks (view.c, OP_DEAD): the keys whose homes
+ * changed go to their new ones, with OP_HAVE; the first live homes of
+ * the keys of a newly gone rank are told (OP_DEAD).  Cheap when the view
+ * is the one it moved its keys for. */
+void srepl_view(struct ssrv *s);
+/* OP_DEAD and OP_HAVE from c (body p, len): 0, or -1 (malformed). */
+int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const unsigned char *p, size_t len);
+/* For a request other than SET on `key`, which this rank does not hold:
+ * 1, serve it; 0, answer ST_LOST (it holds only part of its first home's
+ * keys); -1, this rank is leaving (its keys went to their next homes):
+ * the client is to ask those. */
+int srepl_have(const struct ssrv *s, uint64_t ns, const char *key);
 /* 1 when c's answer must wait for the forwarder. */
 int srepl_held(const struct ssrv *s, const struct sconn *c);
 /* A request with an id (OP_RID): 1 when this home answered it before

@@ -28,7 +28,18 @@ enum {
 	OP_QLEN,
 	OP_LIST, /* 13 */
 	OP_REPL, /* a key's state, from its first live home to the others */
+	OP_DEAD, /* u32 n, n x u32: ranks the sender found gone (view.c) */
+	OP_HAVE, /* u32 h: the sender, first live home of the keys whose
+	          * first home is h, sent this rank all of them (replica.c) */
 };
+
+/* A home's answer to a request on a key it does not hold, when it became
+ * the key's first live home without being sent the keys of its ranks
+ * (every home they had is gone): the key may have been lost.  The client
+ * names the homes (client.c). */
+#define ST_LOST (-1099)
+/* The cause a home that is exiting (server.c's hand_off) answers with. */
+#define ST_EXITS "its process exits, its keys handed on"
 
 /* On a write's op: u64 client id and u64 sequence follow the key, so that
  * a home answers a retry (after the first home died) with the first
@@ -43,12 +54,38 @@ static inline int hpct__store_home_of(uint64_t ns, const char *key, size_t klen,
 	return (int)(hpct__hash(key, klen, ns ^ 0x73746f7265ull) % (uint64_t)size);
 }
 
+/* The first R live ranks from h0 on (h0, h0 + 1, ... mod size), not
+ * marked in dead (may be NULL: none gone), in homes: how many (< R when
+ * fewer are left). */
+static inline int hpct__store_window(const unsigned char *dead, int size, int h0, int R, int *homes)
+{
+	int n = 0;
+	for (int k = 0; k < size && n < R; k++) {
+		int r = (h0 + k) % size;
+		if (!dead || !dead[r])
+			homes[n++] = r;
+	}
+	return n;
+}
+
+/* This process's view of the gone ranks (view.c), per world and epoch:
+ * hpct__store_dead, 1 when rank is; hpct__store_mark_dead, 1 when that is
+ * news; hpct__store_view, the generation (it changes with every change
+ * of the view) and a copy in dead_out (size bytes; may be NULL);
+ * hpct__store_live_homes, hpct__store_window in the view. */
+int hpct__store_dead(const struct hpct_world *w, int rank);
+int hpct__store_mark_dead(const struct hpct_world *w, int rank);
+unsigned hpct__store_view(const struct hpct_world *w, unsigned char *dead_out);
+int hpct__store_live_homes(const struct hpct_world *w, int h0, int R, int *homes);
+void hpct__store_view_child(void);
+
 /* HPCT_STORE_REPLICAS (default 2), at most the world's size, in *r_out:
  * 0, or HPCT_EBADENV naming the variable and its value (client.c). */
 int hpct__store_replicas(const struct hpct_world *w, int *r_out);
-/* One key's state to `home` (OP_REPL; the forwarder's handle, replica.c):
- * 0, or the failure (HPCT_EPEERDEAD: that home is gone). */
-int hpct__store_forward(struct hpct_store *s, int home, uint64_t ns, const char *key,
+/* One key's state (OP_REPL), OP_HAVE or OP_DEAD to `home` (the
+ * forwarder's handle, replica.c): 0, or the failure (HPCT_EPEERDEAD:
+ * that home is gone). */
+int hpct__store_forward(struct hpct_store *s, int home, uint8_t op, uint64_t ns, const char *key,
                         const void *body, size_t len);
 
 /* The store address of world rank `rank`: its node, its world port plus

@@ -155,16 +155,27 @@ int64_t stab_count(const struct stab *t, uint64_t ns)
 	return n;
 }
 
-int stab_each(const struct stab *t, uint64_t ns, int (*fn)(const struct entry *e, void *arg),
-              void *arg)
+static int each(const struct stab *t, const uint64_t *ns,
+                int (*fn)(const struct entry *e, void *arg), void *arg)
 {
 	for (size_t i = 0; i < t->nb; i++)
 		for (const struct entry *x = t->tab[i]; x; x = x->next) {
-			int rc = x->ns == ns ? fn(x, arg) : 0;
+			int rc = !ns || x->ns == *ns ? fn(x, arg) : 0;
 			if (rc)
 				return rc;
 		}
 	return 0;
+}
+
+int stab_each(const struct stab *t, uint64_t ns, int (*fn)(const struct entry *e, void *arg),
+              void *arg)
+{
+	return each(t, &ns, fn, arg);
+}
+
+int stab_all(const struct stab *t, int (*fn)(const struct entry *e, void *arg), void *arg)
+{
+	return each(t, NULL, fn, arg);
 }
 
 void stab_clear(struct stab *t)

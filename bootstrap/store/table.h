@@ -61,6 +61,8 @@ int64_t stab_count(const struct stab *t, uint64_t ns);
  * returns, fn's first nonzero return. */
 int stab_each(const struct stab *t, uint64_t ns, int (*fn)(const struct entry *e, void *arg),
               void *arg);
+/* The same over every namespace. */
+int stab_all(const struct stab *t, int (*fn)(const struct entry *e, void *arg), void *arg);
 
 /* A reference to a value, and its release (freed, and uncounted, with the
  * last one). */
