@@ -11,8 +11,10 @@
 #     around a 4-rank DDP loop, the Wrapper's store on rank 0 and the job's
 #     store at MASTER_PORT, a monitor process forked and double-forked by
 #     each rank: stock with rank 2 killed (the survivors restart and
-#     finish, 3 ranks), and under the shim with no fault (all finish: the
-#     Wrapper's, the job's and the monitors' stores are one keyspace).
+#     finish, 3 ranks); under the shim with no fault (all finish: the
+#     Wrapper's, the job's and the monitors' stores are one keyspace), with
+#     rank 2 killed (as stock), and with rank 0 killed, which stock cannot
+#     survive (its store dies with rank 0): every key is on two ranks.
 # Usage: test_frameworks.sh PRELOAD HPCT_RUN; the Python of a venv with
 # torch 2.13.0, torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 in
 # HPCT_FRAMEWORKS_PYTHON (tools/torch-venv.sh frameworks), else the cache's.
@@ -31,9 +33,9 @@ cleanup() {
 trap cleanup EXIT
 . "$here/tap.sh"
 
-echo "1..6"
+echo "1..8"
 if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
-	for i in 1 2 3 4 5 6; do skip "no torchft and NVRx at $py (tools/torch-venv.sh frameworks)"; done
+	for i in 1 2 3 4 5 6 7 8; do skip "no torchft and NVRx at $py (tools/torch-venv.sh frameworks)"; done
 	exit 0
 fi
 lighthouse=$(dirname "$py")/torchft_lighthouse
@@ -105,7 +107,7 @@ nvrx_run() { # tag path(stock|hpct) port VAR=VALUE...
 	for r in 0 1 2 3; do
 		env "${env[@]}" "$@" RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
 			MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 150 "$py" \
-			"$here/frameworks/nvrx_job.py" >"$dir/$tag$r" 2>&1 &
+			"$here/../tools/hpct-bench-nvrx.py" >"$dir/$tag$r" 2>&1 &
 		rp+=($!)
 		pids+=($!)
 	done
@@ -130,4 +132,8 @@ nvrx_run nv-stock-2 stock 29670 JOB_KILL_RANK=2
 nvrx_verdict nv-stock-2 "NVRx 0.4.1, stock: rank 2 killed, the 3 survivors restart in-process and finish" 3 0 1 3
 nvrx_run nv-hpct hpct 29671
 nvrx_verdict nv-hpct "NVRx 0.4.1, hpct: the Wrapper's, the job's and the monitors' stores are one keyspace, all 4 finish" 4 0 1 2 3
+nvrx_run nv-hpct-2 hpct 29672 JOB_KILL_RANK=2
+nvrx_verdict nv-hpct-2 "NVRx 0.4.1, hpct: rank 2 killed, the 3 survivors restart in-process and finish (as stock)" 3 0 1 3
+nvrx_run nv-hpct-0 hpct 29673 JOB_KILL_RANK=0
+nvrx_verdict nv-hpct-0 "NVRx 0.4.1, hpct: rank 0 killed (stock cannot: its store dies with it), the 3 survivors restart in-process and finish" 3 1 2 3
 exit $failed

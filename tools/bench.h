@@ -51,10 +51,16 @@ struct bench_torch {
  * the reason printed (an unknown release, or no interpreter there, with
  * how to make one). */
 int bench_torch_find(const char *arg, struct bench_torch *out);
+/* The Python of venv `venv` in hpct's cache (HPCT_CACHE, else
+ * $XDG_CACHE_HOME/hpct, else ~/.cache/hpct), in buf. */
+void bench_cache_python(const char *venv, char *buf, size_t len);
 
 /* The environment of a torch run's ranks (the shim preloaded if rootless;
  * the torch version the ranks check they have). */
 void bench_torch_env(int rootless, const char *ver);
+/* HPCT_STORE_REPLICAS for a row's ranks: N for path rootless-rN
+ * (--replicas), else as hpct-bench was started. */
+void bench_torch_replicas(const char *path);
 
 /* What one torch run measured: ms from the gate to the last rank's end of
  * the timed work, -1 for a phase that failed or did not run; the largest
@@ -62,6 +68,9 @@ void bench_torch_env(int rootless, const char *ver);
 struct bench_torch_times {
 	double init_ms, reinit_ms;
 	long init_rss, reinit_rss;
+	/* --store-ops: SET, GET, ADD, WAIT, the mean over ranks of each
+	 * rank's median, microseconds (0: not measured) */
+	double op_us[4];
 };
 
 /* The ranks of one launch, with their pipes (bench_launch.c). */
@@ -166,8 +175,8 @@ struct bench_restart_ranks {
  * reports (gloo-replace); NULL: restart's own. */
 double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
                           double timeout, int kill_root, int kills, unsigned seed, int rep,
-                          int inprocess, const struct bench_restart_ranks *ranks,
-                          int *max_conns, int *repl_conns, struct bench_phase *phase);
+                          int inprocess, const struct bench_restart_ranks *ranks, int *max_conns,
+                          int *repl_conns, struct bench_phase *phase);
 
 /* --scenario nccl-root (see bench_scenarios.c); returns ms or -1. */
 double bench_nccl_root_once(int n, int rootless, int port, double timeout, int *conns);
@@ -227,6 +236,8 @@ int bench_state_get(hpct_world *w, void *held, size_t len, double *done);
 /* --scenario fanout (bench_fanout.c): its own options, table and JSON;
  * the exit status.  bench_fanout_rank plays one of its ranks. */
 int bench_fanout_main(int argc, char **argv);
+/* --scenario nvrx: its own options and table (bench_nvrx.c). */
+int bench_nvrx_main(int argc, char **argv);
 #define BENCH_FANOUT_MAX_CONC 8 /* --concurrent at most */
 int bench_fanout_rank(hpct_world *w);
 

@@ -47,6 +47,9 @@ struct batch {
 	/* fanout (struct bench_phase) */
 	long max_fds, inflight_peak, inflight_waits;
 	int max_waves, max_peers;
+	/* torch --store-ops: the ranks' medians, summed, and how many */
+	double op_us[4];
+	int nops;
 };
 
 static const struct bench_launch direct_launch, torchrun_launch;
@@ -229,6 +232,11 @@ static void collect(struct batch *b, double deadline)
 		if (rec.inflight_peak > b->inflight_peak)
 			b->inflight_peak = rec.inflight_peak;
 		b->inflight_waits += rec.inflight_waits;
+		if (rec.op_us[0] > 0) {
+			for (int i = 0; i < 4; i++)
+				b->op_us[i] += rec.op_us[i];
+			b->nops++;
+		}
 	}
 }
 
@@ -393,8 +401,8 @@ static int pick_victims(int n, int kills, int kill_root, unsigned seed, int rep,
  * reports of the new epoch, timed from the first rank's start). */
 double bench_restart_once(const char *self, int n, int nodes, int rootless, int port, int run_id,
                           double timeout, int kill_root, int kills, unsigned seed, int rep,
-                          int inprocess, const struct bench_restart_ranks *ranks,
-                          int *max_conns, int *repl_conns, struct bench_phase *phase)
+                          int inprocess, const struct bench_restart_ranks *ranks, int *max_conns,
+                          int *repl_conns, struct bench_phase *phase)
 {
 	static const struct bench_restart_ranks restart_ranks = { "recover", "cold" };
 	/* --state: restart's own ranks hold it and get it after the kill */
@@ -478,7 +486,8 @@ double bench_restart_once(const char *self, int n, int nodes, int rootless, int 
 	*max_conns = a.max_conns;
 	*repl_conns = b.max_conns;
 	if (phase) {
-		double first = a.first > 0 && (b.first == 0 || a.first < b.first) ? a.first : b.first;
+		double first =
+		        a.first > 0 && (b.first == 0 || a.first < b.first) ? a.first : b.first;
 		*phase = (struct bench_phase){ .ms = first > 0 ? (last - first) * 1000 : -1 };
 		phase_add(phase, &a);
 		phase_add(phase, &b);
@@ -574,6 +583,8 @@ void bench_torch_once(const struct bench_launch *how, const char *python, const 
 	if (rc == 0)
 		collect(&b, deadline);
 	out->init_rss = b.max_rss;
+	for (int i = 0; i < 4; i++) /* the mean of the ranks' medians */
+		out->op_us[i] = b.nops ? b.op_us[i] / b.nops : 0;
 	if (rc < 0 || b.got < b.n || b.bad) {
 		close(b.ready);
 		close_pair(go2);

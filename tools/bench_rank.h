@@ -33,6 +33,10 @@ struct record {
 	long fds;
 	int waves, peers;
 	long inflight_peak, inflight_waits;
+	/* torch --store-ops: the rank's median SET, GET, ADD and WAIT on its
+	 * process group's store, microseconds (last in the record: the
+	 * Python rank packs them at its end) */
+	double op_us[4];
 };
 
 static inline double mono(void)

@@ -172,6 +172,18 @@ static const struct torch_release {
 	{ "2.13", "2.13.0", "HPCT_TORCH_PYTHON_2_13", "venv-torch-2.13.0" },
 };
 
+void bench_cache_python(const char *venv, char *buf, size_t len)
+{
+	const char *cache = getenv("HPCT_CACHE"), *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
+	if (cache && *cache) /* as tools/torch-venv.sh and nccl-wheel.sh */
+		snprintf(buf, len, "%s/%s/bin/python", cache, venv);
+	else if (xdg && *xdg)
+		snprintf(buf, len, "%s/hpct/%s/bin/python", xdg, venv);
+	else
+		snprintf(buf, len, "%s/.cache/hpct/%s/bin/python", home ? home : "", venv);
+}
+
 int bench_torch_find(const char *arg, struct bench_torch *out)
 {
 	const struct torch_release *t = NULL;
@@ -183,19 +195,13 @@ int bench_torch_find(const char *arg, struct bench_torch *out)
 		fprintf(stderr, "hpct-bench: --torch %s: want 1.13 (Debian's) or 2.13\n", arg);
 		return -1;
 	}
-	const char *env = getenv(t->env), *cache = getenv("HPCT_CACHE");
-	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	const char *env = getenv(t->env);
 	if (env && *env)
 		snprintf(out->python, sizeof(out->python), "%s", env);
 	else if (!t->venv)
 		snprintf(out->python, sizeof(out->python), "/usr/bin/python3");
-	else if (cache && *cache) /* as tools/torch-venv.sh and nccl-wheel.sh */
-		snprintf(out->python, sizeof(out->python), "%s/%s/bin/python", cache, t->venv);
-	else if (xdg && *xdg)
-		snprintf(out->python, sizeof(out->python), "%s/hpct/%s/bin/python", xdg, t->venv);
 	else
-		snprintf(out->python, sizeof(out->python), "%s/.cache/hpct/%s/bin/python",
-		         home ? home : "", t->venv);
+		bench_cache_python(t->venv, out->python, sizeof(out->python));
 	out->ver = t->ver;
 	if (access(out->python, X_OK) == 0)
 		return 0;
@@ -221,6 +227,21 @@ void bench_torch_env(int rootless, const char *ver)
 	setenv("GLOO_SOCKET_IFNAME", "lo", 1); /* stock Gloo: the namespace's only interface */
 	setenv("OMP_NUM_THREADS", "1", 0);
 	setenv("HPCT_BENCH_TORCH", ver, 1); /* the ranks check they have it */
+}
+
+void bench_torch_replicas(const char *path)
+{
+	static int saved;
+	static char *given; /* HPCT_STORE_REPLICAS as hpct-bench was started */
+	if (!saved++ && getenv("HPCT_STORE_REPLICAS"))
+		given = strdup(getenv("HPCT_STORE_REPLICAS"));
+	const char *r = strstr(path, "-r");
+	if (r && strncmp(path, "rootless", 8) == 0)
+		setenv("HPCT_STORE_REPLICAS", r + 2, 1);
+	else if (given)
+		setenv("HPCT_STORE_REPLICAS", given, 1);
+	else
+		unsetenv("HPCT_STORE_REPLICAS");
 }
 
 /* --scenario nccl-root: N simulated ranks (the player the conformance tests

@@ -1,11 +1,15 @@
+#!/usr/bin/env python3
+# A rank of hpct-bench --scenario nvrx and of tests/test_frameworks.sh:
 # NVIDIA Resiliency Extension 0.4.1's in-process restart around a DDP loop
-# on Gloo, the way its basic example runs: inprocess.Wrapper (its store at
+# on Gloo (no hpct import: the shim makes it rootless), the way its basic example runs: inprocess.Wrapper (its store at
 # MASTER_ADDR:MASTER_PORT, hosted by rank 0, and a monitor process forked
 # and double-forked by every rank) calls train(); train makes the job's
 # store, a client of the same address, and a process group on it under the
 # restart iteration's prefix.  Prints "done <initial rank> <world size>"
 # when the loop ends.  JOB_KILL_RANK=r: rank r SIGKILLs itself at step
-# JOB_KILL_AT of the first iteration (the others restart without it).
+# JOB_KILL_AT of the first iteration (the others restart without it),
+# saying "fault <t>" first; every rank says "pg <iteration> <t>" once it
+# has its process group (t: CLOCK_MONOTONIC, the machine's).
 import datetime
 import os
 import signal
@@ -53,14 +57,17 @@ def train(call_wrapper: inprocess.CallWrapper = None):
     t0 = time.monotonic()
     dist.init_process_group("gloo", store=dist.PrefixStore(str(call_wrapper.iteration), job_store),
                             rank=rank, world_size=size, timeout=datetime.timedelta(seconds=3))
+    t1 = time.monotonic()
     print(f"rank {initial} iteration {call_wrapper.iteration}: process group of {size} "
-          f"in {time.monotonic() - t0:.3f} s", flush=True)
+          f"in {t1 - t0:.3f} s", flush=True)
+    print(f"pg {call_wrapper.iteration} {t1:.6f}", flush=True)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.ones(4, 8)
     for step in range(steps):
         if initial == kill_rank and step == kill_at and call_wrapper.iteration == 0:
+            print(f"fault {time.monotonic():.6f}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         opt.zero_grad()
         model(x).sum().backward()

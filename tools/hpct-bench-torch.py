@@ -9,7 +9,10 @@
 # so, and at a second gate do the same again: a second incarnation, timed
 # from that gate.  Started directly by hpct-bench, a rank inherits its pipes;
 # as a worker of torchrun (HPCT_BENCH_SOCKET set), which closes inherited
-# fds, it is handed the same pipes first thing.
+# fds, it is handed the same pipes first thing.  With HPCT_BENCH_STORE_OPS=K
+# (hpct-bench --store-ops K), after the timed part each rank does K rounds
+# of SET, GET, ADD and WAIT on keys of its own in its process group's
+# store, all ranks at once, and reports the median of each (us).
 import ctypes
 import os
 import socket
@@ -73,7 +76,30 @@ def incarnation():
         return 2
 
 
-def report(rc, done):
+def store_ops(k):
+    """The median SET, GET, ADD and WAIT of k rounds, us (not timed into
+    the init: measured after it)."""
+    store = dist.distributed_c10d._get_default_store()
+    me = os.environ.get("RANK", "0")
+    key, counter = f"hpct-bench/{me}/k", f"hpct-bench/{me}/n"
+    value = b"x" * 64
+    times = [[], [], [], []]
+    for _ in range(k):
+        t = [time.perf_counter()]
+        store.set(key, value)
+        t.append(time.perf_counter())
+        store.get(key)
+        t.append(time.perf_counter())
+        store.add(counter, 1)
+        t.append(time.perf_counter())
+        store.wait([key])
+        t.append(time.perf_counter())
+        for i in range(4):
+            times[i].append((t[i + 1] - t[i]) * 1e6)
+    return [sorted(v)[len(v) // 2] for v in times]
+
+
+def report(rc, done, ops=(0.0, 0.0, 0.0, 0.0)):
     rss_kb = 0
     with open("/proc/self/status") as f:
         for line in f:
@@ -82,9 +108,12 @@ def report(rc, done):
     # struct record of tools/bench_rank.h: done, conns, rc, msgs, rss_kb,
     # then fields of other scenarios, zero here, to the size the launcher
     # says (one write: the pipe keeps records of different ranks whole)
+    # and op_us, the record's last field, the store operations' medians
     head = struct.pack("@diiqq", done, 0, rc, 0, rss_kb)
-    size = int(os.environ.get("HPCT_BENCH_RECORD_SIZE", len(head)))
-    os.write(fd("HPCT_BENCH_FD"), head + bytes(max(size - len(head), 0)))
+    tail = struct.pack("@4d", *ops)
+    size = int(os.environ.get("HPCT_BENCH_RECORD_SIZE", len(head) + len(tail)))
+    os.write(fd("HPCT_BENCH_FD"),
+             head + bytes(max(size - len(head) - len(tail), 0)) + tail)
 
 
 def destroy():
@@ -177,7 +206,14 @@ if rc == 0 and not_rootless():
     rc = 4
 if rc == 0 and not_agent_store():
     rc = 5
-report(rc, done)  # CLOCK_MONOTONIC, as hpct-bench's clock
+ops = (0.0, 0.0, 0.0, 0.0)
+if rc == 0 and int(os.environ.get("HPCT_BENCH_STORE_OPS", "0")) > 0:
+    try:
+        ops = store_ops(int(os.environ["HPCT_BENCH_STORE_OPS"]))
+    except Exception as e:
+        say(f"store operations: {e}")
+        rc = 6
+report(rc, done, ops)  # CLOCK_MONOTONIC, as hpct-bench's clock
 os.read(fd("HPCT_BENCH_RELEASE_FD"), 1)  # until every rank has reported
 if rc == 0:
     rc = destroy()

@@ -5,7 +5,8 @@
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
  *   hpct-bench --scenario nccl-root --ranks 64,256,1024 --nccl LIB,LIB
  *   hpct-bench --scenario torch --torch 1.13,2.13 --path stock,rootless --reinit
- *              [--launch direct,torchrun]
+ *              [--launch direct,torchrun] [--replicas 1,2] [--store-ops K]
+ *   hpct-bench --scenario nvrx [--ranks 4] [--repeat 3]   (bench_nvrx.c)
  *
  * Every scenario is timed from the first fork until the last rank has done
  * its work; each rank reports its CLOCK_MONOTONIC finish time through a
@@ -73,7 +74,12 @@
  * leaves the job's).  In the
  * JSON: "scenario":"torch" or "torch-reinit", "torch":"<release>" and
  * "launch":"direct" or "torchrun".  The output names what starting a
- * process costs here (fork+exec).
+ * process costs here (fork+exec).  --replicas 1,2: the rootless path
+ * becomes a row per HPCT_STORE_REPLICAS (rootless-r1, rootless-r2), the
+ * same job.  --store-ops K: after the timed part every rank does K rounds
+ * of SET, GET, ADD and WAIT on keys of its own in its process group's
+ * store, all ranks at once; after the table, each row's medians (us).
+ * nvrx: on its own, see bench_nvrx.c.
  *
  * Every rank then waits until all have reported before it tears down: on a
  * cluster a finished rank goes on with its own cores, while here 1024 exits
@@ -133,6 +139,10 @@ struct result {
 	long pairs_new, pairs_kept, bytes;
 	double ctx_ms[64]; /* gloo-replace: from the barrier after the recovery */
 	int nctx;
+	/* torch --store-ops: each run's SET, GET, ADD, WAIT (struct
+	 * bench_torch_times) */
+	double op_us[4][64];
+	int nops;
 };
 
 static int ceil_log2(int n)
@@ -201,14 +211,18 @@ static void usage(FILE *f)
 	        "                  server the store; and/or torchrun's workers, its agent's "
 	        "store;\n"
 	        "                  default both)\n"
+	        "                  [--replicas 1,2] (torch: a rootless row per "
+	        "HPCT_STORE_REPLICAS)\n"
+	        "                  [--store-ops K] (torch: then K SET/GET/ADD/WAIT a rank, "
+	        "timed)\n"
 	        "scenarios: cold, gloo (the standard path adds a row std-mesh: Gloo's own\n"
 	        "connectFullMesh, where standard connects through hpct's pool as rootless\n"
 	        "does), gloo-reuse (a persistent and a temporary Gloo context created\n"
 	        "twice), gloo-replace (created again after --kill K ranks were replaced in\n"
 	        "process), nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
-	        "and sim and fanout on their own\n"
-	        "(hpct-bench --scenario sim --help, hpct-bench --scenario fanout --help)\n");
+	        "and sim, fanout and nvrx (NVIDIA Resiliency Extension's restart, a rank\n"
+	        "killed) on their own (hpct-bench --scenario sim --help, ... fanout --help)\n");
 }
 
 /* The ways a Gloo context is created in gloo-reuse and gloo-replace, both
@@ -260,6 +274,30 @@ static int skipped(const struct result *r)
 }
 
 /* A row of the standard path: its own name, PyTorch's, or gloo's std-mesh. */
+/* After the table, for torch --store-ops: each row's store operations,
+ * the median over runs of the ranks' mean of their own medians. */
+static void store_ops_summary(struct result *res, int nres, int ops)
+{
+	int head = 0;
+	for (int i = 0; i < nres; i++) {
+		struct result *r = &res[i];
+		if (!r->nops)
+			continue;
+		if (!head++)
+			printf("store operations, us (%d of each per rank, all ranks at once, on "
+			       "the "
+			       "process group's store; median over runs of the ranks' mean of "
+			       "their "
+			       "medians):\n%-26s %-11s %6s %9s %9s %9s %9s\n",
+			       ops, "scenario", "path", "ranks", "set", "get", "add", "wait");
+		double m[4];
+		for (int o = 0; o < 4; o++)
+			m[o] = median_of(r->op_us[o], r->nops);
+		printf("%-26s %-11s %6d %9.1f %9.1f %9.1f %9.1f\n", r->scenario, r->path, r->ranks,
+		       m[0], m[1], m[2], m[3]);
+	}
+}
+
 static int on_standard(const char *path)
 {
 	return strcmp(path, "standard") == 0 || strcmp(path, "stock") == 0 ||
@@ -268,8 +306,7 @@ static int on_standard(const char *path)
 
 /* `arg`, a comma list of names each at most once, as indices into
  * names[0..n); their count, or -1 with what is wrong said, naming `opt`. */
-static int parse_names(const char *opt, const char *arg, const char *const *names, int n,
-                       int *out)
+static int parse_names(const char *opt, const char *arg, const char *const *names, int n, int *out)
 {
 	char *copy = strdup(arg), *save = NULL;
 	int k = 0;
@@ -282,8 +319,8 @@ static int parse_names(const char *opt, const char *arg, const char *const *name
 			if (out[i] == found)
 				found = -1;
 		if (found < 0 || k == n) {
-			fprintf(stderr, "hpct-bench: %s %s: %s: want %s%s%s, each once\n", opt, arg, t,
-			        names[0], n > 1 ? " and/or " : "", n > 1 ? names[1] : "");
+			fprintf(stderr, "hpct-bench: %s %s: %s: want %s%s%s, each once\n", opt, arg,
+			        t, names[0], n > 1 ? " and/or " : "", n > 1 ? names[1] : "");
 			free(copy);
 			return -1;
 		}
@@ -309,7 +346,8 @@ static const struct result *find_row(const struct result *res, int nres, const c
 }
 
 /* A Gloo creation's figures (bench_phase) added to its row. */
-static void add_phase(struct result *r, double ms, int conns, int repl, const struct bench_phase *ph)
+static void add_phase(struct result *r, double ms, int conns, int repl,
+                      const struct bench_phase *ph)
 {
 	add_run(r, ms, conns, repl, 0, ph->max_rss);
 	r->pairs_new = ph->pairs_new;
@@ -364,9 +402,8 @@ static void gloo_summary(const struct result *res, int nres)
 			}
 			printf("\n");
 		} else if (!r->creation) {
-			const struct result *t = find_gloo_row(res, nres, "gloo-replace",
-			                                       "temporary", NULL, r->path,
-			                                       r->ranks);
+			const struct result *t = find_gloo_row(
+			        res, nres, "gloo-replace", "temporary", NULL, r->path, r->ranks);
 			printf("gloo-replace N=%d %s: new pairs after the recovery, persistent "
 			       "%ld (%ld pair ends), most per rank %d",
 			       r->ranks, r->path, r->pairs_new / 2, r->pairs_new, r->max_pairs);
@@ -460,13 +497,13 @@ struct scen {
 	const char *name;
 	const struct scenario *sc; /* NULL for nccl-root, restart, kill-root */
 	int nccl_root, restart, kill_root, torch;
-	int inprocess; /* restart, kill-root: survivors recover in their processes */
+	int inprocess;   /* restart, kill-root: survivors recover in their processes */
 	int reinit_rows; /* torch: the rows of the scen before's second incarnation */
 	/* gloo-reuse (4 scens: each context's first and second creation) and
 	 * gloo-replace (2: each context): the first scen's runs fill the
 	 * others' rows, contexts alternating run by run */
 	int gloo_reuse, gloo_replace, gloo_copy;
-	char label[32];  /* the table's name: torch-1.13, torch-1.13-torchrun-reinit */
+	char label[32]; /* the table's name: torch-1.13, torch-1.13-torchrun-reinit */
 	const struct bench_torch *release;
 	const struct bench_launch *launch;
 	char self[4096]; /* the program that plays its ranks */
@@ -511,8 +548,8 @@ static int setup_scen(struct scen *s, const char *name, const char *exe)
 /* One run of gloo-reuse or gloo-replace with context c, into the rows of
  * scen r's group (`stride` rows apart: the next scen's); 1 if it failed. */
 static int gloo_run(const struct scen *s, struct result *r, int c, int stride, int n, int nodes,
-                    int rootless, int port, int run_id, double timeout, int kills,
-                    unsigned seed, int rep)
+                    int rootless, int port, int run_id, double timeout, int kills, unsigned seed,
+                    int rep)
 {
 	if (s->gloo_reuse) {
 		struct bench_phase ph[2];
@@ -526,8 +563,8 @@ static int gloo_run(const struct scen *s, struct result *r, int c, int stride, i
 	static const struct bench_restart_ranks ranks = { "gloo-replace", "gloo-replacement" };
 	struct bench_phase ph;
 	int conns = 0, repl = 0;
-	double ms = bench_restart_once(s->self, n, nodes, rootless, port, run_id, timeout, 0,
-	                               kills, seed, rep, 1, &ranks, &conns, &repl, &ph);
+	double ms = bench_restart_once(s->self, n, nodes, rootless, port, run_id, timeout, 0, kills,
+	                               seed, rep, 1, &ranks, &conns, &repl, &ph);
 	if (ms < 0 || ph.ms < 0)
 		return 1;
 	add_phase(&r[c * stride], ms, conns, repl, &ph);
@@ -540,11 +577,15 @@ int main(int argc, char **argv)
 		const struct scenario *sc = bench_find_scenario(argv[2]);
 		return sc && sc->rank ? bench_rank_main(sc->rank) : 2;
 	}
-	for (int i = 1; i < argc; i++) /* its own options and table */
-		if ((strcmp(argv[i], "--scenario") == 0 && i + 1 < argc &&
-		     strcmp(argv[i + 1], "fanout") == 0) ||
-		    strcmp(argv[i], "--scenario=fanout") == 0)
+	for (int i = 1; i < argc; i++) { /* their own options and tables */
+		const char *sc = strcmp(argv[i], "--scenario") == 0 && i + 1 < argc ? argv[i + 1]
+		                 : strncmp(argv[i], "--scenario=", 11) == 0         ? argv[i] + 11
+		                                                                    : "";
+		if (strcmp(sc, "fanout") == 0)
 			return bench_fanout_main(argc, argv);
+		if (strcmp(sc, "nvrx") == 0)
+			return bench_nvrx_main(argc, argv);
+	}
 	/* --scenario sim is a program of its own (it links libhpct's engine
 	 * from the internal archive): hand it the rest of the arguments */
 	for (int i = 1; i < argc; i++) {
@@ -573,8 +614,8 @@ int main(int argc, char **argv)
 	}
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
 	const char *recovery_arg = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
-	const char *torch_arg = NULL, *launch_arg = NULL;
-	int kills = 1, reinit = 0;
+	const char *torch_arg = NULL, *launch_arg = NULL, *replicas_arg = NULL;
+	int kills = 1, reinit = 0, store_ops = 0;
 	uint64_t state = 0;
 	unsigned seed = 1;
 	int ranks[MAX_LIST], nranks = 0, repeat = 5, nodes = 4, port = 15000;
@@ -598,11 +639,13 @@ int main(int argc, char **argv)
 		                              { "reinit", no_argument, NULL, 'I' },
 		                              { "launch", required_argument, NULL, 'L' },
 		                              { "state", required_argument, NULL, 'Z' },
+		                              { "store-ops", required_argument, NULL, 'O' },
+		                              { "replicas", required_argument, NULL, 'Q' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:Z:h", opts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:Z:O:Q:h", opts,
+	                        NULL)) != -1) {
 		switch (c) {
 		case 'g':
 			bench_gate = 1;
@@ -663,6 +706,16 @@ int main(int argc, char **argv)
 		case 'L':
 			launch_arg = optarg;
 			break;
+		case 'O':
+			if ((store_ops = atoi(optarg)) < 1 || store_ops > 100000) {
+				fprintf(stderr, "hpct-bench: --store-ops %s: want 1..100000\n",
+				        optarg);
+				return 2;
+			}
+			break;
+		case 'Q':
+			replicas_arg = optarg;
+			break;
 		case 'Z':
 			if (!(state = bench_parse_size(optarg))) {
 				fprintf(stderr, "hpct-bench: --state %s: want a size (256M)\n",
@@ -703,11 +756,17 @@ int main(int argc, char **argv)
 	/* --launch and --torch, checked before anything runs */
 	static struct bench_torch releases[MAX_TORCH];
 	int ntorch = 0, want_torch = strstr(scenario_arg, "torch") != NULL;
-	if ((torch_arg || reinit || launch_arg) && !want_torch) {
-		fprintf(stderr, "hpct-bench: --torch, --reinit and --launch go with --scenario "
-		                "torch only\n");
+	if ((torch_arg || reinit || launch_arg || store_ops || replicas_arg) && !want_torch) {
+		fprintf(stderr, "hpct-bench: --torch, --reinit, --launch, --store-ops and "
+		                "--replicas go with --scenario torch only\n");
 		return 2;
 	}
+	if (store_ops) { /* the ranks measure after the timed init */
+		char v[16];
+		snprintf(v, sizeof(v), "%d", store_ops);
+		setenv("HPCT_BENCH_STORE_OPS", v, 1);
+	}
+
 	const struct bench_launch *launches[MAX_LAUNCH];
 	int nlaunch = 0;
 	if (want_torch) {
@@ -738,9 +797,9 @@ int main(int argc, char **argv)
 	char *list = strdup(scenario_arg), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		int recov = strcmp(tok, "restart") == 0 || strcmp(tok, "kill-root") == 0;
-		int copies = strcmp(tok, "torch") == 0        ? ntorch * nlaunch * (1 + reinit)
-		             : recov                          ? nrecov
-		             : strcmp(tok, "gloo-reuse") == 0 ? 2 * NCONTEXTS
+		int copies = strcmp(tok, "torch") == 0          ? ntorch * nlaunch * (1 + reinit)
+		             : recov                            ? nrecov
+		             : strcmp(tok, "gloo-reuse") == 0   ? 2 * NCONTEXTS
 		             : strcmp(tok, "gloo-replace") == 0 ? NCONTEXTS
 		                                                : 1;
 		if (nscens + copies > MAX_SCENARIOS) {
@@ -765,8 +824,7 @@ int main(int argc, char **argv)
 				snprintf(s->label, sizeof(s->label), "%s/%s/%s", tok,
 				         contexts[copy / 2], copy % 2 ? "2nd" : "1st");
 			if (s->gloo_replace)
-				snprintf(s->label, sizeof(s->label), "%s/%s", tok,
-				         contexts[copy]);
+				snprintf(s->label, sizeof(s->label), "%s/%s", tok, contexts[copy]);
 			if (!s->torch)
 				continue;
 			/* release, then launch, then the second incarnation's rows
@@ -803,7 +861,7 @@ int main(int argc, char **argv)
 		return bench_nccl_releases(argc, argv, nccl_libs, json);
 	}
 	/* a path, or with --transport the rootless path over each transport */
-	const char *path_names[3], *path_transport[3] = { NULL, NULL, NULL };
+	const char *path_names[3 + MAX_LIST], *path_transport[3 + MAX_LIST] = { NULL };
 	int npaths = 0;
 	if (transports) {
 		char *tl = strdup(transports), *tsave = NULL;
@@ -821,8 +879,20 @@ int main(int argc, char **argv)
 		}
 		free(tl);
 	} else {
-		if (strstr(paths, "rootless"))
-			path_names[npaths++] = "rootless";
+		int reps[MAX_LIST], nreps = 0;
+		static char rnames[MAX_LIST][24];
+		if (replicas_arg &&
+		    ((nreps = parse_list(replicas_arg, reps)) <= 0 || reps[nreps - 1] > 64)) {
+			fprintf(stderr, "hpct-bench: --replicas %s: want a comma list of 1..64\n",
+			        replicas_arg);
+			free(list);
+			return 2;
+		}
+		/* --replicas: a rootless row per HPCT_STORE_REPLICAS */
+		for (int q = 0; strstr(paths, "rootless") && q < (nreps ? nreps : 1); q++) {
+			snprintf(rnames[q], sizeof(rnames[q]), "rootless-r%d", nreps ? reps[q] : 0);
+			path_names[npaths++] = nreps ? rnames[q] : "rootless";
+		}
 		int gloo = 0;
 		for (int si = 0; si < nscens; si++)
 			gloo |= strcmp(scens[si].name, "gloo") == 0;
@@ -881,7 +951,8 @@ int main(int argc, char **argv)
 				row[p].torch = s->torch ? s->release->ver : NULL;
 				row[p].launch = s->torch ? s->launch->name : NULL;
 				row[p].path = path_names[p];
-				if (strcmp(s->name, "gloo") == 0 || s->gloo_reuse || s->gloo_replace)
+				if (strcmp(s->name, "gloo") == 0 || s->gloo_reuse ||
+				    s->gloo_replace)
 					row[p].connect = gloo_connect(s->name, path_names[p]);
 				row[p].recovery = s->restart ? (s->inprocess ? "inprocess" : "full")
 				                  : s->gloo_replace ? "inprocess"
@@ -893,9 +964,8 @@ int main(int argc, char **argv)
 				row[p].nodes = k;
 				row[p].repeat = repeat;
 			}
-			for (int rep = 0; rep < repeat && !s->reinit_rows && !(s->gloo_copy &&
-			                                                       (s->gloo_reuse ||
-			                                                        s->gloo_replace));
+			for (int rep = 0; rep < repeat && !s->reinit_rows &&
+			                  !(s->gloo_copy && (s->gloo_reuse || s->gloo_replace));
 			     rep++) {
 				for (int p = 0; p < npaths; p++) {
 					struct result *r = &row[p];
@@ -915,14 +985,17 @@ int main(int argc, char **argv)
 					if (s->gloo_reuse || s->gloo_replace) {
 						bench_gate = 0;
 						for (int ci = 0; ci < NCONTEXTS; ci++) {
-							setenv("HPCT_BENCH_CONTEXT", contexts[ci], 1);
-							failed |= gloo_run(s, r, ci, nranks * npaths,
-							                   n, k, rootless,
-							                   port + (run_id % 4) *
-							                                  (4 * ((n + k - 1) / k) + 2),
-							                   run_id, timeout,
-							                   kills < n ? kills : n, seed,
-							                   rep);
+							setenv("HPCT_BENCH_CONTEXT", contexts[ci],
+							       1);
+							failed |= gloo_run(
+							        s, r, ci, nranks * npaths, n, k,
+							        rootless,
+							        port + (run_id % 4) *
+							                        (4 * ((n + k - 1) /
+							                              k) +
+							                         2),
+							        run_id, timeout,
+							        kills < n ? kills : n, seed, rep);
 							run_id++;
 						}
 						continue;
@@ -931,6 +1004,7 @@ int main(int argc, char **argv)
 						/* timed once every rank has imported it */
 						bench_gate = 1;
 						bench_torch_env(rootless, s->release->ver);
+						bench_torch_replicas(r->path);
 						int again = reinit && !s->launch->no_reinit;
 						if (reinit && !again)
 							r[nranks * npaths].not_run =
@@ -945,27 +1019,34 @@ int main(int argc, char **argv)
 						if (tt.init_ms >= 0)
 							add_run(r, tt.init_ms, 0, 0, 0,
 							        tt.init_rss);
+						if (tt.init_ms >= 0 && tt.op_us[0] > 0 &&
+						    r->nops < 64) {
+							for (int o = 0; o < 4; o++)
+								r->op_us[o][r->nops] = tt.op_us[o];
+							r->nops++;
+						}
 						if (tt.reinit_ms >= 0) /* the next scen's rows */
 							add_run(&r[nranks * npaths], tt.reinit_ms,
 							        0, 0, 0, tt.reinit_rss);
 						continue;
 					}
 					bench_gate = gate_opt;
-					double ms = s->nccl_root ? bench_nccl_root_once(
-					                                   n, rootless,
-					                                   port + (run_id % 2) * n,
-					                                   timeout, &conns)
-					            : s->restart
-					                    ? bench_restart_once(
-					                              s->self, n, k, rootless, base,
-					                              run_id, timeout, s->kill_root,
-					                              kills < n ? kills : n, seed, rep,
-					                              s->inprocess && !r->forced_full,
-					                              NULL, &conns, &repl, NULL)
-					                    : bench_run_once(s->self, s->name, n, k,
-					                                     rootless, base, run_id,
-					                                     timeout, &conns, &msgs,
-					                                     &rss);
+					double ms =
+					        s->nccl_root ? bench_nccl_root_once(
+					                               n, rootless,
+					                               port + (run_id % 2) * n,
+					                               timeout, &conns)
+					        : s->restart
+					                ? bench_restart_once(
+					                          s->self, n, k, rootless, base,
+					                          run_id, timeout, s->kill_root,
+					                          kills < n ? kills : n, seed, rep,
+					                          s->inprocess && !r->forced_full,
+					                          NULL, &conns, &repl, NULL)
+					                : bench_run_once(s->self, s->name, n, k,
+					                                 rootless, base, run_id,
+					                                 timeout, &conns, &msgs,
+					                                 &rss);
 					run_id++;
 					if (ms < 0) {
 						failed = 1;
@@ -986,9 +1067,9 @@ int main(int argc, char **argv)
 	         "kill %d; full: every rank starts again; inprocess: survivors stay", kills);
 	struct plot_row *rows = calloc((size_t)nres, sizeof(*rows));
 	int nrows = 0;
-	printf("%-*s %-9s %6s %6s %7s %10s %10s %10s %9s %10s %10s %11s\n", w, "scenario",
-	       "path", "ranks", "nodes", "repeat", "median_ms", "min_ms", "max_ms", "floor_ms",
-	       "max_conns", "conn_bound", "max_rss_mb");
+	printf("%-*s %-9s %6s %6s %7s %10s %10s %10s %9s %10s %10s %11s\n", w, "scenario", "path",
+	       "ranks", "nodes", "repeat", "median_ms", "min_ms", "max_ms", "floor_ms", "max_conns",
+	       "conn_bound", "max_rss_mb");
 	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (json && !jf)
 		fprintf(stderr, "hpct-bench: cannot write %s: %s\n", json, strerror(errno));
@@ -1037,12 +1118,13 @@ int main(int argc, char **argv)
 		else if (r->context) {
 			r->ctx_ms[0] = median_of(r->ctx_ms, r->nctx);
 			snprintf(extra, sizeof(extra),
-			         ",\"connect\":\"%s\",\"context\":\"%s\",\"%s\":\"%s\",\"context_ms\":%.3f,"
+			         ",\"connect\":\"%s\",\"context\":\"%s\",\"%s\":\"%s\",\"context_"
+			         "ms\":%.3f,"
 			         "\"pairs_new\":%ld,\"max_pairs_new\":%d,\"pairs_kept\":%ld,"
 			         "\"bytes_exchanged\":%ld",
 			         r->connect, r->context, r->creation ? "creation" : "recovery",
-			         r->creation ? r->creation : r->recovery, r->ctx_ms[0], r->pairs_new,
-			         r->max_pairs, r->pairs_kept, r->bytes);
+			         r->creation ? r->creation : r->recovery, r->ctx_ms[0],
+			         r->pairs_new, r->max_pairs, r->pairs_kept, r->bytes);
 		} else if (r->connect)
 			snprintf(extra, sizeof(extra), ",\"connect\":\"%s\"", r->connect);
 		else if (r->recovery)
@@ -1058,8 +1140,7 @@ int main(int argc, char **argv)
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
 			        "\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"repeat\":%d,"
 			        "\"max_conns\":%d,\"total_msgs\":%ld,\"max_rss_kb\":%ld%s}",
-			        nrows ? "," : "", r->kind, r->path,
-			        r->ranks, r->nodes, med,
+			        nrows ? "," : "", r->kind, r->path, r->ranks, r->nodes, med,
 			        r->ms[0], r->ms[r->ok - 1], r->ok, r->max_conns, r->msgs,
 			        r->max_rss, extra);
 		rows[nrows++] = (struct plot_row){ .scenario = r->scenario,
@@ -1087,6 +1168,7 @@ int main(int argc, char **argv)
 					       res[a].path, res[b].ms[0] / res[a].ms[0]);
 	recovery_summary(res, nres);
 	gloo_summary(res, nres);
+	store_ops_summary(res, nres, store_ops);
 	reinit_summary(res, nres, nranks * npaths);
 	for (int si = 0; si < nscens; si++)
 		if (scens[si].nccl_root) {
