@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "tools/bench.h"
+#include "tools/bench_env.h"
 #include "tools/bench_measure.h"
 #include "tools/shim_path.h"
 
@@ -88,18 +89,13 @@ static pid_t start_rank(const char *py, const char *script, const char *lib, con
 	if (pid != 0)
 		return pid;
 	setpgid(0, 0); /* its NVRx monitors with it, ended together */
-	char v[32];
-	snprintf(v, sizeof(v), "%d", r);
-	setenv("RANK", v, 1);
-	setenv("LOCAL_RANK", v, 1);
-	snprintf(v, sizeof(v), "%d", n);
-	setenv("WORLD_SIZE", v, 1);
-	setenv("LOCAL_WORLD_SIZE", v, 1);
-	snprintf(v, sizeof(v), "%d", port);
-	setenv("MASTER_PORT", v, 1);
+	setenv_int("RANK", r);
+	setenv_int("LOCAL_RANK", r);
+	setenv_int("WORLD_SIZE", n);
+	setenv_int("LOCAL_WORLD_SIZE", n);
+	setenv_int("MASTER_PORT", port);
 	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	snprintf(v, sizeof(v), "%d", victim);
-	setenv("JOB_KILL_RANK", v, 1);
+	setenv_int("JOB_KILL_RANK", victim);
 	setenv("OMP_NUM_THREADS", "1", 0);
 	if (rootless) {
 		char job[64];

@@ -401,33 +401,23 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 			return 0;
 		}
 		double now = hpct__now();
-		if (s->R > 1 && fd == -ECONNREFUSED && !was_reached(s->w, home) &&
-		    now >= next_ask) {
+		/* with replicas, a refusal is a death once it answered before (its
+		 * keys have other homes), or once a peer counts it gone */
+		int reached_it = s->R > 1 && fd == -ECONNREFUSED && was_reached(s->w, home);
+		int ask = s->R > 1 && fd == -ECONNREFUSED && !reached_it && now >= next_ask;
+		if (ask)
 			next_ask = now + ASK_EVERY_S;
-			if (said_dead(s, home)) {
-				char why[HPCT_ADDRSTRLEN + 96], also[600];
-				snprintf(why, sizeof(why),
-				         "rank %d at %s refused a connection, and a peer counts it "
-				         "gone",
-				         home, text);
-				found_dead(s, why, why, also, sizeof(also));
-				return hpct__fail(
-				        HPCT_EPEERDEAD, HPCT_SUB_NET,
-				        "store: %s: rank %d (a home of the key) at %s refused "
-				        "a connection, and a peer counts it gone%s",
-				        what, home, text, also);
-			}
-		}
-		if (s->R > 1 && fd == -ECONNREFUSED && was_reached(s->w, home)) {
-			/* it answered before: gone, and its keys have other homes */
+		if (reached_it || (ask && said_dead(s, home))) {
+			const char *how =
+			        reached_it ? ": it died or left" : ", and a peer counts it gone";
 			char why[HPCT_ADDRSTRLEN + 96], also[600];
-			snprintf(why, sizeof(why),
-			         "rank %d at %s refused a connection: it died or left", home, text);
+			snprintf(why, sizeof(why), "rank %d at %s refused a connection%s", home,
+			         text, how);
 			found_dead(s, why, why, also, sizeof(also));
 			return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
 			                  "store: %s: rank %d (a home of the key) at %s refused a "
-			                  "connection: it died or left%s",
-			                  what, home, text, also);
+			                  "connection%s%s",
+			                  what, home, text, how, also);
 		}
 		if (fd == HPCT_ETIMEDOUT || !hpct__sock_retryable(-fd) || now >= deadline) {
 			char why[HPCT_ADDRSTRLEN + 160], also[600];
