@@ -264,8 +264,13 @@ grep -q "launch direct,mpirun: mpirun: want direct and/or torchrun, each once" "
 if "$bench" --scenario cold --launch torchrun --ranks 2 >"$dir/out8" 2>"$dir/err8"; then
 	fail "--launch without --scenario torch was accepted"
 fi
-grep -q -e "--launch go with --scenario torch only" "$dir/err8" ||
+grep -q -e "--launch goes with --scenario torch only" "$dir/err8" ||
 	fail "--launch without torch was not named: $(cat "$dir/err8")"
+if "$bench" --scenario cold --store-ops 5 --ranks 2 >"$dir/out8" 2>"$dir/err8"; then
+	fail "--store-ops without --scenario torch was accepted"
+fi
+grep -q -e "--store-ops goes with --scenario torch only" "$dir/err8" ||
+	fail "--store-ops without torch was not named: $(cat "$dir/err8")"
 
 # a plot file that is not a PNG name
 if "$bench" --scenario cold --ranks 2 --plot "$dir/x.jpg" 2>"$dir/err3"; then

@@ -86,7 +86,7 @@ check_ranks() { # name n expect_shim log
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
 per_torch=16
-echo "1..$((2 * per_torch + 1))"
+echo "1..$((2 * per_torch + 2))"
 
 py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
 
@@ -383,6 +383,30 @@ if want bench; then
 	else
 		not_ok "hpct-bench --scenario torch --torch $torches --reinit: a row per torch, launch, path and phase, their ratios" "$bad" \
 			"$(grep -v 'hostname of the client' "$dir/bench" | tail -8)"
+	fi
+fi
+
+# the same with a rootless row per HPCT_STORE_REPLICAS and the store's
+# operations timed after init: rows rootless-r1, rootless-r2 and stock,
+# and a table of their set/get/add/wait medians
+if want bench-store; then
+	bad=""
+	v=1.13
+	[ "$py213_ok" = 1 ] && v=2.13
+	"$bench" --scenario torch --torch "$v" --ranks 2 --repeat 1 --launch direct \
+		--path stock,rootless --replicas 1,2 --store-ops 5 --port 16900 >"$dir/bench2" 2>&1 ||
+		bad="$bad exit $?;"
+	for p in rootless-r1 rootless-r2 stock; do
+		grep -Eq "^torch-$v +$p +2 +2 +1 +[0-9.]+ " "$dir/bench2" || bad="$bad no $p row;"
+		grep -Eq "^torch-$v +$p +2( +[0-9]+\.[0-9]){4}\$" "$dir/bench2" ||
+			bad="$bad no store operations of $p;"
+	done
+	grep -q "^store operations, us (5 of each per rank" "$dir/bench2" || bad="$bad no store table;"
+	if [ -z "$bad" ]; then
+		ok "hpct-bench --scenario torch --torch $v --replicas 1,2 --store-ops 5: a rootless row per HPCT_STORE_REPLICAS, the store's operations timed"
+	else
+		not_ok "hpct-bench --scenario torch --torch $v --replicas 1,2 --store-ops 5: a rootless row per HPCT_STORE_REPLICAS, the store's operations timed" "$bad" \
+			"$(grep -v 'hostname of the client' "$dir/bench2" | tail -10)"
 	fi
 fi
 exit $failed

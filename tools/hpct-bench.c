@@ -756,9 +756,14 @@ int main(int argc, char **argv)
 	/* --launch and --torch, checked before anything runs */
 	static struct bench_torch releases[MAX_TORCH];
 	int ntorch = 0, want_torch = strstr(scenario_arg, "torch") != NULL;
-	if ((torch_arg || reinit || launch_arg || store_ops || replicas_arg) && !want_torch) {
-		fprintf(stderr, "hpct-bench: --torch, --reinit, --launch, --store-ops and "
-		                "--replicas go with --scenario torch only\n");
+	const char *torch_only = torch_arg      ? "--torch"
+	                         : reinit       ? "--reinit"
+	                         : launch_arg   ? "--launch"
+	                         : store_ops    ? "--store-ops"
+	                         : replicas_arg ? "--replicas"
+	                                        : NULL;
+	if (torch_only && !want_torch) {
+		fprintf(stderr, "hpct-bench: %s goes with --scenario torch only\n", torch_only);
 		return 2;
 	}
 	if (store_ops) { /* the ranks measure after the timed init */
