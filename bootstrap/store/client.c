@@ -621,33 +621,30 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
 }
 
 /* This process's gone ranks to `home` and home's back (OP_DEAD): each
- * side then counts gone what either did.  0, or the exchange's failure. */
-static int exchange(struct hpct_store *s, int home, unsigned *gen_out)
+ * side then counts gone what either did; with `only_news`, nothing is
+ * sent while this process counts none gone.  0, or the exchange's
+ * failure; the view's generation sent in *gen_out. */
+static int exchange(struct hpct_store *s, int home, int only_news, unsigned *gen_out)
 {
-	int n = s->w->topo.size, k = 0;
-	unsigned char *dead = malloc((size_t)n), *list = malloc((size_t)n * 4 + 4);
-	if (!dead || !list) {
-		free(dead);
-		free(list);
-		return HPCT_ENOMEM;
+	int n = s->w->topo.size;
+	unsigned char *dead = malloc((size_t)n), *list = NULL;
+	size_t len = 0;
+	if (dead) {
+		*gen_out = hpct__store_view(s->w, dead);
+		list = hpct__store_dead_encode(dead, n, &len);
 	}
-	*gen_out = hpct__store_view(s->w, dead);
-	for (int r = 0; r < n; r++)
-		if (dead[r])
-			hpct__put32(list + 4 + 4 * k++, (uint32_t)r);
-	hpct__put32(list, (uint32_t)k);
+	free(dead);
+	if (!list)
+		return HPCT_ENOMEM;
 	unsigned char *rep = NULL;
 	size_t rl = 0;
-	int rc = rpc(s, home, "exchange the ranks gone", OP_DEAD, "", list, (size_t)k * 4 + 4, NULL,
-	             0, 0, &rep, &rl);
-	uint32_t m = rc == 0 && rl >= 4 ? hpct__get32(rep) : 0;
-	for (uint32_t i = 0; m <= (uint32_t)n && rl == 4 + 4 * (size_t)m && i < m; i++) {
-		int r = (int)hpct__get32(rep + 4 + 4 * i);
-		if (r != s->w->topo.rank || s->w->store_client_only)
-			hpct__store_mark_dead(s->w, r); /* never this rank itself: it runs */
-	}
+	int rc = only_news && len == 4 ? 0
+	                               : rpc(s, home, "exchange the ranks gone", OP_DEAD, "", list,
+	                                     len, NULL, 0, 0, &rep, &rl);
+	if (rc == 0 && rep) /* never this rank itself: it runs (a forked child's may not) */
+		hpct__store_dead_merge(s->w, n, rep, rl,
+		                       s->w->store_client_only ? -1 : s->w->topo.rank);
 	free(rep);
-	free(dead);
 	free(list);
 	return rc;
 }
@@ -660,10 +657,7 @@ static void tell(struct hpct_store *s, int home)
 	unsigned g = hpct__store_view(s->w, NULL);
 	if (__atomic_load_n(&s->told[home], __ATOMIC_RELAXED) == g + 1)
 		return;
-	int any = 0;
-	for (int r = 0; r < s->w->topo.size && !any; r++)
-		any = hpct__store_dead(s->w, r);
-	if (!any || exchange(s, home, &g) == 0)
+	if (exchange(s, home, 1, &g) == 0)
 		__atomic_store_n(&s->told[home], g + 1, __ATOMIC_RELAXED);
 }
 
@@ -693,15 +687,9 @@ static int said_dead(struct hpct_store *s, int x)
 	}
 	unsigned g;
 	if (asker.h)
-		exchange(asker.h, y, &g);
+		exchange(asker.h, y, 0, &g);
 	pthread_mutex_unlock(&asker.mu);
 	return hpct__store_dead(s->w, x);
-}
-
-/* A home found gone (the exchange with it failed so): in the view. */
-static void gone(struct hpct_store *s, int home)
-{
-	hpct__store_mark_dead(s->w, home);
 }
 
 /* Every home of `key` is gone: its value with them.  `at`: the rank that
@@ -781,7 +769,7 @@ static int rpc_key(struct hpct_store *s, const char *what, uint8_t op, const cha
 			return lost(s, what, key, home);
 		if (rc != HPCT_EPEERDEAD)
 			return rc;
-		gone(s, home);
+		hpct__store_mark_dead(s->w, home); /* found gone */
 	}
 	return lost(s, what, key, -1);
 }
@@ -1294,7 +1282,7 @@ int hpct__store_list(struct hpct_store *s, char ***keys_out, int64_t *n_out)
 			continue;
 		rc = rpc(s, r, "list", OP_LIST, "", NULL, 0, NULL, 0, 0, &rep, &rl);
 		if (rc == HPCT_EPEERDEAD && s->R > 1) { /* its keys have other homes */
-			gone(s, r);
+			hpct__store_mark_dead(s->w, r);
 			rc = 0;
 			continue;
 		}

@@ -260,14 +260,11 @@ static void forward(struct ssrv *s, struct hpct_store *h, const struct item *it)
 		pthread_mutex_unlock(&s->wmu);
 		if (to < 0)
 			return;
-		int rc;
-		if (it->kind == IT_KEY) {
-			rc = hpct__store_forward(h, to, OP_REPL, it->ns, it->key, it->body,
-			                         it->len);
-		} else {
-			rc = hpct__store_forward(h, to, it->kind == IT_HAVE ? OP_HAVE : OP_DEAD, 0,
-			                         "", it->body, it->len);
-		}
+		static const uint8_t op_of[] = {
+			[IT_KEY] = OP_REPL, [IT_HAVE] = OP_HAVE, [IT_TELL] = OP_DEAD
+		};
+		int rc = hpct__store_forward(h, to, op_of[it->kind], it->ns, it->key ? it->key : "",
+		                             it->body, it->len);
 		if (ns < 64)
 			sent[ns++] = to;
 		pthread_mutex_lock(&s->wmu);
@@ -344,16 +341,20 @@ struct rescan {
 	int n, cap;
 };
 
+/* Takes x (freed when it cannot: no memory for it, or for its body):
+ * 0, or -1. */
 static int add(struct rescan *r, struct item x)
 {
-	if (r->n == r->cap) {
-		int cap = r->cap ? r->cap * 2 : 16;
-		struct item *it = realloc(r->it, (size_t)cap * sizeof(*it));
-		if (!it)
-			return -1;
-		r->it = it;
-		r->cap = cap;
+	int cap = r->n < r->cap ? r->cap : r->cap ? r->cap * 2 : 16;
+	struct item *it =
+	        x.body && cap > r->cap ? realloc(r->it, (size_t)cap * sizeof(*it)) : r->it;
+	if (!x.body || !it) {
+		free(x.body);
+		free(x.key);
+		return -1;
 	}
+	r->it = it;
+	r->cap = cap;
 	r->it[r->n++] = x;
 	return 0;
 }
@@ -371,14 +372,16 @@ static int each_key(const struct entry *e, void *arg)
 	unsigned char *body = body_of(s, e->ns, e->key, &len);
 	s->cap.on = on;
 	char *key = body ? strdup(e->key) : NULL;
-	if (!key || add(r, (struct item){ .kind = IT_KEY,
-	                                  .ns = e->ns,
-	                                  .key = key,
-	                                  .body = body,
-	                                  .len = len,
-	                                  .first = first }) != 0) {
+	if (!key) {
 		free(body);
-		free(key);
+		body = NULL;
+	}
+	if (add(r, (struct item){ .kind = IT_KEY,
+	                          .ns = e->ns,
+	                          .key = key,
+	                          .body = body,
+	                          .len = len,
+	                          .first = first }) != 0) {
 		HPCT_WARN(HPCT_SUB_NET,
 		          "store: rank %d: no memory to send key '%.100s' to its new homes",
 		          s->rank, e->key);
@@ -386,12 +389,13 @@ static int each_key(const struct entry *e, void *arg)
 	return 0;
 }
 
-static struct item u32_item(int kind, int first, uint32_t v)
+/* An item that is no key: its body a copy of b. */
+static struct item body_item(int kind, int first, const unsigned char *b, size_t len)
 {
-	unsigned char *b = malloc(4);
-	if (b)
-		hpct__put32(b, v);
-	return (struct item){ .kind = kind, .body = b, .len = 4, .first = first };
+	unsigned char *copy = b ? malloc(len) : NULL;
+	if (copy)
+		memcpy(copy, b, len);
+	return (struct item){ .kind = kind, .body = copy, .len = len, .first = first };
 }
 
 void srepl_view(struct ssrv *s)
@@ -430,33 +434,23 @@ void srepl_view(struct ssrv *s)
 	}
 	if (nmove)
 		stab_all(&s->t, each_key, &r);
-	for (int h = 0; h < size; h++)
+	for (int h = 0; h < size; h++) {
+		unsigned char b[4];
+		hpct__put32(b, (uint32_t)h);
 		if (move[h])
-			add(&r, u32_item(IT_HAVE, h, (uint32_t)h));
+			add(&r, body_item(IT_HAVE, h, b, 4));
+	}
+	size_t tl; /* IT_TELL's body: the gone ranks */
+	unsigned char *gone = hpct__store_dead_encode(now, size, &tl);
 	int ntold = 0;
 	for (int t = 0; t < size; t++)
-		if (told[t] && add(&r, u32_item(IT_TELL, t, 0)) == 0)
+		if (told[t] && add(&r, body_item(IT_TELL, t, gone, tl)) == 0)
 			ntold++;
-	/* IT_TELL's body: the gone ranks */
-	int k = 0;
-	for (int t = 0; t < size; t++)
-		k += now[t];
-	for (int i = 0; i < r.n; i++)
-		if (r.it[i].kind == IT_TELL) {
-			unsigned char *b = realloc(r.it[i].body, 4 + 4 * (size_t)k);
-			if (!b)
-				continue;
-			hpct__put32(b, (uint32_t)k);
-			for (int t = 0, j = 0; t < size; t++)
-				if (now[t])
-					hpct__put32(b + 4 + 4 * j++, (uint32_t)t);
-			r.it[i].body = b;
-			r.it[i].len = 4 + 4 * (size_t)k;
-		}
+	free(gone);
 	HPCT_INFO(HPCT_SUB_NET,
 	          "store: rank %d: %d ranks gone now: %d items go to the new homes of %d first "
 	          "homes' keys, %d ranks told",
-	          s->rank, k, r.n - ntold - nmove, nmove, ntold);
+	          s->rank, (int)(tl / 4) - 1, r.n - ntold - nmove, nmove, ntold);
 	memcpy(s->vdead, now, (size_t)size);
 	__atomic_store_n(&s->vgen, g, __ATOMIC_RELEASE);
 	free(now);
@@ -485,30 +479,22 @@ int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const unsigned char 
 		if (s->R > 1 && n < (uint32_t)s->size)
 			s->have[n] = 1;
 	} else {
-		if (n > (uint32_t)s->size || len != 4 + 4 * (size_t)n)
+		if (hpct__store_dead_merge(s->w, s->size, p, len, s->rank) != 0)
 			return -1;
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t r = hpct__get32(p + 4 + 4 * i);
-			if (r >= (uint32_t)s->size)
-				return -1;
-			if ((int)r != s->rank && s->w)
-				hpct__store_mark_dead(s->w, (int)r);
-		}
 		srepl_view(s);
 	}
 	/* answered at once (after what this connection was answered
 	 * before): two ranks' forwarders never wait on each other.  OP_DEAD's
 	 * answer: the ranks this one counts gone (u32 n, n x u32), which the
 	 * asker counts gone too */
-	unsigned char *list = op == OP_DEAD ? malloc(4 + 4 * (size_t)s->size) : NULL;
-	uint32_t k = 0;
-	for (int r = 0; list && s->w && r < s->size; r++)
-		if (hpct__store_dead(s->w, r))
-			hpct__put32(list + 4 + 4 * k++, (uint32_t)r);
-	if (list)
-		hpct__put32(list, k);
+	unsigned char *dead = op == OP_DEAD && s->w ? malloc((size_t)s->size) : NULL;
+	if (dead)
+		hpct__store_view(s->w, dead);
+	size_t ll = 0;
+	unsigned char *list = op == OP_DEAD ? hpct__store_dead_encode(dead, s->size, &ll) : NULL;
+	free(dead);
 	uint64_t need = c->need;
-	sreq_reply(s, c, 0, list, list ? 4 + 4 * (size_t)k : 0, NULL, 0);
+	sreq_reply(s, c, 0, list, list ? ll : 0, NULL, 0);
 	c->need = need;
 	free(list);
 	s->unheld = 1;

@@ -78,6 +78,15 @@ int hpct__store_mark_dead(const struct hpct_world *w, int rank);
 unsigned hpct__store_view(const struct hpct_world *w, unsigned char *dead_out);
 int hpct__store_live_homes(const struct hpct_world *w, int h0, int R, int *homes);
 void hpct__store_view_child(void);
+/* The gone ranks as OP_DEAD carries them, u32 n and n x u32, from dead
+ * (size bytes; NULL: none), malloc'd with its length in *len; NULL for
+ * want of memory. */
+unsigned char *hpct__store_dead_encode(const unsigned char *dead, int size, size_t *len);
+/* Such a list (p, len) counted gone in w's view (w may be NULL: only
+ * checked), all but `keep` (a rank known to run; -1: none): 0, or -1 when
+ * it is malformed (a count or a rank out of 0..size-1), nothing marked. */
+int hpct__store_dead_merge(const struct hpct_world *w, int size, const unsigned char *p, size_t len,
+                           int keep);
 
 /* HPCT_STORE_REPLICAS (default 2), at most the world's size, in *r_out:
  * 0, or HPCT_EBADENV naming the variable and its value (client.c). */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/base/bytes.h"
 #include "bootstrap/store/store_internal.h"
 
 static struct {
@@ -79,6 +80,36 @@ int hpct__store_live_homes(const struct hpct_world *w, int h0, int R, int *homes
 	                        : hpct__store_window(NULL, w->topo.size, h0, R, homes);
 	pthread_mutex_unlock(&view.mu);
 	return n;
+}
+
+unsigned char *hpct__store_dead_encode(const unsigned char *dead, int size, size_t *len)
+{
+	unsigned char *list = malloc(4 + 4 * (size_t)size);
+	uint32_t k = 0;
+	for (int r = 0; list && dead && r < size; r++)
+		if (dead[r])
+			hpct__put32(list + 4 + 4 * k++, (uint32_t)r);
+	if (list)
+		hpct__put32(list, k);
+	*len = 4 + 4 * (size_t)k;
+	return list;
+}
+
+int hpct__store_dead_merge(const struct hpct_world *w, int size, const unsigned char *p, size_t len,
+                           int keep)
+{
+	uint32_t n = len >= 4 ? hpct__get32(p) : 0;
+	if (len < 4 || n > (uint32_t)size || len != 4 + 4 * (size_t)n)
+		return -1;
+	for (uint32_t i = 0; i < n; i++)
+		if (hpct__get32(p + 4 + 4 * i) >= (uint32_t)size)
+			return -1;
+	for (uint32_t i = 0; w && i < n; i++) {
+		int r = (int)hpct__get32(p + 4 + 4 * i);
+		if (r != keep)
+			hpct__store_mark_dead(w, r);
+	}
+	return 0;
 }
 
 void hpct__store_view_child(void)
