@@ -514,11 +514,6 @@ static void check_clear(void)
 	pthread_mutex_unlock(&srv.mu);
 }
 
-/* At exit (atexit), when this process's store found a peer dead: the
- * server thread tells the clients parked here why this rank leaves, and
- * any that ask until each connection of another process has been told or
- * has closed (LINGER_S, and HPCT_TIMEOUT, at most), so that a rank that
- * asks late names the first failure too, not this rank. */
 /* At exit, with replicas (HPCT_STORE_REPLICAS > 1): this rank counts
  * itself gone, so that the keys whose first live home it is go to the
  * ranks that take its place, and the first live homes of the others
@@ -548,6 +543,12 @@ static void hand_off(void)
 		hpct__sleep(0.0005);
 }
 
+/* At exit (atexit): first the keys handed on (hand_off); then, when
+ * this process's store found a peer dead, the server thread tells the
+ * clients parked here why this rank leaves, and any that ask until each
+ * connection of another process has been told or has closed (LINGER_S,
+ * and HPCT_TIMEOUT, at most), so that a rank that asks late names the
+ * first failure too, not this rank. */
 static void leave(void)
 {
 	char cause[sizeof(srv.cause) - 64];
