@@ -5,6 +5,7 @@
  * of each GET before asking. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,7 @@ static int pending_text(const struct fo *f, char *buf, size_t len)
 
 void *hpct__fo_serve(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-fanout"); /* in top, gdb, perf */
 	struct fo *f = arg;
 	int cap = f->n + 16, nc = 0;
 	struct conn *cs = calloc((size_t)cap, sizeof(*cs));

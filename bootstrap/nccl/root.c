@@ -455,6 +455,7 @@ static void *serve_loop(struct hpct_nccl_roots *s);
 /* The thread: serves, then frees the set itself if it was let go. */
 static void *serve(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-nccl-root"); /* in top, gdb, perf */
 	struct hpct_nccl_roots *s = arg;
 	serve_loop(s);
 	pthread_mutex_lock(&s->lock);

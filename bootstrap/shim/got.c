@@ -217,6 +217,39 @@ static int patch(const struct object *o, const char *symbol, void *replacement, 
 	return patched;
 }
 
+/* dl_iterate_phdr's callback of hpct__object_named: the object whose
+ * PT_LOAD segments hold the address. */
+struct holder {
+	uintptr_t addr;
+	const char *const *prefixes;
+	int named;
+};
+
+static int holds(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct holder *h = arg;
+	struct object o = { .base = info->dlpi_addr,
+		            .phdr = info->dlpi_phdr,
+		            .phnum = info->dlpi_phnum };
+	if (!inside(&o, h->addr))
+		return 0;
+	const char *name = info->dlpi_name ? info->dlpi_name : "";
+	const char *slash = strrchr(name, '/');
+	const char *base = slash ? slash + 1 : name;
+	for (const char *const *p = h->prefixes; *base && *p; p++)
+		h->named |= strncmp(base, *p, strlen(*p)) == 0;
+	return 1;
+}
+
+int hpct__object_named(const void *addr, const char *const *prefixes)
+{
+	struct holder h = { .addr = (uintptr_t)addr, .prefixes = prefixes };
+	if (addr && prefixes)
+		dl_iterate_phdr(holds, &h);
+	return h.named;
+}
+
 int hpct__got_patch(const char *object_basename_prefix, const char *symbol, void *replacement,
                     void **previous_out)
 {

@@ -69,6 +69,7 @@
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/nccl/nccl_internal.h"
+#include "bootstrap/shim/got.h"
 #include "bootstrap/shim/torch_gloo.h"
 #include "bootstrap/shim/torch_store.h"
 #include "bootstrap/world_access.h"
@@ -470,12 +471,8 @@ static int store_port(const struct sockaddr *sa, socklen_t len)
 /* Made from libtorch (libtorch_cpu.so, libtorch.so, Debian's .so.1.13)? */
 static int from_torch(const void *caller)
 {
-	Dl_info di;
-	if (!caller || !dladdr(caller, &di) || !di.dli_fname)
-		return 0;
-	const char *b = strrchr(di.dli_fname, '/');
-	b = b ? b + 1 : di.dli_fname;
-	return strncmp(b, "libtorch", 8) == 0 || strncmp(b, "libc10d", 7) == 0;
+	static const char *const torch[] = { "libtorch", "libc10d", NULL };
+	return hpct__object_named(caller, torch);
 }
 
 /* The host part of an address: IPv4 (or v4-mapped IPv6) as 4 bytes, other
@@ -942,9 +939,9 @@ SHIM_API int listen(int fd, int backlog)
 	int rc = f(fd, backlog);
 	struct sockaddr_storage me;
 	socklen_t ml = sizeof(me);
-	if (rc == 0 && from_torch(__builtin_return_address(0)) &&
-	    getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
-	    store_port((struct sockaddr *)&me, ml) && !forked_child() && routed() == 1) {
+	if (rc == 0 && getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+	    store_port((struct sockaddr *)&me, ml) && from_torch(__builtin_return_address(0)) &&
+	    !forked_child() && routed() == 1) {
 		for (int i = 0; i < MAX_MASTER_FDS; i++) {
 			int none = -1;
 			if (atomic_compare_exchange_strong(&master_fds[i], &none, fd))

@@ -265,6 +265,7 @@ static void free_dead(struct hpct_std_server *s)
 
 static void *server_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-std-server"); /* in top, gdb, perf */
 	struct hpct_std_server *s = arg;
 	struct epoll_event evs[64];
 	int stopping = 0;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,7 @@ static void handle(struct xchg_service *s, size_t n, const struct sockaddr_stora
 
 static void *run(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-xchg"); /* in top, gdb, perf */
 	struct xchg_service *s = arg;
 	for (;;) {
 		struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN },
