@@ -134,6 +134,12 @@ struct hpct_torch_proto {
 	int (*interrupted)(struct conn *c);
 };
 
+/* the keys of a request, in its order */
+struct keys {
+	char **k;
+	uint64_t n;
+};
+
 struct conn {
 	int fd;
 	const struct hpct_torch_proto *p;
@@ -147,12 +153,13 @@ struct conn {
 	char peer[128];
 	int pending_op; /* a request read ahead while a WAIT was parked */
 	int adopted;    /* came to rank 0's TCPStore server (hpct__torch_store_adopt) */
-	/* what a WAIT on one key fetched, for the GET that follows it at once
-	 * (PyTorch's get() is WAIT then GET, under one lock of its client:
-	 * the value as the WAIT found it is one the get() may return) */
-	char *seen_key;
-	void *seen_val;
-	size_t seen_len;
+	/* what a WAIT fetched, for the GET or MULTI_GET of the same keys that
+	 * follows it at once (PyTorch 2.x's get() and multi_get() are WAIT,
+	 * then GET or MULTI_GET, under one lock of its client: the values as
+	 * the WAIT found them are ones the call may return) */
+	struct keys seen;
+	void **seen_val;
+	size_t *seen_len;
 };
 
 static int interrupted_113(struct conn *c);
@@ -405,11 +412,6 @@ static int send_u8(struct conn *c, uint8_t v)
 	return send_n(c, &v, 1);
 }
 
-struct keys {
-	char **k;
-	uint64_t n;
-};
-
 static void keys_free(struct keys *ks)
 {
 	for (uint64_t i = 0; i < ks->n; i++)
@@ -501,7 +503,8 @@ struct split {
 	struct hpct_store *h[2];
 	const char **k[2];
 	uint64_t *at[2];
-	int n[2];
+	int n[2];  /* keys on each handle (park counts down those found) */
+	int of[2]; /* keys on each handle, as split */
 };
 
 static void split_free(struct split *sp)
@@ -530,6 +533,8 @@ static int split_keys(struct conn *c, const struct keys *ks, struct split *sp)
 		sp->k[i][sp->n[i]] = ks->k[j];
 		sp->at[i][sp->n[i]++] = j;
 	}
+	sp->of[0] = sp->n[0];
+	sp->of[1] = sp->n[1];
 	return 0;
 }
 
@@ -645,10 +650,36 @@ static int do_set(struct conn *c)
 
 static void forget_seen(struct conn *c)
 {
-	free(c->seen_key);
+	for (uint64_t i = 0; c->seen_val && i < c->seen.n; i++)
+		free(c->seen_val[i]);
 	free(c->seen_val);
-	c->seen_key = NULL;
+	free(c->seen_len);
+	keys_free(&c->seen);
 	c->seen_val = NULL;
+	c->seen_len = NULL;
+}
+
+/* The WAIT just answered fetched exactly these keys, in this order. */
+static int seen(const struct conn *c, const struct keys *ks)
+{
+	if (!c->seen_val || c->seen.n != ks->n)
+		return 0;
+	for (uint64_t i = 0; i < ks->n; i++)
+		if (strcmp(c->seen.k[i], ks->k[i]) != 0)
+			return 0;
+	return 1;
+}
+
+/* Answers a GET or MULTI_GET from what the WAIT fetched (handed over). */
+static int reply_seen(struct conn *c)
+{
+	int rc = 0;
+	for (uint64_t i = 0; rc == 0 && i < c->seen.n; i++) {
+		rc = send_bytes(c, c->seen_val[i], c->seen_len[i]);
+		free(c->seen_val[i]);
+		c->seen_val[i] = NULL;
+	}
+	return rc;
 }
 
 static int reply_value(struct conn *c, void *v, size_t len)
@@ -708,9 +739,9 @@ static int do_get(struct conn *c)
 	int rc = recv_str(c, &k, NULL);
 	if (rc)
 		return rc;
-	if (c->seen_key && strcmp(c->seen_key, k) == 0) {
-		rc = reply_value(c, c->seen_val, c->seen_len);
-		c->seen_val = NULL;
+	struct keys one = { .k = &k, .n = 1 };
+	if (seen(c, &one)) {
+		rc = reply_seen(c);
 	} else if ((rc = ensure_store(c, 0)) == 0) {
 		void *v = NULL;
 		size_t vl = 0;
@@ -804,73 +835,115 @@ static int interrupted_2(struct conn *c)
 	return rc ? rc : 1;
 }
 
+/* Values fetched by halves of a split, h[0]'s then h[1]'s, put back in
+ * the order the keys were asked (in place); 0, or HPCT_ENOMEM (then
+ * nothing moved). */
+static int in_order(const struct split *sp, uint64_t n, void **vals, size_t *lens)
+{
+	if (!sp->of[0] || !sp->of[1])
+		return 0; /* all on one handle: in order already */
+	void **ov = malloc(n * sizeof(void *));
+	size_t *ol = malloc(n * sizeof(size_t));
+	if (ov && ol) {
+		for (int i = 0, f = 0; i < 2; i++)
+			for (int j = 0; j < sp->of[i]; j++, f++) {
+				ov[sp->at[i][j]] = vals[f];
+				ol[sp->at[i][j]] = lens[f];
+			}
+		memcpy(vals, ov, n * sizeof(void *));
+		memcpy(lens, ol, n * sizeof(size_t));
+	}
+	int rc = ov && ol ? 0 : HPCT_ENOMEM;
+	free(ov);
+	free(ol);
+	return rc;
+}
+
+static void free_vals(void **vals, uint64_t n)
+{
+	for (uint64_t i = 0; vals && i < n; i++)
+		free(vals[i]);
+	free(vals);
+}
+
 /* Parks until every key is set: in slices on the keys' homes, watching the
  * client between them (its cancel, or 1.13's next request), and every
  * HPCT_TIMEOUT asking whether a rank is gone (then no one sets them).
- * Answers STOP_WAITING itself; 0, or the failure.  With `keep`, a wait on
- * one key fetches its value for a GET that follows (seen_*). */
+ * Answers STOP_WAITING itself; 0, or the failure.  With `keep`, the wait
+ * fetches the keys' values, in the one round trip the wait takes anyway,
+ * for a GET or MULTI_GET of the same keys that follows (seen_*): PyTorch
+ * 2.x gets one key or several with a WAIT and then the GET, and so every
+ * home is asked once, not twice. */
 static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 {
-	const char *const *k = (const char *const *)ks->k;
 	double limit = hpct__store_timeout(c->st), waited = 0;
+	uint64_t n = ks->n ? ks->n : 1;
 	struct split sp;
 	int rc = split_keys(c, ks, &sp);
 	if (rc)
 		return rc;
-	for (;;) {
+	void **v = keep ? calloc(n, sizeof(void *)) : NULL;
+	size_t *l = keep ? calloc(n, sizeof(size_t)) : NULL;
+	if (keep && (!v || !l))
+		rc = HPCT_ENOMEM;
+	int done = 0; /* 1 answered, -1 not (the connection closes) */
+	while (rc == 0 && !done) {
 		double t0 = hpct__now();
-		void *v = NULL;
-		size_t vl = 0;
-		if (ks->n == 1 && keep) {
-			rc = hpct__store_get_quiet(pick(c, k[0]), k[0], WAIT_SLICE_S, &v, &vl);
-		} else {
-			/* PyTorch's own keys first, then the rest, each in turn
-			 * until found (a key once set stays for the wait) */
-			rc = 0;
-			for (int i = 0; i < 2 && rc == 0; i++)
-				if (sp.n[i] &&
-				    (rc = hpct__store_wait_quiet(sp.h[i], sp.k[i], sp.n[i],
-				                                 WAIT_SLICE_S)) == 0)
-					sp.n[i] = 0;
+		/* PyTorch's own keys first, then the rest, each in turn until
+		 * found (a key once set stays for the wait) */
+		for (int i = 0; i < 2 && rc == 0; i++) {
+			void **vi = keep ? v + (i ? sp.of[0] : 0) : NULL;
+			size_t *li = keep ? l + (i ? sp.of[0] : 0) : NULL;
+			if (sp.n[i] &&
+			    (rc = keep ? hpct__store_get_many_quiet(sp.h[i], sp.k[i], sp.n[i],
+			                                            WAIT_SLICE_S, vi, li)
+			               : hpct__store_wait_quiet(sp.h[i], sp.k[i], sp.n[i],
+			                                        WAIT_SLICE_S)) == 0)
+				sp.n[i] = 0;
+		}
+		if (rc == 0 && keep && (rc = in_order(&sp, ks->n, v, l)) == 0) {
+			forget_seen(c);
+			c->seen = *ks; /* taken */
+			*ks = (struct keys){ 0 };
+			c->seen_val = v;
+			c->seen_len = l;
+			v = NULL;
+			l = NULL;
 		}
 		if (rc == 0) {
-			split_free(&sp);
-			if (ks->n == 1 && keep) {
-				c->seen_key = strdup(k[0]);
-				c->seen_val = v;
-				c->seen_len = vl;
-			}
-			return send_u8(c, 0);
+			rc = send_u8(c, 0);
+			break;
 		}
 		if (rc != HPCT_ETIMEDOUT) {
-			split_free(&sp);
-			return failed(c, what, ks->n ? ks->k[0] : "", rc);
+			rc = failed(c, what, ks->n ? ks->k[0] : "", rc);
+			break;
 		}
+		rc = 0;
 		waited += hpct__now() - t0;
-		if (waited >= limit) {
-			char dead[600];
-			if (hpct__store_unreachable(c->all, dead, sizeof(dead)) > 0) {
-				split_free(&sp);
-				hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
-				          "torch store: client %s (torch %s): %s '%.100s' "
-				          "found nothing after %.1f s, and ranks whose store does "
-				          "not answer (died or never started): %s: the connection "
-				          "is closed, so PyTorch raises",
-				          c->peer, c->p->name, what, ks->n ? ks->k[0] : "", waited,
-				          dead);
-				return HPCT_EPEERDEAD;
-			}
+		char dead[600];
+		if (waited >= limit && hpct__store_unreachable(c->all, dead, sizeof(dead)) > 0) {
+			hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
+			          "torch store: client %s (torch %s): %s '%.100s' found nothing "
+			          "after %.1f s, and ranks whose store does not answer (died or "
+			          "never started): %s: the connection is closed, so PyTorch raises",
+			          c->peer, c->p->name, what, ks->n ? ks->k[0] : "", waited, dead);
+			rc = HPCT_EPEERDEAD;
+		} else if (waited >= limit) {
 			waited = 0;
 		}
-		int ready = hpct__sock_wait(c->fd, POLLIN, hpct__now());
-		if (ready) {
-			split_free(&sp);
-			if (ready < 0)
-				return ready;
+		int ready = rc ? 0 : hpct__sock_wait(c->fd, POLLIN, hpct__now());
+		if (ready < 0) {
+			rc = ready;
+		} else if (ready) {
 			rc = c->p->interrupted(c);
-			return rc > 0 ? 0 : rc;
+			rc = rc > 0 ? 0 : rc;
+			done = 1;
 		}
 	}
+	split_free(&sp);
+	free_vals(v, keep ? ks->n : 0);
+	free(l);
+	return rc;
 }
 
 static int do_wait(struct conn *c)
@@ -959,6 +1032,10 @@ static int do_mget(struct conn *c)
 	int rc = recv_keys(c, &ks);
 	if (rc)
 		return rc;
+	if (seen(c, &ks)) {
+		keys_free(&ks);
+		return reply_seen(c);
+	}
 	void **vals = calloc(ks.n ? ks.n : 1, sizeof(void *));
 	size_t *lens = calloc(ks.n ? ks.n : 1, sizeof(size_t));
 	if (!vals || !lens)
@@ -972,33 +1049,15 @@ static int do_mget(struct conn *c)
 			    (rc = hpct__store_get_many(sp.h[i], sp.k[i], sp.n[i], -1, v, l)) != 0)
 				failed(c, "MULTI_GET", sp.k[i][0], rc);
 		}
-		/* back in the order asked: h[0]'s then h[1]'s were fetched */
-		if (rc == 0 && sp.n[0] && sp.n[1]) {
-			void **ov = malloc(ks.n * sizeof(void *));
-			size_t *ol = malloc(ks.n * sizeof(size_t));
-			if (ov && ol) {
-				for (int i = 0, f = 0; i < 2; i++)
-					for (int j = 0; j < sp.n[i]; j++, f++) {
-						ov[sp.at[i][j]] = vals[f];
-						ol[sp.at[i][j]] = lens[f];
-					}
-				memcpy(vals, ov, ks.n * sizeof(void *));
-				memcpy(lens, ol, ks.n * sizeof(size_t));
-			} else {
-				rc = HPCT_ENOMEM;
-			}
-			free(ov);
-			free(ol);
-		}
+		if (rc == 0)
+			rc = in_order(&sp, ks.n, vals, lens);
 		split_free(&sp);
 	}
 	for (uint64_t i = 0; rc == 0 && i < ks.n; i++) {
 		rc = reply_value(c, vals[i], lens[i]);
 		vals[i] = NULL;
 	}
-	for (uint64_t i = 0; vals && i < ks.n; i++)
-		free(vals[i]);
-	free(vals);
+	free_vals(vals, ks.n);
 	free(lens);
 	keys_free(&ks);
 	return rc;
@@ -1148,6 +1207,7 @@ static int (*const handlers[OP_COUNT])(struct conn *) = {
 
 static void *serve(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-tcpstore"); /* in top, gdb, perf */
 	struct conn *c = arg;
 	int first = 1;
 	/* here, not in the accept loop: a stranger's wait holds up no one */
@@ -1177,10 +1237,10 @@ static void *serve(void *arg)
 			break;
 		}
 		first = 0;
-		if (op != OP_GET)
+		if (op != OP_GET && op != OP_MGET)
 			forget_seen(c);
 		rc = handlers[op] ? handlers[op](c) : refuse(c, op, code);
-		if (op == OP_GET)
+		if (op == OP_GET || op == OP_MGET)
 			forget_seen(c);
 		if (rc)
 			break;
@@ -1244,6 +1304,7 @@ static void start_conn(int fd, const struct sockaddr_storage *ss, int adopted)
 
 static void *accept_loop(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-tcpstore-a"); /* in top, gdb, perf */
 	(void)arg;
 	for (;;) {
 		struct sockaddr_storage ss;

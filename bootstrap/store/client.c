@@ -1003,8 +1003,8 @@ int hpct__store_get(struct hpct_store *s, const char *key, double timeout_s, voi
 	return parked_value(s, OP_GET, "get", "was not set", key, timeout_s, 0, val_out, len_out);
 }
 
-int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, double timeout_s,
-                         void **vals, size_t *lens)
+static int get_keys(struct hpct_store *s, const char *const *keys, int n, double timeout_s,
+                    int quiet, void **vals, size_t *lens)
 {
 	double t = cap_timeout(s, timeout_s < 0 ? s->timeout : timeout_s);
 	if (n <= 0)
@@ -1016,7 +1016,7 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 		batch_free(&bt, n);
 		for (int i = 0; i < n; i++)
 			vals[i] = NULL;
-		rc = one_by_one(s, OP_GET, "get", keys, n, t, 0, vals, lens);
+		rc = one_by_one(s, OP_GET, "get", keys, n, t, quiet, vals, lens);
 		if (rc)
 			for (int i = 0; i < n; i++) {
 				free(vals[i]);
@@ -1027,8 +1027,9 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 	for (int i = 0; i < n; i++) {
 		vals[i] = NULL;
 		if (rc == 0 && bt.rcs[i] == HPCT_ETIMEDOUT)
-			rc = timed_out(s, "get", "was not set", keys[i],
-			               hpct__store_home(s, keys[i]), t);
+			rc = quiet ? HPCT_ETIMEDOUT
+			           : timed_out(s, "get", "was not set", keys[i],
+			                       hpct__store_home(s, keys[i]), t);
 		else if (rc == 0 && bt.rcs[i])
 			rc = bt.rcs[i];
 		else if (rc == 0) {
@@ -1043,6 +1044,18 @@ int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, d
 		}
 	batch_free(&bt, n);
 	return rc;
+}
+
+int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n, double timeout_s,
+                         void **vals, size_t *lens)
+{
+	return get_keys(s, keys, n, timeout_s, 0, vals, lens);
+}
+
+int hpct__store_get_many_quiet(struct hpct_store *s, const char *const *keys, int n,
+                               double timeout_s, void **vals, size_t *lens)
+{
+	return get_keys(s, keys, n, timeout_s, 1, vals, lens);
 }
 
 int hpct__store_get_quiet(struct hpct_store *s, const char *key, double timeout_s, void **val_out,

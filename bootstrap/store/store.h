@@ -106,15 +106,17 @@ HPCT_PRIVATE int hpct__store_check(struct hpct_store *s, const char *const *keys
                                    int *all_out);
 HPCT_PRIVATE int hpct__store_wait(struct hpct_store *s, const char *const *keys, int n,
                                   double timeout_s);
-/* hpct__store_get and hpct__store_wait that only return HPCT_ETIMEDOUT when
- * the wait passes: no probe, no log (a caller that waits in slices). */
 /* Several keys at once: the requests go to their homes together and the
  * answers come back in order, about one round trip for all.  vals[i]
  * malloc'd (the caller frees each); on failure none is kept. */
 HPCT_PRIVATE int hpct__store_get_many(struct hpct_store *s, const char *const *keys, int n,
                                       double timeout_s, void **vals, size_t *lens);
+/* hpct__store_get, _get_many and _wait that only return HPCT_ETIMEDOUT
+ * when the wait passes: no probe, no log (a caller that waits in slices). */
 HPCT_PRIVATE int hpct__store_get_quiet(struct hpct_store *s, const char *key, double timeout_s,
                                        void **val_out, size_t *len_out);
+HPCT_PRIVATE int hpct__store_get_many_quiet(struct hpct_store *s, const char *const *keys, int n,
+                                            double timeout_s, void **vals, size_t *lens);
 HPCT_PRIVATE int hpct__store_wait_quiet(struct hpct_store *s, const char *const *keys, int n,
                                         double timeout_s);
 /* Ranks whose store takes no connection now (died, or never started), as
