@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -111,12 +112,24 @@ static void unreserve(struct sconn *c)
 	c->budget_wait = 0;
 }
 
+/* Closes a connection's socket, out of the epoll set first: a forked
+ * child may hold the socket open, and the set would still report it. */
+static void conn_close(struct sconn *c)
+{
+	if (c->fd < 0)
+		return;
+	if (c->reg)
+		epoll_ctl(srv.ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	c->reg = 0;
+}
+
 static void drop(int i)
 {
 	struct sconn *c = &srv.c[i];
 	unreserve(c);
-	if (c->fd >= 0)
-		close(c->fd);
+	conn_close(c);
 	set_incap(&srv, c, 0);
 	set_outcap(&srv, c, 0);
 	sval_release(&srv.t, c->oval);
@@ -124,7 +137,9 @@ static void drop(int i)
 	free(c->out);
 	free(c->key);
 	srv.c[i] = srv.c[--srv.nc];
-	srv.resume_at = 0; /* a descriptor came free: try accepting again */
+	if (i < srv.nc)
+		srv.c[i].ev = UINT32_MAX; /* a new slot: registered again (watch) */
+	srv.resume_at = 0;                /* a descriptor came free: try accepting again */
 }
 
 /* Serves the first whole frame buffered: 1 served, 0 none there, -1 close
@@ -178,10 +193,8 @@ static void flush(struct sconn *c)
 		ssize_t w = send(c->fd, p, n,
 		                 MSG_DONTWAIT | MSG_NOSIGNAL | (head && c->oval ? MSG_MORE : 0));
 		if (w < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				close(c->fd);
-				c->fd = -1;
-			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				conn_close(c);
 			return;
 		}
 		if (head)
@@ -385,8 +398,7 @@ static void too_slow(struct sconn *c)
 		          srv.secret ? "proof of the secret (HPCT_SECRET)" : "whole first request",
 		          srv.admit_s, how, quiet ? " (and " : "", quiet,
 		          quiet ? " more in the last second)" : "");
-	close(c->fd);
-	c->fd = -1;
+	conn_close(c);
 }
 
 static void accept_all(double now)
@@ -479,10 +491,8 @@ static void tell_leaving(void)
 			c->told = 1;
 			told++;
 		}
-		if (c->fd >= 0 && progress(c) < 0) {
-			close(c->fd);
-			c->fd = -1;
-		}
+		if (c->fd >= 0 && progress(c) < 0)
+			conn_close(c);
 	}
 	HPCT_INFO(HPCT_SUB_NET,
 	          "store: rank %d is leaving after a peer's failure: %d parked requests told "
@@ -595,21 +605,45 @@ static const struct hpct_world_service_ops world_ops = {
 	.end = world_end,
 };
 
+/* What a connection waits for: its requests, unless it may not read
+ * now, and room for its reply, when one may go. */
+static uint32_t wanted(struct sconn *c)
+{
+	return (stalled(c) || c->budget_wait ? 0 : EPOLLIN) |
+	       (pending(c) && !srepl_held(&srv, c) ? EPOLLOUT : 0);
+}
+
+/* Registers the connection in slot i for what it waits for now; 0, or -1
+ * when the epoll set refused it (tried again at the next turn). */
+static int watch(int i)
+{
+	struct sconn *c = &srv.c[i];
+	uint32_t ev = wanted(c);
+	if (c->reg && c->ev == ev)
+		return 0;
+	struct epoll_event e = { .events = ev,
+		                 .data.u64 = (uint64_t)(uint32_t)c->fd << 32 | (uint32_t)i };
+	if (epoll_ctl(srv.ep, c->reg ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &e) != 0)
+		return -1;
+	c->reg = 1;
+	c->ev = ev;
+	return 0;
+}
+
+/* The listener and the wake pipe in the epoll set: their data, an fd
+ * past any slot. */
+#define LISTENER UINT32_MAX
+#define WAKE     (UINT32_MAX - 1)
+
 static void *server_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "hpct-store"); /* in top, gdb, perf */
 	(void)arg;
-	struct pollfd *pfd = NULL;
-	int cap = 0;
+	struct epoll_event evs[64];
+	struct epoll_event wake = { .events = EPOLLIN, .data.u64 = WAKE };
+	epoll_ctl(srv.ep, EPOLL_CTL_ADD, srv.wake[0], &wake);
+	int listening = 0; /* the listener is in the set */
 	for (;;) {
-		if (cap < srv.nc + 2) {
-			struct pollfd *p = realloc(pfd, (size_t)(srv.nc + 2) * 2 * sizeof(*p));
-			if (!p) {
-				hpct__sleep(0.01);
-				continue;
-			}
-			pfd = p;
-			cap = (srv.nc + 2) * 2;
-		}
 		double now = hpct__now(), next = now + 3600;
 		for (int i = 0; i < srv.nc; i++) {
 			struct sconn *c = &srv.c[i];
@@ -619,10 +653,8 @@ static void *server_main(void *arg)
 			}
 			if (c->fd >= 0 && !c->admitted && c->admit_by <= now)
 				too_slow(c);
-			if (c->fd >= 0 && progress(c) < 0) {
-				close(c->fd);
-				c->fd = -1;
-			}
+			if (c->fd >= 0 && progress(c) < 0)
+				conn_close(c);
 			if (c->parked && c->deadline < next)
 				next = c->deadline;
 			if (c->fd >= 0 && !c->admitted && c->admit_by < next)
@@ -633,37 +665,47 @@ static void *server_main(void *arg)
 		for (int i = srv.nc - 1; i >= 0; i--)
 			if (srv.c[i].fd < 0)
 				drop(i);
+		for (int i = 0; i < srv.nc; i++)
+			if (watch(i) != 0 && now + 0.01 < next)
+				next = now + 0.01;
 		int paused = srv.resume_at > now;
 		if (paused && srv.resume_at < next)
 			next = srv.resume_at;
-		pfd[0] = (struct pollfd){ .fd = paused ? -1 : srv.lfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = srv.wake[0], .events = POLLIN };
-		for (int i = 0; i < srv.nc; i++)
-			pfd[i + 2] = (struct pollfd){
-				.fd = srv.c[i].fd,
-				.events =
-				        (short)((stalled(&srv.c[i]) || srv.c[i].budget_wait
-				                         ? 0
-				                         : POLLIN) |
-				                (pending(&srv.c[i]) && !srepl_held(&srv, &srv.c[i])
-				                         ? POLLOUT
-				                         : 0)),
-			};
-		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
-		if (poll(pfd, (nfds_t)srv.nc + 2, ms) < 0 && errno != EINTR)
-			hpct__sleep(0.01);
-		pthread_mutex_lock(&srv.wmu); /* requests may use the world */
-		for (int i = srv.nc - 1; i >= 0; i--) {
-			short re = pfd[i + 2].revents;
-			if (re & (POLLIN | POLLHUP | POLLERR))
-				if (on_readable(&srv.c[i], re) < 0) {
-					close(srv.c[i].fd);
-					srv.c[i].fd = -1;
-				}
+		if (paused == listening) {
+			struct epoll_event l = { .events = EPOLLIN, .data.u64 = LISTENER };
+			if (epoll_ctl(srv.ep, paused ? EPOLL_CTL_DEL : EPOLL_CTL_ADD, srv.lfd,
+			              &l) == 0)
+				listening = !paused;
+			else if (now + 0.01 < next)
+				next = now + 0.01;
 		}
-		if (pfd[0].revents & POLLIN)
+		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
+		int ne = epoll_wait(srv.ep, evs, (int)(sizeof(evs) / sizeof(evs[0])), ms);
+		if (ne < 0) {
+			if (errno != EINTR)
+				hpct__sleep(0.01);
+			ne = 0;
+		}
+		pthread_mutex_lock(&srv.wmu); /* requests may use the world */
+		int accept = 0, woken = 0;
+		for (int k = 0; k < ne; k++) {
+			uint64_t d = evs[k].data.u64;
+			uint32_t i = (uint32_t)d;
+			accept |= d == LISTENER;
+			woken |= d == WAKE;
+			if (d == LISTENER || d == WAKE || i >= (uint32_t)srv.nc ||
+			    srv.c[i].fd != (int)(d >> 32))
+				continue;
+			uint32_t e = evs[k].events;
+			short re =
+			        (short)((e & EPOLLIN ? POLLIN : 0) | (e & EPOLLHUP ? POLLHUP : 0) |
+			                (e & EPOLLERR ? POLLERR : 0));
+			if (re && on_readable(&srv.c[i], re) < 0)
+				conn_close(&srv.c[i]);
+		}
+		if (accept)
 			accept_all(hpct__now());
-		if (pfd[1].revents & POLLIN)
+		if (woken)
 			tell_leaving();
 		srepl_view(&srv);
 		pthread_mutex_unlock(&srv.wmu);
@@ -742,12 +784,20 @@ int hpct__store_server_start(struct hpct_world *w)
 		rc = hpct__fail(-errno, HPCT_SUB_NET, "cannot start the store thread: pipe: %s",
 		                strerror(errno));
 	}
+	if (rc == 0 && (srv.ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		rc = hpct__fail(-errno, HPCT_SUB_NET, "cannot start the store thread: epoll: %s",
+		                strerror(errno));
+		close(fd);
+		close(srv.wake[0]);
+		close(srv.wake[1]);
+	}
 	pthread_t th;
 	srv.lfd = fd;
 	if (rc == 0 && pthread_create(&th, NULL, server_main, NULL) != 0) {
 		close(fd);
 		close(srv.wake[0]);
 		close(srv.wake[1]);
+		close(srv.ep);
 		rc = hpct__fail(HPCT_ENOMEM, HPCT_SUB_NET, "cannot start the store thread");
 	}
 	if (rc == 0) {

@@ -45,6 +45,10 @@ struct sconn {
 	int budget_wait;
 	struct hpct_auth_srv auth;
 	int fuzz; /* no socket: replies are dropped as they are made */
+	/* registered with the thread's epoll set (reg) for these events, its
+	 * slot in srv.c with its fd as the event's data */
+	int reg;
+	uint32_t ev;
 	int told; /* answered with the cause of this rank's leaving */
 	/* replication (replica.c): its reply waits until the forwarder has
 	 * given the key's other homes every change made before it (fwd_done
@@ -87,6 +91,7 @@ struct ssrv {
 	 * every connection but this process's own (`own`, nown) has been
 	 * told or has closed */
 	int wake[2];
+	int ep; /* the thread's epoll set: the listener, wake[0], each connection */
 	pid_t pid;
 	pthread_cond_t cv;
 	int leaving, told, clear;
