@@ -277,6 +277,7 @@ for inc in range(rounds):
     if hasattr(base, "multi_set"):
         base.append(f"ap{inc}", f"{rank},")
         base.multi_set([f"m{inc}-{rank}-a", f"m{inc}-{rank}-b"], [f"{rank}a", f"{rank}b"])
+        base.set(f"default_pg/m{inc}-{rank}", f"{rank}pg")  # a key of PyTorch's own kind
         if rank == 0:
             for i in range(n):
                 base.queue_push(f"q{inc}", f"item{i}")
@@ -287,6 +288,11 @@ for inc in range(rounds):
         peer = (rank + 1) % n
         assert base.multi_get([f"m{inc}-{peer}-a", f"m{inc}-{peer}-b"]) == [
             f"{peer}a".encode(), f"{peer}b".encode()]
+        # PyTorch's kind of key among others: the values in the order asked
+        # (the served store's WAIT fetches them by kind, for the MULTI_GET)
+        assert base.multi_get([f"m{inc}-{peer}-b", f"default_pg/m{inc}-{peer}",
+                               f"m{inc}-{peer}-a"]) == [
+            f"{peer}b".encode(), f"{peer}pg".encode(), f"{peer}a".encode()]
         item = base.queue_pop(f"q{inc}", block=True)
         items = [None] * n
         dist.all_gather_object(items, item)
