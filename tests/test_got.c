@@ -165,3 +165,21 @@ Test(got, bad_arguments)
 	cr_assert_eq(hpct__got_patch("libgot_caller_now.so", "got_callee", NULL, NULL),
 	             HPCT_EINVAL);
 }
+
+/* hpct__object_named: the object that holds an address, by its load
+ * segments (how the shim tells libtorch's calls from others). */
+Test(got, the_object_that_holds_an_address)
+{
+	static const char *const libc[] = { "libno_such_object", "libc.so", NULL };
+	static const char *const others[] = { "libno_such_object", "libc10d", NULL };
+	void *in_libc = dlsym(RTLD_DEFAULT, "malloc");
+	cr_assert_not_null(in_libc);
+	cr_expect_eq(hpct__object_named((char *)in_libc + 1, libc), 1, "malloc is in libc.so");
+	cr_expect_eq(hpct__object_named(in_libc, others), 0, "malloc is not in those");
+	/* the program itself has no name to match */
+	cr_expect_eq(hpct__object_named((void *)times_hundred, libc), 0);
+	cr_expect_eq(hpct__object_named(NULL, libc), 0);
+	cr_expect_eq(hpct__object_named(in_libc, NULL), 0);
+	int on_stack;
+	cr_expect_eq(hpct__object_named(&on_stack, libc), 0, "a stack address is in no object");
+}

@@ -886,7 +886,7 @@ static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 	size_t *l = keep ? calloc(n, sizeof(size_t)) : NULL;
 	if (keep && (!v || !l))
 		rc = HPCT_ENOMEM;
-	int done = 0; /* 1 answered, -1 not (the connection closes) */
+	int done = 0; /* the client sent its next request, or its cancel */
 	while (rc == 0 && !done) {
 		double t0 = hpct__now();
 		/* PyTorch's own keys first, then the rest, each in turn until
