@@ -41,16 +41,23 @@ struct object {
 	char path[4096];
 };
 
+/* 1 when the loaded object's path has a basename that starts with
+ * prefix (the program itself, named "", has none). */
+static int named(const char *path, const char *prefix)
+{
+	if (!path || !*path)
+		return 0;
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	return strncmp(base, prefix, strlen(prefix)) == 0;
+}
+
 static int match(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	(void)size;
 	struct object *o = arg;
 	const char *name = info->dlpi_name;
-	if (!name || !*name)
-		return 0; /* the program itself */
-	const char *slash = strrchr(name, '/');
-	const char *base = slash ? slash + 1 : name;
-	if (strncmp(base, o->prefix, strlen(o->prefix)) != 0)
+	if (!named(name, o->prefix))
 		return 0;
 	o->found = 1;
 	o->base = info->dlpi_addr;
@@ -234,11 +241,8 @@ static int holds(struct dl_phdr_info *info, size_t size, void *arg)
 		            .phnum = info->dlpi_phnum };
 	if (!inside(&o, h->addr))
 		return 0;
-	const char *name = info->dlpi_name ? info->dlpi_name : "";
-	const char *slash = strrchr(name, '/');
-	const char *base = slash ? slash + 1 : name;
-	for (const char *const *p = h->prefixes; *base && *p; p++)
-		h->named |= strncmp(base, *p, strlen(*p)) == 0;
+	for (const char *const *p = h->prefixes; *p; p++)
+		h->named |= named(info->dlpi_name, *p);
 	return 1;
 }
 

@@ -648,11 +648,16 @@ static int do_set(struct conn *c)
 	return key_value(c, "SET", hpct__store_set);
 }
 
+static void free_vals(void **vals, uint64_t n)
+{
+	for (uint64_t i = 0; vals && i < n; i++)
+		free(vals[i]);
+	free(vals);
+}
+
 static void forget_seen(struct conn *c)
 {
-	for (uint64_t i = 0; c->seen_val && i < c->seen.n; i++)
-		free(c->seen_val[i]);
-	free(c->seen_val);
+	free_vals(c->seen_val, c->seen.n);
 	free(c->seen_len);
 	keys_free(&c->seen);
 	c->seen_val = NULL;
@@ -857,13 +862,6 @@ static int in_order(const struct split *sp, uint64_t n, void **vals, size_t *len
 	free(ov);
 	free(ol);
 	return rc;
-}
-
-static void free_vals(void **vals, uint64_t n)
-{
-	for (uint64_t i = 0; vals && i < n; i++)
-		free(vals[i]);
-	free(vals);
 }
 
 /* Parks until every key is set: in slices on the keys' homes, watching the
