@@ -34,6 +34,7 @@ struct opts {
 	const char *epoch;
 	const char *job;
 	int rootless;
+	int keep_going;
 	char **cmd;
 };
 
@@ -42,6 +43,7 @@ struct sup {
 	pid_t *pid;   /* 0 once reaped: a pid is signalled only while it is our unreaped child */
 	sigset_t set; /* signals taken with sigtimedwait */
 	int stopping, killed, code;
+	int keep_going, failed; /* --keep-going: failures seen, none stopping the job */
 	double kill_at;
 };
 
@@ -56,7 +58,10 @@ static void usage(FILE *f)
 	        "  -n N               number of ranks (1 to %d)\n"
 	        "  --nodes K          spread the ranks over K loopback nodes 127.0.0.1 ..\n"
 	        "                     127.0.0.K in blocks, the first N%%K nodes one rank more\n"
-	        "                     (default 1, at most %d and at most N)\n"
+	        "                     (default 1, at most %d and at most N); with K > 1\n"
+	        "                     each node's ranks get NCCL_HOSTID=hpct-run-node-<k>\n"
+	        "                     (unless it is set), so that NCCL sees the nodes hpct\n"
+	        "                     sees rather than one host\n"
 	        "  --timeout S        stop all ranks after S seconds (fractions allowed)\n"
 	        "  --master-port P    MASTER_PORT (default: $MASTER_PORT, else a free port)\n"
 	        "  --epoch E          HPCT_EPOCH and TORCHELASTIC_RESTART_COUNT\n"
@@ -66,6 +71,9 @@ static void usage(FILE *f)
 	        "  --rootless         set HPCT_USE_ROOTLESS=1 and add libhpct_preload.so to\n"
 	        "                     LD_PRELOAD (an unmodified PyTorch or NCCL job then\n"
 	        "                     needs no store, no MASTER_PORT and no root)\n"
+	        "  --keep-going       a rank that fails is named, and the others go on (for\n"
+	        "                     jobs that survive a rank's loss in place: ncclCommShrink,\n"
+	        "                     NVRx's in-process restart, torchft); exit 1 at the end\n"
 	        "  -h, --help         print this help\n"
 	        "\n"
 	        "Exit status: 0 when every rank exits 0; 1 when a rank fails (it is named,\n"
@@ -144,6 +152,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			exit(0);
 		} else if (strcmp(a, "--rootless") == 0) {
 			o->rootless = 1;
+		} else if (strcmp(a, "--keep-going") == 0) {
+			o->keep_going = 1;
 		} else if ((v = opt_value(argc, argv, &i, "-n"))) {
 			o->n = (int)parse_long("-n", v, 1, MAX_RANKS);
 			have_n = 1;
@@ -363,6 +373,12 @@ static void reap(struct sup *s)
 		else
 			fprintf(stderr, "hpct-run: rank %d (pid %ld) was killed by signal %d (%s)",
 			        r, (long)p, WTERMSIG(st), strsignal(WTERMSIG(st)));
+		if (s->keep_going) {
+			s->failed++;
+			fprintf(stderr, "; %d other rank%s go%s on (--keep-going)\n", s->alive,
+			        s->alive == 1 ? "" : "s", s->alive == 1 ? "es" : "");
+			continue;
+		}
 		if (s->alive)
 			fprintf(stderr, "; stopping %d other rank%s\n", s->alive,
 			        s->alive > 1 ? "s" : "");
@@ -438,7 +454,7 @@ static int supervise(struct sup *s, const struct opts *o, double t_end)
 			on_signal(s, sig, &si);
 		}
 	}
-	return s->stopping ? s->code : 0;
+	return s->stopping ? s->code : s->failed ? 1 : 0;
 }
 
 static _Noreturn void run_rank(const struct opts *o, int r, const sigset_t *old_mask, pid_t parent,
@@ -456,6 +472,11 @@ static _Noreturn void run_rank(const struct opts *o, int r, const sigset_t *old_
 	setf("ROLE_RANK", "%d", r);
 	setf("LOCAL_RANK", "%d", local);
 	setf("GROUP_RANK", "%d", node);
+	/* NCCL tells nodes apart by a hash of the host (and of NCCL_HOSTID):
+	 * without this, ranks of two loopback nodes would be one node to it,
+	 * and its local ranks would clash (the same GPU twice) */
+	if (o->nodes > 1 && !getenv("NCCL_HOSTID"))
+		setf("NCCL_HOSTID", "hpct-run-node-%d", node);
 	sigprocmask(SIG_SETMASK, old_mask, NULL);
 	execvp(o->cmd[0], o->cmd);
 	int e = errno;
@@ -559,6 +580,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &s.set, &old_mask);
 
 	s.n = o.n;
+	s.keep_going = o.keep_going;
 	s.pid = calloc((size_t)o.n, sizeof(*s.pid));
 	if (!s.pid) {
 		fputs("hpct-run: out of memory\n", stderr);
