@@ -62,3 +62,11 @@ void hpct__fd_track(int fd)
 	pthread_once(&once, install);
 	atomic_store_explicit(&inode_of[fd], inode32(fd), memory_order_relaxed);
 }
+
+int hpct__fd_is_tracked(int fd)
+{
+	if (fd < 0 || fd >= TRACKED)
+		return 0;
+	uint32_t ino = atomic_load_explicit(&inode_of[fd], memory_order_relaxed);
+	return ino != 0 && inode32(fd) == ino;
+}

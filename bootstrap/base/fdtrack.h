@@ -16,6 +16,8 @@
 /* Records `fd` (a socket hpct just made or accepted); the first call
  * installs the fork handler.  Descriptors past 65535 are not tracked. */
 HPCT_PRIVATE void hpct__fd_track(int fd);
+/* 1 when `fd` is a socket hpct tracks (the same socket: its inode). */
+HPCT_PRIVATE int hpct__fd_is_tracked(int fd);
 /* 1 in a process forked from one that tracked a descriptor (the child
  * handler ran): it must not use what it inherited. */
 HPCT_PRIVATE int hpct__fd_forked(void);

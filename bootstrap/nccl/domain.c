@@ -304,6 +304,7 @@ int hpct__nccl_domain_lease(const struct hpct_nccl_lib *l, struct hpct_group *g,
 	e->leased = 1;
 	lease->entry = e;
 	lease->table = t;
+	e->c.group = g; /* this call's group over the members, for hpct__nccl_roots_up */
 	lease->c = &e->c;
 	lease->ids = e->ids;
 	lease->nids = e->nids;

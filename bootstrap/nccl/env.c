@@ -15,12 +15,14 @@
 #include "bootstrap/nccl/nccl_internal.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap/base/log.h"
+#include "bootstrap/base/param.h"
 
 /* The first release that asks an env plugin. */
 #define ENV_PLUGIN_VERSION 22807
@@ -81,12 +83,59 @@ static int env_finalize(void)
 	return 0;
 }
 
+/* NCCL's connect retries to a peer that refuses (a root or ring peer that
+ * died) last NCCL_SOCKET_RETRY_CNT (34) times growing sleeps of
+ * NCCL_SOCKET_RETRY_SLEEP_MSEC (100 ms): about 60 s.  Once hpct drives an
+ * NCCL init in the process, and unless the user set it, NCCL is shown the
+ * count whose sleeps fit HPCT_TIMEOUT, so that no rank retries past the
+ * deadline every other wait of hpct's keeps.  NCCL reads it once a
+ * process. */
+static atomic_int retry_armed;
+static char retry_cnt[16]; /* "" when NCCL's own default is shorter */
+static pthread_once_t retry_once = PTHREAD_ONCE_INIT;
+
+static void retry_compute(void)
+{
+	double t = 0, unit = 100;
+	if (hpct__env_seconds(hpct__env_process(), "HPCT_TIMEOUT", &t, NULL) != 0 || t <= 0)
+		return;
+	const char *ms = hpct__env_str(hpct__env_process(), "NCCL_SOCKET_RETRY_SLEEP_MSEC");
+	if (ms && atoi(ms) > 0)
+		unit = atoi(ms);
+	int c = 0;
+	while (c < 34 && unit * (c + 1) * (c + 2) / 2 <= t * 1000)
+		c++;
+	if (c < 34)
+		snprintf(retry_cnt, sizeof(retry_cnt), "%d", c > 0 ? c : 1);
+}
+
+/* The process environment's value, read without getenv: the preload shim
+ * interposes getenv, and asks this file first. */
+extern char **environ;
+static int env_has(const char *name)
+{
+	size_t len = strlen(name);
+	for (char **e = environ; e && *e; e++)
+		if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+			return 1;
+	return 0;
+}
+
+void hpct__nccl_env_arm(void)
+{
+	pthread_once(&retry_once, retry_compute);
+	atomic_store(&retry_armed, 1);
+}
+
 const char *hpct__nccl_comm_id_peek(const char *name)
 {
 	if (comm_id_shown && comm_id_left > 0 && strcmp(name, "NCCL_COMM_ID") == 0) {
 		comm_id_left--;
 		return comm_id_shown;
 	}
+	if (atomic_load(&retry_armed) && retry_cnt[0] &&
+	    strcmp(name, "NCCL_SOCKET_RETRY_CNT") == 0 && !env_has(name))
+		return retry_cnt;
 	return NULL;
 }
 

@@ -26,8 +26,6 @@
 #include "bootstrap/nccl/root_wire.h"
 #include "bootstrap/world.h"
 
-#define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
-
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static hpct_nccl_id *table; /* handed out, no communicator made with them yet */
 static int ntable, captable;
@@ -207,7 +205,7 @@ static int init_hosted(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 	          "rank %d: %s: ncclCommInitRankScalable with nId %d, rank %d, %d of the roots "
 	          "hosted here",
 	          wr, c->name, nid, c->rank, hosted);
-	int res = l->init_rank_scalable(comm, c->nranks, c->rank, nid, ids, config);
+	int res = hpct__nccl_init_call(l, c, nid, ids, config, roots, comm);
 	if (res && res != NCCL_IN_PROGRESS) {
 		hpct__nccl_roots_stop(roots);
 		if (hosted)
@@ -236,6 +234,8 @@ int hpct__nccl_comm_init_ids(const struct hpct_nccl_lib *l, struct hpct_world *w
 	/* Tier 2 derives where every comm rank is: only when the comm is the
 	 * world and comm ranks are world ranks (PyTorch's default group) */
 	int whole = nranks == w->topo.size && rank == w->topo.rank;
+	/* the world's group is the comm's ranks there (hpct__nccl_roots_up) */
+	c.group = whole ? hpct_world_group(w) : NULL;
 	int derived = 0, rc;
 	for (int i = 0; i < nid; i++)
 		derived += hpct_nccl_id_is_derived(&ids[i]);

@@ -339,6 +339,35 @@ static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm
 	c->world_of = g->members;
 	snprintf(c->name, sizeof(c->name), "group %016llx key %llu", (unsigned long long)g->id,
 	         (unsigned long long)key);
+	c->group = g;
+}
+
+int hpct__nccl_roots_up(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c)
+{
+	if (l->version >= 22400)
+		return 0;
+	if (!c->group) {
+		static atomic_int said;
+		if (!atomic_exchange(&said, 1))
+			HPCT_WARN(HPCT_SUB_NCCL,
+			          "rank %d: %s: NCCL %d aborts a connect it retries, and hpct "
+			          "knows no "
+			          "group of this comm's ranks to wait for the roots with: a rank "
+			          "that "
+			          "comes before its root listens fails (ECONNABORTED)",
+			          c->w->topo.rank, c->name, l->version);
+		return 0;
+	}
+	int rc = hpct_barrier(c->group);
+	if (rc) { /* the barrier's message names the rank it missed */
+		char said[600];
+		snprintf(said, sizeof(said), "%s", hpct_last_error());
+		return hpct__fail(rc, HPCT_SUB_NCCL,
+		                  "rank %d: %s: NCCL %d needs its roots listening before any rank "
+		                  "calls it, and not every rank came: %s",
+		                  c->w->topo.rank, c->name, l->version, said);
+	}
+	return 0;
 }
 
 HPCT_API int hpct_nccl_derive_id(hpct_group *g, uint64_t key, hpct_nccl_id *id_out)
@@ -371,8 +400,6 @@ HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids
 }
 
 /* --- communicators ----------------------------------------------------- */
-
-#define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
 
 /* NCCL's own result of this thread's last init through hpct (0 if hpct
  * failed before NCCL was called): the preload shim returns it as NCCL
@@ -434,6 +461,47 @@ void hpct__nccl_result_clear(void)
 	last_nccl_result = 0;
 }
 
+int hpct__nccl_config_blocks(const void *config)
+{
+	/* ncclConfig_t: size_t size; unsigned magic, version; int blocking
+	 * (from 2.14), NCCL_CONFIG_UNDEF_INT when not set */
+	int blocking = INT_MIN;
+	unsigned version = 0;
+	if (config) {
+		memcpy(&version, (const char *)config + sizeof(size_t) + sizeof(unsigned),
+		       sizeof(version));
+		if (version >= 21400)
+			memcpy(&blocking,
+			       (const char *)config + sizeof(size_t) + 2 * sizeof(unsigned),
+			       sizeof(blocking));
+	}
+	if (blocking != INT_MIN)
+		return blocking != 0;
+	const char *env = getenv("NCCL_COMM_BLOCKING");
+	return !(env && strcmp(env, "0") == 0);
+}
+
+int hpct__nccl_init_call(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int nid,
+                         hpct_nccl_id *ids, void *config, struct hpct_nccl_roots *roots,
+                         void **comm)
+{
+	hpct__nccl_env_arm();
+	struct hpct_nccl_watch *w =
+	        hpct__nccl_config_blocks(config)
+	                ? hpct__nccl_watch_start(
+	                          c->w->topo.timeout_s,
+	                          "rank %d: NCCL's init of %s (epoch %llu, rank %d of "
+	                          "%d)",
+	                          c->w->topo.rank, c->name, (unsigned long long)c->w->topo.epoch,
+	                          c->rank, c->nranks)
+	                : NULL;
+	hpct__nccl_watch_roots(w, roots, c->rank, l->version < 22400 /* no RAS thread */);
+	int res = nid ? l->init_rank_scalable(comm, c->nranks, c->rank, nid, ids, config)
+	              : l->init_rank_config(comm, c->nranks, ids[0], c->rank, config);
+	hpct__nccl_watch_stop(w);
+	return res;
+}
+
 int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
                            void *comm, const char *call, const char *tier)
 {
@@ -450,7 +518,10 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
                       hpct_nccl_id id, void *config, void **comm)
 {
 	if (c->rank != 0) {
-		int res = l->init_rank_config(comm, c->nranks, id, c->rank, config);
+		int up = hpct__nccl_roots_up(l, c);
+		if (up)
+			return up;
+		int res = hpct__nccl_init_call(l, c, 0, &id, config, NULL, comm);
 		return res && res != NCCL_IN_PROGRESS
 		               ? nccl_failed(l, c, res, *comm, "ncclCommInitRankConfig", "Tier 1")
 		               : 0;
@@ -459,7 +530,9 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	int rc = hpct__nccl_id_where(&id, l->version, text, sizeof(text));
 	if (rc)
 		return rc;
-	int ours = !hpct__nccl_comm_id_possible(l);
+	/* before 2.24 a rank must not come before the root listens: hpct's
+	 * root listens before anyone calls NCCL, NCCL's own only in its init */
+	int ours = !hpct__nccl_comm_id_possible(l) || (l->version < 22400 && c->group);
 	if (ours && !hpct__nccl_wire_for_version(l->version))
 		return hpct__fail(
 		        HPCT_ESTATE, HPCT_SUB_NCCL,
@@ -476,12 +549,16 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	int keyed = c->w->topo.secret != NULL;
 	rc = ours ? hpct__nccl_roots_start(&id, 1, c->nranks, c->w->topo.timeout_s, keyed, &root)
 	          : hpct__nccl_port_check(&id);
+	if (rc == 0)
+		rc = hpct__nccl_roots_up(l, c);
 	if (rc == 0 && !ours)
 		rc = hpct__nccl_comm_id_begin(l, text);
-	if (rc)
+	if (rc) {
+		hpct__nccl_roots_stop(root);
 		return rc; /* logged, naming host:port */
+	}
 	HPCT_INFO(HPCT_SUB_NCCL, "rank %d: %s: %s at %s", c->w->topo.rank, c->name, tier, text);
-	int res = l->init_rank_config(comm, c->nranks, id, 0, config);
+	int res = hpct__nccl_init_call(l, c, 0, &id, config, root, comm);
 	if (!ours)
 		hpct__nccl_comm_id_end();
 	if (res && res != NCCL_IN_PROGRESS) {
@@ -507,6 +584,8 @@ static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	if (rc == 0)
 		rc = hpct__nccl_roots_start(&ids[c->rank], 1, c->nranks, c->w->topo.timeout_s,
 		                            c->w->topo.secret != NULL, &root);
+	if (rc == 0 && (rc = hpct__nccl_roots_up(l, c)) != 0)
+		hpct__nccl_roots_stop(root);
 	if (rc == 0) {
 		char where[80];
 		hpct__nccl_id_where(&ids[c->rank], l->version, where, sizeof(where));
@@ -515,7 +594,7 @@ static int init_tier2(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 		        "rank %d: %s: Tier 2, ncclCommInitRankScalable with nId %d, micro-root at "
 		        "%s",
 		        c->w->topo.rank, c->name, c->nranks, where);
-		int res = l->init_rank_scalable(comm, c->nranks, c->rank, c->nranks, ids, config);
+		int res = hpct__nccl_init_call(l, c, c->nranks, ids, config, root, comm);
 		if (res && res != NCCL_IN_PROGRESS) {
 			rc = nccl_failed(l, c, res, *comm, "ncclCommInitRankScalable",
 			                 "Tier 2, rootless");
@@ -551,10 +630,11 @@ int hpct__nccl_domain_init(const struct hpct_nccl_lib *l, const struct hpct_nccl
 	last_nccl_result = 0;
 	if (tier != HPCT_NCCL_TIER_ROOTLESS && c->rank == 0 && !ls->hosted)
 		return init_tier1(l, c, ls->ids[0], config, comm_out); /* NCCL's own root */
-	int res = tier == HPCT_NCCL_TIER_ROOTLESS
-	                  ? l->init_rank_scalable(comm_out, c->nranks, c->rank, c->nranks,
-	                                          (hpct_nccl_id *)ls->ids, config)
-	                  : l->init_rank_config(comm_out, c->nranks, ls->ids[0], c->rank, config);
+	int up = hpct__nccl_roots_up(l, c); /* the kept listeners' roots serve already */
+	if (up)
+		return up;
+	int res = hpct__nccl_init_call(l, c, tier == HPCT_NCCL_TIER_ROOTLESS ? c->nranks : 0,
+	                               (hpct_nccl_id *)ls->ids, config, NULL, comm_out);
 	if (res && res != NCCL_IN_PROGRESS)
 		return nccl_failed(l, c, res, *comm_out,
 		                   tier == HPCT_NCCL_TIER_ROOTLESS ? "ncclCommInitRankScalable"

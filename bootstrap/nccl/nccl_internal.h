@@ -19,6 +19,8 @@ struct hpct_group;
 /* NCCL's entry points, with NCCL's types spelled as hpct's (ncclResult_t
  * is an int, ncclComm_t and ncclConfig_t * are pointers, an ncclUniqueId
  * is passed by value). */
+#define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init under way */
+
 struct hpct_nccl_lib {
 	void *handle;
 	int version;
@@ -65,6 +67,31 @@ struct hpct_world;
 HPCT_PRIVATE uint64_t hpct__nccl_keyed(const struct hpct_world *w, uint64_t magic);
 int hpct__nccl_root_port(const struct hpct_topo *t, uint64_t comm, int world_rank, int *port_out);
 
+/* --- a deadline for NCCL's blocking init (watch.c) ------------------------ */
+
+/* Starts watching a blocking NCCL init described by fmt; once the sockets
+ * the process opened since have moved nothing for timeout_s, they are shut
+ * down (said at WARN).
+ * NULL when no watch could start: the call then runs unwatched. */
+struct hpct_nccl_watch;
+struct hpct_nccl_roots;
+struct hpct_nccl_watch *hpct__nccl_watch_start(double timeout_s, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+/* The roots that heard this rank's report (its micro-root, Tier 2): the
+ * watch then also shuts down the two listeners NCCL's rank named there
+ * (where NCCL waits in accept), and no other listener of the process
+ * (NCCL's RAS thread, from 2.24, has one, and does not survive losing
+ * it), unless all_listeners (an NCCL with no RAS thread). */
+void hpct__nccl_watch_roots(struct hpct_nccl_watch *w, struct hpct_nccl_roots *roots, int rank,
+                            int all_listeners);
+/* The listeners NCCL's rank `rank` reported to these roots (the answer's,
+ * the ring's): how many of out[] were filled, 0 before its report. */
+int hpct__nccl_roots_listeners(struct hpct_nccl_roots *s, int rank, struct sockaddr_storage out[2]);
+/* Ends the watch (the call returned); 1 when it had fired. */
+int hpct__nccl_watch_stop(struct hpct_nccl_watch *w);
+/* 1 when an init with this config (an ncclConfig_t * or NULL) blocks. */
+int hpct__nccl_config_blocks(const void *config);
+
 /* --- communicators (nccl.c) --------------------------------------------- */
 
 struct hpct_world;
@@ -76,7 +103,19 @@ struct hpct_nccl_comm {
 	int nranks, rank;
 	const int *world_of; /* comm rank -> world rank; NULL: the same */
 	char name[96];       /* for messages: "group .. key .." */
+	/* an hpct group of exactly the comm's ranks, in its order, where one
+	 * is known (NULL: none): NCCL before 2.24 needs its roots up first */
+	struct hpct_group *group;
 };
+
+/* NCCL before 2.24 retries a refused connect on the same socket, which
+ * Linux then aborts (ECONNABORTED: NCCL fails at once): a rank must not
+ * reach a root before it listens, as it can when the roots start at
+ * init (hpct's, and NCCL's own under NCCL_COMM_ID) rather than at
+ * ncclGetUniqueId.  For those releases the comm's ranks meet in an hpct
+ * barrier over c->group once this rank's roots listen; a no-op from 2.24
+ * or without a group (said once). */
+int hpct__nccl_roots_up(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c);
 
 /* The tier NCCL `l` allows in world `w` with the settings. */
 HPCT_PRIVATE enum hpct_nccl_tier hpct__nccl_tier_for(const struct hpct_nccl_lib *l,
@@ -96,6 +135,14 @@ HPCT_PRIVATE int hpct__nccl_last_result(void);
  * hpct__nccl_last_result and logged naming rank, comm and NCCL's words
  * (HPCT_ENCCL). */
 void hpct__nccl_result_clear(void);
+/* NCCL's init for c: ncclCommInitRankScalable with nid ids, or (nid 0)
+ * ncclCommInitRankConfig with ids[0]; a blocking one under a watch
+ * (watch.c) that makes it fail past HPCT_TIMEOUT; `roots`, when this
+ * process hosts the root this rank reports to, tell the watch its
+ * listeners.  NCCL's result. */
+int hpct__nccl_init_call(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int nid,
+                         hpct_nccl_id *ids, void *config, struct hpct_nccl_roots *roots,
+                         void **comm);
 int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c, int res,
                            void *comm, const char *call, const char *tier);
 
@@ -162,6 +209,9 @@ HPCT_PRIVATE int hpct__nccl_comm_id_begin(const struct hpct_nccl_lib *l, const c
  * (NULL: not shown, ask the real getenv). */
 HPCT_PRIVATE void hpct__nccl_getenv_route(void);
 HPCT_PRIVATE const char *hpct__nccl_comm_id_peek(const char *name);
+/* From now on NCCL is also shown NCCL_SOCKET_RETRY_CNT fitting HPCT_TIMEOUT
+ * (unless set): see env.c.  Called before every init hpct makes. */
+void hpct__nccl_env_arm(void);
 HPCT_PRIVATE void hpct__nccl_comm_id_end(void);
 /* Which of libhpct's env plugins NCCL took: 0 none (NCCL before 2.28.7,
  * NCCL_ENV_PLUGIN naming another library, or NCCL's env not read yet),

@@ -244,9 +244,11 @@ static void take_report(struct hpct_nccl_roots *s, struct root *rt, const struct
 		        rank, rt->nranks);
 		return;
 	}
-	rt->have[l] = 1;
+	pthread_mutex_lock(&s->lock); /* hpct__nccl_roots_listeners reads them */
 	memcpy(rt->addr[l], e + w->addr_at, HPCT_NCCL_ADDR_LEN);
 	memcpy(rt->ring[l], e + w->ring_at, (size_t)w->reply_len);
+	rt->have[l] = 1;
+	pthread_mutex_unlock(&s->lock);
 	s->stats.accepted++;
 	try_reply(s, rt, l);
 	try_reply(s, rt, (l - 1 + rt->nrecv) % rt->nrecv);
@@ -718,5 +720,32 @@ void hpct__nccl_roots_stop(struct hpct_nccl_roots *s)
 		/* the pipe is ours and empty: cannot fail */
 	}
 	pthread_join(s->thread, NULL);
+	/* stopped because NCCL failed: what the roots saw says why, often who */
+	if (s->result)
+		HPCT_WARN(HPCT_SUB_NCCL, "%s", s->failure);
 	roots_free(s);
+}
+
+int hpct__nccl_roots_listeners(struct hpct_nccl_roots *s, int rank, struct sockaddr_storage out[2])
+{
+	int n = 0;
+	pthread_mutex_lock(&s->lock);
+	for (int r = 0; r < s->n && n == 0; r++) {
+		struct root *rt = &s->roots[r];
+		for (int l = 0; rt->have && l < rt->nrecv && n == 0; l++) {
+			if (!rt->have[l] || (rt->first + l) % rt->nranks != rank)
+				continue;
+			/* the answer's listener, and the ring's (a socket address
+			 * first in its connect info) */
+			const unsigned char *from[2] = { rt->addr[l], rt->ring[l] };
+			for (int k = 0; k < 2; k++) {
+				memset(&out[n], 0, sizeof(out[n]));
+				memcpy(&out[n], from[k], HPCT_NCCL_ADDR_LEN);
+				if (out[n].ss_family == AF_INET || out[n].ss_family == AF_INET6)
+					n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }

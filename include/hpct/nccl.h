@@ -94,6 +94,26 @@ HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *group);
  * rank's micro-root has answered. */
 HPCT_API int hpct_nccl_comm_init(hpct_group *group, uint64_t key, void *config, void **comm_out);
 
+/* Grows an NCCL communicator (ncclCommGrow, NCCL 2.29 and later) with no
+ * store: the new ranks get its id from the existing ones over hpct's own
+ * collectives.  `group` holds every rank of the grown communicator in its
+ * rank order: group ranks 0..old_size-1 are the parent's ranks (parent
+ * rank = group rank) and pass their communicator as `parent`; the new
+ * ranks, old_size..size-1, pass NULL.  `coordinator` (a group rank below
+ * old_size, the same on every member; any rank still alive: none is
+ * special) calls ncclCommGetUniqueId, whose root thread NCCL starts in
+ * that process, and broadcasts the id over `group`; then every member
+ * calls ncclCommGrow (existing ranks with rank -1, as NCCL wants).
+ * `config` is an ncclConfig_t * or NULL; `comm_out` receives the grown
+ * ncclComm_t (the parent stays valid: destroy it as NCCL says).
+ * HPCT_ENONCCL naming the release when it has no ncclCommGrow;
+ * HPCT_EINVAL naming the rank for a parent given or missing where it must
+ * not or must be; the broadcast's error (naming the peer) when the id
+ * cannot reach a rank before HPCT_TIMEOUT; NCCL's failure as
+ * HPCT_ENCCL. */
+HPCT_API int hpct_nccl_comm_grow(hpct_group *group, int old_size, void *parent, int coordinator,
+                                 void *config, void **comm_out);
+
 /* Persistent NCCL domains: what hpct_nccl_comm_init derives and binds for
  * each communicator, kept in the world for the next one over the same
  * members.
