@@ -7,7 +7,7 @@
  * hpct_preload_store_routed().  Each case is one process (the shim decides
  * once per process), ports from slot k of this program's range: MASTER_PORT
  * at its start, then hpct's store (4 ports) and world (HPCT_PORT_BASE, 4
- * ports); slots 0-8, and 10-33 for ranks started together.  Paths from
+ * ports); slots 0-9, and 10-33 for ranks started together.  Paths from
  * the environment:
  * HPCT_TORCH_FAKE_RANK, HPCT_TORCH_FAKE_LIB (libtorch_fake.so),
  * HPCT_TORCH_FAKE_C (the module), HPCT_PRELOAD (and HPCT_PRELOAD_FIRST,
@@ -263,7 +263,7 @@ static void expect_unknown(const struct rank_case *c)
 	char want[1024];
 	snprintf(want, sizeof(want),
 	         "hpct: torch %s at %s/torch: its TCPStore protocol is not one hpct serves "
-	         "(torch 1.13 and 2.4 to 2.13): PyTorch keeps its own TCPStore\n",
+	         "(torch 1.13 and 2.4 to 2.14): PyTorch keeps its own TCPStore\n",
 	         c->version, o.dir);
 	cr_expect_str_eq(o.err, want, "torch %s: stderr", c->version);
 }
@@ -296,6 +296,11 @@ Test(torch_fake, unknown_1_12_passed)
 Test(torch_fake, known_2_13_cpu_served)
 {
 	expect_served(&(struct rank_case){ 3, "2.13.0+cpu", "lib", "1", 1, "2" });
+}
+
+Test(torch_fake, known_2_14_cuda_served)
+{
+	expect_served(&(struct rank_case){ 9, "2.14.1+cu130", "lib", "1", 1, "2" });
 }
 
 Test(torch_fake, known_1_13_served)

@@ -28,7 +28,7 @@
  * its environment.
  *
  * The PyTorch half (below): a rank's TCPStore connections are served in
- * the process, for torch 1.13 and 2.4 to 2.13 alike (torch_store.c).
+ * the process, for torch 1.13 and 2.4 to 2.14 alike (torch_store.c).
  *
  *   connect                   a TCPStore's, from libtorch, to MASTER_PORT:
  *                             to this process's store

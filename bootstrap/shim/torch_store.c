@@ -183,7 +183,7 @@ static const struct hpct_torch_proto proto_113 = {
 };
 
 static const struct hpct_torch_proto proto_2 = {
-	.name = "2.4-2.13",
+	.name = "2.4-2.14",
 	.ops = { [0] = OP_VALIDATE,
 	         [1] = OP_SET,
 	         [2] = OP_CAS,
@@ -210,7 +210,8 @@ static const struct hpct_torch_proto proto_2 = {
 };
 
 /* torch versions -> protocols: 1.13.x, and 2.4 (VALIDATE, every 2.x
- * command above) through 2.13, the newest checked here.  2.0-2.3 sent a
+ * command above; 2.14's QueryType and magic are 2.13's, read from its
+ * c10d/store/TCPStoreBackend.hpp) through 2.14, the newest checked here.  2.0-2.3 sent a
  * magic with every request: not served. */
 const struct hpct_torch_proto *hpct__torch_proto_for(const char *version)
 {
@@ -219,7 +220,7 @@ const struct hpct_torch_proto *hpct__torch_proto_for(const char *version)
 		return NULL;
 	if (major == 1 && minor == 13)
 		return &proto_113;
-	if (major == 2 && minor >= 4 && minor <= 13)
+	if (major == 2 && minor >= 4 && minor <= 14)
 		return &proto_2;
 	return NULL;
 }
@@ -231,7 +232,7 @@ int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *p)
 
 const char *hpct__torch_protos_known(void)
 {
-	return "1.13 and 2.4 to 2.13";
+	return "1.13 and 2.4 to 2.14";
 }
 
 /* ------------------------------------------------------------ state */
@@ -478,7 +479,7 @@ static int ensure_store(struct conn *c, int begins)
 }
 
 /* PyTorch's own keys: under "default_pg/", the prefix init_process_group
- * puts on its store (1.13 to 2.13), at the start or past a user's prefix
+ * puts on its store (1.13 to 2.14), at the start or past a user's prefix
  * (NVRx's "<iteration>/default_pg/...").  They live per incarnation, so a
  * second init_process_group never reads the first's (stock does whenever
  * rank 0's server outlives the first: pytorch#55967); no framework reads

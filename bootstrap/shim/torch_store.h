@@ -1,5 +1,5 @@
 /* PyTorch's TCPStore served inside a rank (torch_store.c): the wire
- * protocol of torch 1.13 and of 2.4 to 2.13 answered on a loopback
+ * protocol of torch 1.13 and of 2.4 to 2.14 answered on a loopback
  * listener of this process, each command done on hpct's rootless store
  * (keys on their home ranks).  preload.c sends a rank's store connections
  * here; nothing reaches MASTER_ADDR:MASTER_PORT. */
@@ -19,7 +19,7 @@ const struct hpct_torch_proto *hpct__torch_proto_for(const char *version);
 /* Does that torch's libtorch import Gloo's connectFullMesh (1.13), so that
  * hpct's Gloo connect can take its place? */
 int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *proto);
-/* "1.13", "2.4-2.13": the versions hpct serves, for messages. */
+/* "1.13", "2.4-2.14": the versions hpct serves, for messages. */
 const char *hpct__torch_protos_known(void);
 
 /* Starts the listener and its thread (once): clients of protocol `proto`
