@@ -13,15 +13,23 @@
  * Each rank writes what it saw to <dir>/rank.<r>: the NCCL version it runs
  * (ncclGetVersion), its ncclGetUniqueId results, whether every id carries
  * hpct's marker, the first id's address, whether a root thread of NCCL's
- * runs in the process, NCCL's init result (no GPU here: NCCL's own error),
- * and whether the ports of the ids it got can be bound again after init
- * (-1: it got none).  Exit 0 when it got that far. */
+ * runs in the process before init, NCCL's init result (without a GPU:
+ * NCCL's own error, or 0 through the stand-in driver of tests/standin),
+ * whether the ports of the ids it got can be bound again after init (-1:
+ * it got none), how long init took (ms), and whether a root thread of
+ * NCCL's ran after it.  A communicator made is destroyed.  Exit 0 when it
+ * got that far.
+ *
+ * NCCL_JOB_KILL=<rank>: that rank SIGKILLs itself once it holds its ids,
+ * as its peers enter NCCL's bootstrap (a rank lost during init). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/nccl_program.h"
@@ -115,6 +123,11 @@ int main(int argc, char **argv)
 			derived &= memcmp(ids[k].internal + 120, "hpct", 4) == 0;
 	}
 	int roots = root_thread();
+	const char *kill_rank = getenv("NCCL_JOB_KILL");
+	if (kill_rank && atoi(kill_rank) == rank)
+		raise(SIGKILL);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (member) {
 		void *comm = NULL;
 		init = nid == 1 ? ncclCommInitRankConfig(&comm, cn, ids[0], crank, NULL)
@@ -122,7 +135,12 @@ int main(int argc, char **argv)
 		for (int k = 0; k < nid; k++)
 			if (mine[k])
 				free_ports = (free_ports != 0) & port_free(&ids[k]);
+		if (init == 0)
+			ncclCommDestroy(comm);
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double init_ms =
+	        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
 	unsigned short fam = 0, port = 0;
 	char host[64] = "-";
 	if (member) {
@@ -138,7 +156,8 @@ int main(int argc, char **argv)
 		return 5;
 	fprintf(f,
 	        "version=%d getid=%d derived=%d host=%s port=%u root_thread=%d init=%d "
-	        "ports_free=%d\n",
-	        version, got, member && derived, host, ntohs(port), roots, init, free_ports);
+	        "ports_free=%d init_ms=%.0f root_after=%d\n",
+	        version, got, member && derived, host, ntohs(port), roots, init, free_ports,
+	        init_ms, root_thread());
 	return fclose(f) == 0 ? 0 : 6;
 }

@@ -16,6 +16,7 @@ int ncclGetUniqueId(ncclUniqueId *id);
 int ncclCommInitRankConfig(void **comm, int nranks, ncclUniqueId id, int rank, void *config);
 int ncclCommInitRankScalable(void **comm, int nranks, int rank, int nid, ncclUniqueId *ids,
                              void *config);
+int ncclCommDestroy(void *comm);
 
 /* NCCL names its root thread "NCCL BootstrapR" (NCCL_SET_THREAD_NAME=1). */
 static inline int root_thread(void)

@@ -4,17 +4,14 @@
  * statement is ncclGetUniqueId; launched by hpct-run on 2 loopback nodes,
  * or alone with no node list.  Against the NCCL release hpct loads here
  * (HPCT_NCCL_LIB, else NCCL_HOME): the job finds the same library first on
- * its LD_LIBRARY_PATH, and says which it ran.  Paths come from the
- * environment: HPCT_RUN_BIN, HPCT_PRELOAD, HPCT_NCCL_JOB, HPCT_NCCL_FIRST
- * (and HPCT_PRELOAD_FIRST, the sanitizer runtime that must come before the
- * shim in an instrumented build). */
+ * its LD_LIBRARY_PATH, and says which it ran.  No GPU and no stand-in
+ * driver: NCCL's ranks stop at their first CUDA call, after everything the
+ * shim does (test_nccl_ranks.c runs them to the end).  Paths come from the
+ * environment: HPCT_NCCL_JOB, HPCT_NCCL_FIRST and those of nccl_run.h. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,100 +22,31 @@
 
 #include "hpct/nccl.h"
 #include "tests/nccl_release.h"
+#include "tests/nccl_run.h"
 
 TestSuite(preload, .timeout = 120);
 
 #define N 4
 
-struct rank_saw {
-	int version, getid, derived, root_thread, init, ports_free;
-	char host[64];
-	unsigned port;
-};
-
-/* The release hpct loads here, and the folder it is in. */
-static int nccl_version(char *dir, size_t len)
-{
-	const struct hpct_nccl_lib *l = hpct__nccl_lib();
-	cr_assert_not_null(l, "%s", hpct_last_error());
-	Dl_info di;
-	cr_assert(dladdr(*(void **)&l->get_version, &di) && di.dli_fname, "where is NCCL?");
-	snprintf(dir, len, "%s", di.dli_fname);
-	char *slash = strrchr(dir, '/');
-	cr_assert_not_null(slash, "NCCL at %s", di.dli_fname);
-	*slash = 0;
-	return l->version;
-}
-
-static char *tmpdir(char *buf, size_t len)
-{
-	const char *t = getenv("TMPDIR");
-	snprintf(buf, len, "%s/hpct-preload.XXXXXX", t && *t ? t : "/tmp");
-	cr_assert_not_null(mkdtemp(buf), "mkdtemp: %s", strerror(errno));
-	return buf;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path);
-}
-
-/* Removes a run's folder once its files are read; a failed assertion
- * leaves it, to be looked at. */
-static void tmpdir_done(const char *dir)
-{
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void slurp(const char *path, char *buf, size_t len)
-{
-	buf[0] = 0;
-	FILE *f = fopen(path, "r");
-	if (f) {
-		buf[fread(buf, 1, len - 1, f)] = 0;
-		fclose(f);
-	}
-}
-
-/* env ... for a rank: `extra` (-u options first), the shim (after the
- * sanitizer's runtime), this release first on the library path. */
-static void job_env(char *buf, size_t len, const char *extra)
-{
-	char lib[4096];
-	nccl_version(lib, sizeof(lib));
-	const char *first = getenv("HPCT_PRELOAD_FIRST"), *path = getenv("LD_LIBRARY_PATH");
-	/* NCCL_ENV_PLUGIN: set here by loading NCCL; a rank starts without it */
-	snprintf(buf, len, "env -u NCCL_ENV_PLUGIN %s LD_PRELOAD='%s%s%s' LD_LIBRARY_PATH='%s%s%s'",
-	         extra, first ? first : "", first ? " " : "", getenv("HPCT_PRELOAD"), lib,
-	         path ? ":" : "", path ? path : "");
-}
-
 /* Runs `what` (a command line after hpct-run's --) on N ranks over 2
- * nodes, hpct's ports from `port`; its output in <dir>/run.out. */
+ * nodes, hpct's ports from `port`, with no GPU and no stand-in driver;
+ * its output in <dir>/run.out, which a failure shows. */
 static void run(const char *dir, int port, const char *extra, const char *what)
 {
-	char env[8192], cmd[16384], out[4096];
-	job_env(env, sizeof(env), extra);
-	snprintf(cmd, sizeof(cmd),
-	         "%s NCCL_SET_THREAD_NAME=1 HPCT_PORT_BASE=%d HPCT_PORT_RANGE=8 "
-	         "HPCT_JOB_ID=preload-test HPCT_TIMEOUT=40 '%s' -n %d --nodes 2 --timeout 60 -- %s "
-	         "> '%s/run.out' 2>&1",
-	         env, port, getenv("HPCT_RUN_BIN"), N, what, dir);
-	int st = system(cmd);
-	snprintf(cmd, sizeof(cmd), "%s/run.out", dir);
-	slurp(cmd, out, sizeof(out));
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hpct-run exited %d:\n%s",
-	          WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+	char out[4096], path[512];
+	int rc = nr_run(dir, N, port, 40, extra, 0, "", what);
+	snprintf(path, sizeof(path), "%s/run.out", dir);
+	nr_slurp(path, out, sizeof(out));
+	cr_assert_eq(rc, 0, "hpct-run exited %d:\n%s", rc, out);
 }
 
 /* Runs nccl_job in `mode`; fills saw[] and the ranks' logs (HPCT_DEBUG=INFO,
  * NCCL), and checks every rank ran the release hpct loads here. */
-static void run_job(const char *rootless, const char *mode, int port, struct rank_saw *saw,
-                    char *log, size_t loglen)
+static void run_job(const char *rootless, const char *mode, int port, struct nr_saw *saw, char *log,
+                    size_t loglen)
 {
 	char dir[256], extra[1024], what[1024], path[512], out[4096];
-	tmpdir(dir, sizeof(dir));
+	nr_tmpdir(dir, sizeof(dir), "preload");
 	snprintf(extra, sizeof(extra),
 	         "HPCT_USE_ROOTLESS=%s HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=NCCL "
 	         "HPCT_DEBUG_FILE='%s/log.%%p'",
@@ -126,50 +54,15 @@ static void run_job(const char *rootless, const char *mode, int port, struct ran
 	snprintf(what, sizeof(what), "'%s' '%s' %s", getenv("HPCT_NCCL_JOB"), dir, mode);
 	run(dir, port, extra, what);
 	snprintf(path, sizeof(path), "%s/run.out", dir);
-	slurp(path, out, sizeof(out));
-	int v = nccl_version(path, sizeof(path));
+	nr_slurp(path, out, sizeof(out));
+	int v = nr_nccl_version(path, sizeof(path));
 	for (int r = 0; r < N; r++) {
-		snprintf(path, sizeof(path), "%s/rank.%d", dir, r);
-		FILE *f = fopen(path, "r");
-		cr_assert_not_null(f, "rank %d wrote nothing:\n%s", r, out);
-		cr_assert_eq(fscanf(f,
-		                    "version=%d getid=%d derived=%d host=%63s port=%u "
-		                    "root_thread=%d init=%d ports_free=%d",
-		                    &saw[r].version, &saw[r].getid, &saw[r].derived, saw[r].host,
-		                    &saw[r].port, &saw[r].root_thread, &saw[r].init,
-		                    &saw[r].ports_free),
-		             8);
-		fclose(f);
+		cr_assert_eq(nr_read_saw(dir, r, &saw[r]), 0, "rank %d wrote nothing:\n%s", r, out);
 		cr_assert_eq(saw[r].version, v, "rank %d ran NCCL %d, not the %d hpct loads", r,
 		             saw[r].version, v);
 	}
-	/* every rank's log, one after the other */
-	size_t at = 0;
-	log[0] = 0;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		if (strncmp(e->d_name, "log.", 4) != 0)
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		FILE *f = fopen(path, "r");
-		if (f) {
-			at += fread(log + at, 1, loglen - 1 - at, f);
-			log[at] = 0;
-			fclose(f);
-		}
-	}
-	if (d)
-		closedir(d);
-	tmpdir_done(dir);
-}
-
-static int count(const char *hay, const char *needle)
-{
-	int n = 0;
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
+	nr_logs(dir, "log.", log, loglen);
+	nr_tmpdir_done(dir);
 }
 
 /* Tier 2 on every rank: the scalable call with nId = nranks, and the
@@ -181,7 +74,7 @@ static void expect_tier2(const char *log)
 		snprintf(need, sizeof(need),
 		         "Tier 2, ncclCommInitRankScalable with nId %d, micro-root at 127.0.0.%d:",
 		         N, k);
-		cr_expect_eq(count(log, need), N / 2, "want '%s' %d times in:\n%s", need, N / 2,
+		cr_expect_eq(nr_count(log, need), N / 2, "want '%s' %d times in:\n%s", need, N / 2,
 		             log);
 	}
 }
@@ -189,8 +82,8 @@ static void expect_tier2(const char *log)
 Test(preload, rootless_ids_are_derived_and_no_root_runs)
 {
 	char log[65536], lib[4096];
-	struct rank_saw saw[N];
-	int v = nccl_version(lib, sizeof(lib));
+	struct nr_saw saw[N];
+	int v = nr_nccl_version(lib, sizeof(lib));
 	run_job("1", "one", 13401, saw, log, sizeof(log));
 	cr_expect_eq(saw[0].getid, 0);
 	cr_expect_eq(saw[0].derived, 1, "rank 0's ncclGetUniqueId gave NCCL's own id");
@@ -207,29 +100,33 @@ Test(preload, rootless_ids_are_derived_and_no_root_runs)
 	char need[128];
 	snprintf(need, sizeof(need), "consults hpct's env plugin (ncclEnvPlugin_v%d)",
 	         nr_env_plugin(v));
-	cr_expect_eq(count(log, need), nr_env_plugin(v) ? N : 0, "'%s' on every rank:\n%s", need,
+	cr_expect_eq(nr_count(log, need), nr_env_plugin(v) ? N : 0, "'%s' on every rank:\n%s", need,
 	             log);
 	if (nr_tier2(v)) {
 		expect_tier2(log);
 		return;
 	}
 	/* Tier 1: NCCL's root on rank 0 at the id, NCCL_COMM_ID shown to that
-	 * call (env plugin from 2.28.7, the shim's getenv before); without a
-	 * GPU NCCL fails at cudaGetDevice before it looks the value up */
+	 * call (env plugin from 2.28.7, the shim's getenv before; before 2.24
+	 * hpct's root instead); without a GPU NCCL fails at cudaGetDevice
+	 * before it looks the value up */
 	snprintf(need, sizeof(need), "rank 0: NCCL id");
 	cr_expect(strstr(log, need), "missing '%s' in:\n%s", need, log);
-	snprintf(need, sizeof(need), "Tier 1, root here at 127.0.0.1:%u", saw[0].port);
-	cr_expect_eq(count(log, need), 1, "want '%s' once in:\n%s", need, log);
+	/* before 2.24 NCCL aborts a connect it retries: hpct's root, up before
+	 * any rank calls NCCL, takes the place of NCCL's (started in its init) */
+	snprintf(need, sizeof(need), "Tier 1, %sroot here at 127.0.0.1:%u",
+	         v < 22400 ? "hpct's " : "", saw[0].port);
+	cr_expect_eq(nr_count(log, need), 1, "want '%s' once in:\n%s", need, log);
 	cr_expect_null(strstr(log, "Tier 2"), "Tier 2 on NCCL %d:\n%s", v, log);
-	if (saw[0].init == 1)
-		cr_expect_eq(count(log, "NCCL returned without looking up NCCL_COMM_ID"), 1,
+	if (saw[0].init == 1 && v >= 22400)
+		cr_expect_eq(nr_count(log, "NCCL returned without looking up NCCL_COMM_ID"), 1,
 		             "NCCL failed before its root: the shim should say so:\n%s", log);
 }
 
 Test(preload, without_hpct_use_rootless_nothing_changes)
 {
 	char log[65536];
-	struct rank_saw saw[N];
+	struct nr_saw saw[N];
 	run_job("0", "one", 13401, saw, log, sizeof(log));
 	cr_expect_eq(saw[0].getid, 0);
 	cr_expect_eq(saw[0].derived, 0, "an id of hpct's without HPCT_USE_ROOTLESS=1");
@@ -237,7 +134,7 @@ Test(preload, without_hpct_use_rootless_nothing_changes)
 	cr_expect_null(strstr(log, "Tier"), "the shim acted:\n%s", log);
 	for (int r = 0; r < N; r++)
 		cr_expect_eq(saw[r].init, 1);
-	cr_expect_eq(count(log, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N,
+	cr_expect_eq(nr_count(log, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N,
 	             "one notice a rank:\n%s", log);
 	cr_expect_null(strstr(log, "consults hpct's env plugin"), "NCCL was given hpct's:\n%s",
 	               log);
@@ -248,12 +145,12 @@ Test(preload, without_hpct_use_rootless_nothing_changes)
 static void run_first(const char *rootless, int *derived, int *root_thread, char *out, size_t len)
 {
 	char dir[256], extra[256], what[1024], path[512];
-	tmpdir(dir, sizeof(dir));
+	nr_tmpdir(dir, sizeof(dir), "preload");
 	snprintf(extra, sizeof(extra), "HPCT_USE_ROOTLESS=%s", rootless);
 	snprintf(what, sizeof(what), "'%s' '%s'", getenv("HPCT_NCCL_FIRST"), dir);
 	run(dir, 31680, extra, what);
 	snprintf(path, sizeof(path), "%s/run.out", dir);
-	slurp(path, out, len);
+	nr_slurp(path, out, len);
 	for (int r = 0; r < N; r++) {
 		snprintf(path, sizeof(path), "%s/first.%d", dir, r);
 		FILE *f = fopen(path, "r");
@@ -265,7 +162,7 @@ static void run_first(const char *rootless, int *derived, int *root_thread, char
 		fclose(f);
 		cr_expect_eq(rc, 0, "rank %d: ncclGetUniqueId gave %d", r, rc);
 	}
-	tmpdir_done(dir);
+	nr_tmpdir_done(dir);
 }
 
 Test(preload, a_first_call_to_ncclGetUniqueId_is_taken_over)
@@ -290,9 +187,9 @@ Test(preload, a_first_call_left_alone_says_so_once)
 		cr_expect_eq(roots[r], 1, "rank %d: NCCL's own ncclGetUniqueId starts its root", r);
 	}
 	/* one line per process, on stderr */
-	cr_expect_eq(count(out, "NCCL left as it is"), N, "%s", out);
-	cr_expect_eq(count(out, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N, "%s",
-	             out);
+	cr_expect_eq(nr_count(out, "NCCL left as it is"), N, "%s", out);
+	cr_expect_eq(nr_count(out, "preload: HPCT_USE_ROOTLESS=0, not 1: NCCL left as it is"), N,
+	             "%s", out);
 }
 
 /* torchrun across nodes with no node list: RANK, WORLD_SIZE, LOCAL_RANK,
@@ -310,7 +207,7 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 	             strerror(errno));
 	cr_assert_eq(listen(lfd, 16), 0);
 	char dir[256], env[8192], cmd[16384], out[8192], path[512];
-	tmpdir(dir, sizeof(dir));
+	nr_tmpdir(dir, sizeof(dir), "preload");
 	for (int r = 0; r < 2; r++) {
 		char extra[1024];
 		snprintf(extra, sizeof(extra),
@@ -320,17 +217,18 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 		         "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d HPCT_TIMEOUT=300 "
 		         "NCCL_SET_THREAD_NAME=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=NCCL",
 		         r, master);
-		job_env(env, sizeof(env), extra);
+		nr_job_env(env, sizeof(env), extra, 0);
 		/* a hang guard only: a rank that waited would wait HPCT_TIMEOUT */
 		snprintf(cmd, sizeof(cmd), "timeout 60 %s '%s' '%s' 2> '%s/err.%d'", env,
 		         getenv("HPCT_NCCL_FIRST"), dir, dir, r);
 		int st = system(cmd);
 		snprintf(path, sizeof(path), "%s/err.%d", dir, r);
-		slurp(path, out, sizeof(out));
+		nr_slurp(path, out, sizeof(out));
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		          "rank %d: nccl_first exited %d (124: it hung):\n%s", r,
 		          WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
-		cr_expect_eq(count(out, "NCCL left as it is"), 1, "rank %d: one line:\n%s", r, out);
+		cr_expect_eq(nr_count(out, "NCCL left as it is"), 1, "rank %d: one line:\n%s", r,
+		             out);
 		cr_expect(strstr(out, "preload: no node list"), "rank %d: why:\n%s", r, out);
 		cr_expect_null(strstr(out, "consults hpct's env plugin"),
 		               "rank %d: NCCL was given hpct's env plugin:\n%s", r, out);
@@ -345,7 +243,7 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 		cr_expect_eq(derived, 0, "rank %d: an id of hpct's without a node list", r);
 		cr_expect_eq(roots, 1, "rank %d: NCCL's own ncclGetUniqueId starts its root", r);
 	}
-	tmpdir_done(dir);
+	nr_tmpdir_done(dir);
 	int fd = accept(lfd, NULL, NULL);
 	cr_expect_eq(fd, -1, "the store on MASTER_PORT was reached");
 	if (fd >= 0) {
@@ -363,8 +261,8 @@ Test(preload, without_a_node_list_nccl_is_left_at_once)
 Test(preload, several_ids_over_the_world_are_tier2)
 {
 	char log[65536], lib[4096];
-	struct rank_saw saw[N];
-	int v = nccl_version(lib, sizeof(lib));
+	struct nr_saw saw[N];
+	int v = nr_nccl_version(lib, sizeof(lib));
 	if (!nr_scalable(v))
 		cr_skip_test("NCCL %d has no ncclCommInitRankScalable", v);
 	run_job("1", "world2", 31720, saw, log, sizeof(log));
@@ -376,8 +274,9 @@ Test(preload, several_ids_over_the_world_are_tier2)
 	cr_expect_eq(saw[2].getid, 0);
 	if (nr_tier2(v)) {
 		expect_tier2(log);
-		cr_expect_eq(count(log, "every id derived and the comm is the world: Tier 2 over "
-		                        "it, in place of the 2 roots"),
+		cr_expect_eq(nr_count(log,
+		                      "every id derived and the comm is the world: Tier 2 over "
+		                      "it, in place of the 2 roots"),
 		             N, "%s", log);
 		for (int r = 0; r < N; r++)
 			cr_expect_eq(saw[r].init, 1, "rank %d: NCCL's own error must come back", r);
@@ -406,8 +305,8 @@ Test(preload, several_ids_over_the_world_are_tier2)
 Test(preload, several_ids_of_a_subgroup_have_their_roots_hosted)
 {
 	char log[65536], lib[4096];
-	struct rank_saw saw[N];
-	int v = nccl_version(lib, sizeof(lib));
+	struct nr_saw saw[N];
+	int v = nr_nccl_version(lib, sizeof(lib));
 	if (!nr_scalable(v))
 		cr_skip_test("NCCL %d has no ncclCommInitRankScalable", v);
 	run_job("1", "sub2", 31740, saw, log, sizeof(log));

@@ -10,13 +10,30 @@ hpct_nccl_releases=${HPCT_NCCL_MATRIX:-2.19.3 2.21.5 2.23.4 2.26.5 2.27.7 2.28.3
 2.28.9 2.29.3 2.29.7 2.30.3 2.30.7 2.31.2 2.32.3}
 
 # The table's columns: a heading, and the meson tests that verify it.
-hpct_nccl_columns=(codec route tier2 shim)
+hpct_nccl_columns=(codec route tier2 shim ranks)
 declare -A hpct_nccl_tests=(
 	[codec]="nccl-codec"
 	[route]="nccl-env"
 	[tier2]="nccl-roots nccl-ids"
 	[shim]="preload"
+	[ranks]="nccl-ranks"
 )
+# Real NCCL ranks through the stand-in driver (tests/standin): every test of
+# nccl-ranks on a representative few (the oldest, the first of Tier 2, the
+# first of the 2.29 wire and of ncclCommGrow, PyTorch 2.14's with env plugin
+# v2, the newest; the default release runs them in the build's own run),
+# the shim's PyTorch pattern to Init COMPLETE (nccl-ranks-core) on the rest:
+# all of them on every release would not fit the suite's time.
+hpct_nccl_ranks_full=${HPCT_NCCL_RANKS_FULL:-2.19.3 2.23.4 2.29.3 2.30.7 2.32.3}
+
+# hpct_nccl_col_tests COLUMN RELEASE: the meson tests of a column there
+hpct_nccl_col_tests() {
+	if [ "$1" = ranks ] && [[ " $hpct_nccl_ranks_full ${nccl_release:-} " != *" $2 "* ]]; then
+		echo nccl-ranks-core
+	else
+		echo "${hpct_nccl_tests[$1]}"
+	fi
+}
 
 # 2.19.3 -> 21903, as ncclGetVersion says it
 hpct_nccl_code() {
@@ -39,13 +56,16 @@ hpct_nccl_cell() {
 	       elif [ "$v" -ge 22300 ]; then echo "172 B"
 	       else echo "T1 only, 64 B"; fi ;;
 	shim) [ "$v" -ge 22300 ] && echo "Tier 2" || echo "Tier 1" ;;
+	ranks) [[ " $hpct_nccl_ranks_full ${nccl_release:-} " == *" $3 "* ]] && echo "8, all" ||
+	       echo "8, shim" ;;
 	esac
 }
 
-# hpct_nccl_status LOGJSON COLUMN: ok, FAIL, skip or "not run", from meson's
-# JSON test log (one object a line; the newest entry of a test counts)
+# hpct_nccl_status LOGJSON COLUMN RELEASE: ok, FAIL, skip or "not run",
+# from meson's JSON test log (one object a line; the newest entry of a
+# test counts)
 hpct_nccl_status() {
-	python3 - "$1" ${hpct_nccl_tests[$2]} <<'EOF'
+	python3 - "$1" $(hpct_nccl_col_tests "$2" "$3") <<'EOF'
 import json, sys
 res = {}
 try:
@@ -82,11 +102,12 @@ EOF
 # run, meson-logs/testlog.json), adds to passed/failed/skipped like
 # run_suite, and prints the table.
 hpct_nccl_matrix() {
-	local dir=$1 default=$2 v home rc code out log tests="" col row
+	local dir=$1 default=$2 v home rc code out log tests col row
 	local rows=""
-	for col in "${hpct_nccl_columns[@]}"; do tests="$tests ${hpct_nccl_tests[$col]}"; done
 	for v in $hpct_nccl_releases; do
 		code=$(hpct_nccl_code "$v")
+		tests=""
+		for col in "${hpct_nccl_columns[@]}"; do tests="$tests $(hpct_nccl_col_tests "$col" "$v")"; done
 		if [ "$v" = "$default" ]; then
 			log=$dir/meson-logs/testlog.json
 		else
@@ -128,16 +149,16 @@ hpct_nccl_matrix() {
 		fi
 		row=$(printf '%-8s' "$v")
 		for col in "${hpct_nccl_columns[@]}"; do
-			row="$row $(printf '%-22s' "$(hpct_nccl_cell "$col" "$code"): $(hpct_nccl_status "$log" "$col")")"
+			row="$row $(printf '%-22s' "$(hpct_nccl_cell "$col" "$code" "$v"): $(hpct_nccl_status "$log" "$col" "$v")")"
 		done
 		rows="$rows$row
 "
 	done
 	hpct_nccl_table=$(
 		echo "NCCL releases verified here (nccl suite through HPCT_NCCL_LIB; no GPU here:"
-		echo "NCCL's own part after the bootstrap is not):"
-		printf '%-8s %-22s %-22s %-22s %-22s\n' release "codec (id layout)" \
-			"route (NCCL_COMM_ID)" "roots (report size)" "shim (tier)"
+		echo "real ranks run through the stand-in driver, no kernel runs):"
+		printf '%-8s %-22s %-22s %-22s %-22s %-22s\n' release "codec (id layout)" \
+			"route (NCCL_COMM_ID)" "roots (report size)" "shim (tier)" "real ranks (tests)"
 		printf '%s' "$rows"
 	)
 	printf '%s\n' "$hpct_nccl_table"
