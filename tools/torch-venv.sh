@@ -3,8 +3,10 @@
 # that runs a given PyTorch, for hpct-bench --torch and the tests.  1.13 is
 # Debian's python3-torch in /usr/bin/python3; 2.13 is the CPU build of
 # torch 2.13.0 from PyPI in a venv in a cache outside the tree (HPCT_CACHE,
-# default ~/.cache/hpct), made once and reused when present.  Only that
-# pinned version: a plain `pip install torch` takes a CUDA build of GBs.
+# default ~/.cache/hpct), made once and reused when present; 2.14 the CUDA
+# build of torch 2.14.1 in another (its ProcessGroupNCCL, run through the
+# stand-in driver of tests/standin where no GPU is).  Only those pinned
+# versions: a plain `pip install torch` takes whatever CUDA build is newest.
 
 # hpct_venv_make LABEL DIR: makes the venv DIR unless it is there
 # (hpct_venv_made then names it: a failed install removes it, so that the
@@ -60,12 +62,13 @@ hpct_venv_pip() {
 # 2 when pip could not reach the registry (a skip, not a failure).
 hpct_torch_python() {
 	local ver=$1 cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
-	local want full py dir got
+	local want full py dir got build
 	case $ver in
 	1.13) want=1.13 ;;
-	2.13 | 2.13.0) want=2.13 full=2.13.0 ;;
+	2.13 | 2.13.0) want=2.13 full=2.13.0 build="CPU build" ;;
+	2.14 | 2.14.1) want=2.14 full=2.14.1 build="CUDA 13 build, about 5.5 GB: its NCCL 2.30.7" ;;
 	*)
-		echo "hpct: torch $ver: want 1.13 (Debian's python3-torch) or 2.13 (a venv)" >&2
+		echo "hpct: torch $ver: want 1.13 (Debian's python3-torch), 2.13 or 2.14 (a venv)" >&2
 		return 1
 		;;
 	esac
@@ -99,7 +102,7 @@ hpct_torch_python() {
 		;;
 	esac
 	hpct_venv_make "torch $full" "$dir" || return 1
-	echo "hpct: torch $full: installing it (CPU build) and numpy into $dir" >&2
+	echo "hpct: torch $full: installing it ($build) and numpy into $dir" >&2
 	hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
 	got=$("$py" -c 'import torch; print(torch.__version__)' 2>&1) || {
 		echo "hpct: torch $full: installed, but $py cannot import it: $(echo "$got" | tail -n 1)" >&2
@@ -144,7 +147,7 @@ hpct_frameworks_python() {
 # run, not sourced: print the interpreter for $1
 if [ -n "${BASH_SOURCE:-}" ] && [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	. "$(dirname "$0")/debian-deps.sh"
-	case ${1:?usage: tools/torch-venv.sh 1.13|2.13|frameworks} in
+	case ${1:?usage: tools/torch-venv.sh 1.13|2.13|2.14|frameworks} in
 	frameworks) hpct_frameworks_python ;;
 	*) hpct_torch_python "$1" ;;
 	esac

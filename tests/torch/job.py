@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from master_conns import master_conns
 
 rounds = int(os.environ.get("JOB_INCARNATIONS", "1"))
 
@@ -18,21 +19,6 @@ rounds = int(os.environ.get("JOB_INCARNATIONS", "1"))
 # looks for established TCP connections to or from that port on this host
 # (/proc/net/tcp*) at the end of every incarnation, while the stores live.
 held = []
-
-
-def master_conns():
-    found = []
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(name).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            lport, rport, state = int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3]
-            if state == "01" and port in (lport, rport):
-                found.append(f"{f[1]} -> {f[2]}")
-    return found
 
 
 kept = []  # subgroups kept referenced across destroy_process_group
@@ -309,7 +295,7 @@ for inc in range(rounds):
             base.barrier(f"b{inc}", n)
         dist.barrier()
     if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == "0":
-        held += master_conns()
+        held += master_conns(port)
     if os.environ.get("JOB_SHOW_SHIM") == "1" and inc == rounds - 1:
         show_children(inc)
         dist.barrier()
