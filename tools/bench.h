@@ -238,6 +238,9 @@ int bench_state_get(hpct_world *w, void *held, size_t len, double *done);
 int bench_fanout_main(int argc, char **argv);
 /* --scenario nvrx: its own options and table (bench_nvrx.c). */
 int bench_nvrx_main(int argc, char **argv);
+/* --scenario nccl-init: real NCCL ranks, stock against hpct's derived ids
+ * (bench_nccl_init.c, its rank hpct-bench-nccl). */
+int bench_nccl_init_main(int argc, char **argv);
 #define BENCH_FANOUT_MAX_CONC 8 /* --concurrent at most */
 int bench_fanout_rank(hpct_world *w);
 

@@ -7,6 +7,7 @@
  *   hpct-bench --scenario torch --torch 1.13,2.13 --path stock,rootless --reinit
  *              [--launch direct,torchrun] [--replicas 1,2] [--store-ops K]
  *   hpct-bench --scenario nvrx [--ranks 4] [--repeat 3]   (bench_nvrx.c)
+ *   hpct-bench --scenario nccl-init [--ranks 8,16,32,64]  (bench_nccl_init.c)
  *
  * Every scenario is timed from the first fork until the last rank has done
  * its work; each rank reports its CLOCK_MONOTONIC finish time through a
@@ -221,8 +222,9 @@ static void usage(FILE *f)
 	        "twice), gloo-replace (created again after --kill K ranks were replaced in\n"
 	        "process), nccl-root, restart, kill-root, torch (paths stock and\n"
 	        "rootless: an unmodified PyTorch job, with libhpct_preload.so for rootless);\n"
-	        "and sim, fanout and nvrx (NVIDIA Resiliency Extension's restart, a rank\n"
-	        "killed) on their own (hpct-bench --scenario sim --help, ... fanout --help)\n");
+	        "and sim, fanout, nvrx (NVIDIA Resiliency Extension's restart, a rank\n"
+	        "killed) and nccl-init (real NCCL ranks, stock against derived ids) on their\n"
+	        "own (hpct-bench --scenario sim --help, ... fanout --help)\n");
 }
 
 /* The ways a Gloo context is created in gloo-reuse and gloo-replace, both
@@ -585,6 +587,8 @@ int main(int argc, char **argv)
 			return bench_fanout_main(argc, argv);
 		if (strcmp(sc, "nvrx") == 0)
 			return bench_nvrx_main(argc, argv);
+		if (strcmp(sc, "nccl-init") == 0)
+			return bench_nccl_init_main(argc, argv);
 	}
 	/* --scenario sim is a program of its own (it links libhpct's engine
 	 * from the internal archive): hand it the rest of the arguments */
