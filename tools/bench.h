@@ -236,6 +236,16 @@ int bench_state_get(hpct_world *w, void *held, size_t len, double *done);
 /* --scenario fanout (bench_fanout.c): its own options, table and JSON;
  * the exit status.  bench_fanout_rank plays one of its ranks. */
 int bench_fanout_main(int argc, char **argv);
+/* The options of the scenarios that run on their own (bench_own.c): the
+ * scenario's defaults in *o (nodes -1: it takes no --nodes), what the
+ * user gave out; -1 after printing usage on a bad one. */
+struct bench_own_opts {
+	const char *ranks, *paths, *json;
+	int repeat, nodes, port;
+	double timeout;
+};
+int bench_own_options(int argc, char **argv, struct bench_own_opts *o, const char *usage);
+
 /* --scenario nvrx: its own options and table (bench_nvrx.c). */
 int bench_nvrx_main(int argc, char **argv);
 /* --scenario nccl-init: real NCCL ranks, stock against hpct's derived ids

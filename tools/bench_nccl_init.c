@@ -27,7 +27,6 @@
  *              [--path stock,rootless] [--nodes 2] [--port 26000]
  *              [--timeout 300] [--json FILE] */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,54 +266,21 @@ static void print_rows(const struct ni_row *rows, int nrows, FILE *json)
 
 int bench_nccl_init_main(int argc, char **argv)
 {
-	int ns[MAX_NS] = { 8, 16, 32, 64 }, nn = 4, repeat = 3, port = 26000, nodes = 2;
-	double timeout = 300;
-	const char *paths = "stock,rootless", *json = NULL;
-	static const struct option opts[] = {
-		{ "scenario", required_argument, NULL, 's' },
-		{ "ranks", required_argument, NULL, 'n' },
-		{ "repeat", required_argument, NULL, 'r' },
-		{ "path", required_argument, NULL, 'p' },
-		{ "nodes", required_argument, NULL, 'N' },
-		{ "port", required_argument, NULL, 'P' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "json", required_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c;
-	while ((c = getopt_long(argc, argv, "s:n:r:p:N:P:t:j:", opts, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			break;
-		case 'n':
-			nn = parse_list(optarg, ns, MAX_NS);
-			break;
-		case 'r':
-			repeat = atoi(optarg);
-			break;
-		case 'p':
-			paths = optarg;
-			break;
-		case 'N':
-			nodes = atoi(optarg);
-			break;
-		case 'P':
-			port = atoi(optarg);
-			break;
-		case 't':
-			timeout = atof(optarg);
-			break;
-		case 'j':
-			json = optarg;
-			break;
-		default:
-			fprintf(stderr,
-			        "usage: hpct-bench --scenario nccl-init [--ranks 8,16,32,64] "
-			        "[--repeat R] [--path stock,rootless] [--nodes K] [--port P] "
-			        "[--timeout S] [--json FILE]\n");
-			return 2;
-		}
-	}
+	struct bench_own_opts o = { .ranks = "8,16,32,64",
+		                    .repeat = 3,
+		                    .nodes = 2,
+		                    .port = 26000,
+		                    .timeout = 300,
+		                    .paths = "stock,rootless" };
+	if (bench_own_options(argc, argv, &o,
+	                      "usage: hpct-bench --scenario nccl-init [--ranks 8,16,32,64] "
+	                      "[--repeat R] [--path stock,rootless] [--nodes K] [--port P] "
+	                      "[--timeout S] [--json FILE]\n"))
+		return 2;
+	int ns[MAX_NS], nn = parse_list(o.ranks, ns, MAX_NS), repeat = o.repeat, port = o.port;
+	int nodes = o.nodes;
+	double timeout = o.timeout;
+	const char *paths = o.paths, *json = o.json;
 	for (int i = 0; i < nn; i++)
 		if (ns[i] < 2 || ns[i] > MAX_RANKS) {
 			fprintf(stderr,

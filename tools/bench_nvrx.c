@@ -17,7 +17,6 @@
  *   hpct-bench --scenario nvrx [--ranks 4] [--repeat 3] [--path stock,rootless]
  *              [--port 29900] [--timeout 120] [--json FILE] */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,50 +197,19 @@ static int frameworks_python(char *buf, size_t len)
 
 int bench_nvrx_main(int argc, char **argv)
 {
-	int n = 4, repeat = 3, port = 29900;
-	double timeout = 120;
-	const char *paths = "stock,rootless", *json = NULL;
-	static const struct option opts[] = {
-		{ "scenario", required_argument, NULL, 's' },
-		{ "ranks", required_argument, NULL, 'n' },
-		{ "repeat", required_argument, NULL, 'r' },
-		{ "path", required_argument, NULL, 'p' },
-		{ "port", required_argument, NULL, 'P' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "json", required_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c;
-	while ((c = getopt_long(argc, argv, "s:n:r:p:P:t:j:", opts, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			break;
-		case 'n':
-			n = atoi(optarg);
-			break;
-		case 'r':
-			repeat = atoi(optarg);
-			break;
-		case 'p':
-			paths = optarg;
-			break;
-		case 'P':
-			port = atoi(optarg);
-			break;
-		case 't':
-			timeout = atof(optarg);
-			break;
-		case 'j':
-			json = optarg;
-			break;
-		default:
-			fprintf(stderr,
-			        "usage: hpct-bench --scenario nvrx [--ranks N] [--repeat R] "
-			        "[--path stock,rootless] [--port P] [--timeout S] [--json "
-			        "FILE]\n");
-			return 2;
-		}
-	}
+	struct bench_own_opts o = { .ranks = "4",
+		                    .repeat = 3,
+		                    .nodes = -1,
+		                    .port = 29900,
+		                    .timeout = 120,
+		                    .paths = "stock,rootless" };
+	if (bench_own_options(argc, argv, &o,
+	                      "usage: hpct-bench --scenario nvrx [--ranks N] [--repeat R] "
+	                      "[--path stock,rootless] [--port P] [--timeout S] [--json FILE]\n"))
+		return 2;
+	int n = atoi(o.ranks), repeat = o.repeat, port = o.port;
+	double timeout = o.timeout;
+	const char *paths = o.paths, *json = o.json;
 	if (n < 3 || n > 64 || repeat < 1 || repeat > MAX_RUNS || port < 1 || port > 65000) {
 		fprintf(stderr,
 		        "hpct-bench: --scenario nvrx: want 3..64 ranks (--ranks %d), 1..%d runs "
