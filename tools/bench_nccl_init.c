@@ -69,6 +69,9 @@ static void standin_env(void)
 	snprintf(buf, sizeof(buf), "%s%s%s/libstandin_yield.so", old ? old : "",
 	         old && *old ? " " : "", dir);
 	setenv("LD_PRELOAD", buf, 1);
+	/* a device per rank of a node (NCCL refuses two ranks on one), as
+	 * many as the stand-in can show (NCCL keeps 32 a node) */
+	setenv("HPCT_STANDIN_DEVICES", "32", 0);
 	for (int i = 0; standin_knobs[i]; i++) {
 		char kv[128];
 		snprintf(kv, sizeof(kv), "%s", standin_knobs[i]);
@@ -162,8 +165,12 @@ static int once(const char *prog, int n, int nodes, int rootless, int port, doub
 			if (pids[r] > 0 && waitpid(pids[r], &st, WNOHANG) == pids[r]) {
 				pids[r] = -pids[r];
 				live--;
-				if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && bad < 0)
+				if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && bad < 0) {
 					bad = r;
+					/* the run is lost: the others get 5 s to say why */
+					if (measure_now() + 5 < until)
+						until = measure_now() + 5;
+				}
 			}
 		}
 		if (live)

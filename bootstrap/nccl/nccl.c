@@ -344,17 +344,16 @@ static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm
 
 int hpct__nccl_roots_up(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c)
 {
-	if (l->version >= 22400)
-		return 0;
+	if (!c->group && l->version >= 22400)
+		return 0; /* a refused rank sleeps and retries: slower, not wrong */
 	if (!c->group) {
 		static atomic_int said;
 		if (!atomic_exchange(&said, 1))
 			HPCT_WARN(HPCT_SUB_NCCL,
 			          "rank %d: %s: NCCL %d aborts a connect it retries, and hpct "
-			          "knows no "
-			          "group of this comm's ranks to wait for the roots with: a rank "
-			          "that "
-			          "comes before its root listens fails (ECONNABORTED)",
+			          "knows no group of this comm's ranks to wait for the roots "
+			          "with: a rank that comes before its root listens fails "
+			          "(ECONNABORTED)",
 			          c->w->topo.rank, c->name, l->version);
 		return 0;
 	}
@@ -363,7 +362,7 @@ int hpct__nccl_roots_up(const struct hpct_nccl_lib *l, const struct hpct_nccl_co
 		char said[600];
 		snprintf(said, sizeof(said), "%s", hpct_last_error());
 		return hpct__fail(rc, HPCT_SUB_NCCL,
-		                  "rank %d: %s: NCCL %d needs its roots listening before any rank "
+		                  "rank %d: %s: NCCL %d wants its roots listening before any rank "
 		                  "calls it, and not every rank came: %s",
 		                  c->w->topo.rank, c->name, l->version, said);
 	}
@@ -517,8 +516,14 @@ int hpct__nccl_call_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl
 static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c,
                       hpct_nccl_id id, void *config, void **comm)
 {
+	/* hpct's root where NCCL cannot be shown the id, and before 2.24: it
+	 * listens before anyone calls NCCL (then the ranks meet), NCCL's own
+	 * only inside its init, and those releases abort a retried connect.
+	 * The same answer on every rank. */
+	int ours = !hpct__nccl_comm_id_possible(l) || (l->version < 22400 && c->group);
+	int meet = ours || l->version < 22400;
 	if (c->rank != 0) {
-		int up = hpct__nccl_roots_up(l, c);
+		int up = meet ? hpct__nccl_roots_up(l, c) : 0;
 		if (up)
 			return up;
 		int res = hpct__nccl_init_call(l, c, 0, &id, config, NULL, comm);
@@ -530,9 +535,6 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	int rc = hpct__nccl_id_where(&id, l->version, text, sizeof(text));
 	if (rc)
 		return rc;
-	/* before 2.24 a rank must not come before the root listens: hpct's
-	 * root listens before anyone calls NCCL, NCCL's own only in its init */
-	int ours = !hpct__nccl_comm_id_possible(l) || (l->version < 22400 && c->group);
 	if (ours && !hpct__nccl_wire_for_version(l->version))
 		return hpct__fail(
 		        HPCT_ESTATE, HPCT_SUB_NCCL,
@@ -549,7 +551,7 @@ static int init_tier1(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm
 	int keyed = c->w->topo.secret != NULL;
 	rc = ours ? hpct__nccl_roots_start(&id, 1, c->nranks, c->w->topo.timeout_s, keyed, &root)
 	          : hpct__nccl_port_check(&id);
-	if (rc == 0)
+	if (rc == 0 && meet)
 		rc = hpct__nccl_roots_up(l, c);
 	if (rc == 0 && !ours)
 		rc = hpct__nccl_comm_id_begin(l, text);

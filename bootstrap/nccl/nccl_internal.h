@@ -108,13 +108,14 @@ struct hpct_nccl_comm {
 	struct hpct_group *group;
 };
 
-/* NCCL before 2.24 retries a refused connect on the same socket, which
- * Linux then aborts (ECONNABORTED: NCCL fails at once): a rank must not
- * reach a root before it listens, as it can when the roots start at
- * init (hpct's, and NCCL's own under NCCL_COMM_ID) rather than at
- * ncclGetUniqueId.  For those releases the comm's ranks meet in an hpct
- * barrier over c->group once this rank's roots listen; a no-op from 2.24
- * or without a group (said once). */
+/* A rank must not reach a root before it listens, as it can when the
+ * roots start at init (hpct's micro-roots and Tier 1 root, NCCL's own
+ * under NCCL_COMM_ID) rather than at ncclGetUniqueId: NCCL sleeps
+ * NCCL_SOCKET_RETRY_SLEEP_MSEC (100 ms) after a refused connect, and
+ * before 2.24 it retries on the same socket, which Linux then aborts
+ * (ECONNABORTED: NCCL fails at once).  So the comm's ranks meet in an
+ * hpct barrier over c->group once this rank's roots listen (a few round
+ * trips); without a group a no-op (before 2.24 said once). */
 int hpct__nccl_roots_up(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c);
 
 /* The tier NCCL `l` allows in world `w` with the settings. */

@@ -91,7 +91,11 @@ HPCT_API enum hpct_nccl_tier hpct_nccl_tier(hpct_group *group);
  * HPCT_ENCCL with ncclGetErrorString's text and ncclGetLastError's.  A
  * non-blocking config returns 0 once NCCL has the init under way (check
  * ncclCommGetAsyncError as usual); at Tier 2 the call returns when this
- * rank's micro-root has answered. */
+ * rank's micro-root has answered.  The members meet in an hpct barrier
+ * once their roots listen, before any calls NCCL (NCCL sleeps 100 ms
+ * after a refused connect, and before 2.24 fails); a blocking init whose
+ * sockets move nothing for HPCT_TIMEOUT (a member lost in NCCL's
+ * bootstrap) is made to fail, and the roots name whom they missed. */
 HPCT_API int hpct_nccl_comm_init(hpct_group *group, uint64_t key, void *config, void **comm_out);
 
 /* Grows an NCCL communicator (ncclCommGrow, NCCL 2.29 and later) with no
