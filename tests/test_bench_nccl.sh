@@ -3,6 +3,8 @@
 # (NCCL_HOME): N players until each has its ring neighbour, from hpct's roots
 # (rootless) and from the root NCCL's ncclGetUniqueId starts (standard).
 # A player that gets a wrong answer or none makes its row "failed".
+# Then --scenario nccl-init: real NCCL ranks (hpct-bench-nccl) through the
+# stand-in driver (HPCT_CUDA_STANDIN), stock and rootless, 4 ranks.
 # Usage: test_bench_nccl.sh HPCT_BENCH
 set -eu
 bench=$1
@@ -35,4 +37,18 @@ grep -q '"nccl":"[0-9]*\.[0-9]*\.[0-9]*","path":"rootless","ranks":4' "$dir/r.js
 "$bench" --scenario nccl-root --ranks 4 --nccl /nonexistent/libnccl.so.2 >"$dir/rout" 2>&1 &&
 	fail "--nccl with a missing library succeeded"
 grep -q '/nonexistent/libnccl.so.2' "$dir/rout" || fail "the missing library is not named: $(cat "$dir/rout")"
+# nccl-init: both rows at 4 ranks, the ratio line, the JSON; stock's root
+# takes a report from every rank, so its busiest process accepted more
+lib=$NCCL_HOME/lib/libnccl.so.2
+HPCT_NCCL_LIB=$lib "$bench" --scenario nccl-init --ranks 4 --repeat 1 --port 16720 \
+	--timeout 120 --json "$dir/i.json" >"$dir/iout" 2>"$dir/ierr" ||
+	fail "the nccl-init run failed: $(cat "$dir/iout" "$dir/ierr")"
+for p in stock rootless; do
+	grep -Eq "^nccl-init +$p +4 +1/1 +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+\$" "$dir/iout" ||
+		fail "no nccl-init row for $p: $(cat "$dir/iout")"
+	grep -q "\"scenario\":\"nccl-init\",\"path\":\"$p\",\"ranks\":4,\"ok\":1," "$dir/i.json" ||
+		fail "no nccl-init JSON row for $p: $(cat "$dir/i.json")"
+done
+grep -q '^4 ranks: stock/rootless init [0-9.]*x, NCCL.s bootstrap [0-9.]*x' "$dir/iout" ||
+	fail "no nccl-init ratio line: $(cat "$dir/iout")"
 echo ok
