@@ -19,12 +19,13 @@ declare -A hpct_nccl_tests=(
 	[ranks]="nccl-ranks"
 )
 # Real NCCL ranks through the stand-in driver (tests/standin): every test of
-# nccl-ranks on a representative few (the oldest, the first of Tier 2, the
-# first of the 2.29 wire and of ncclCommGrow, PyTorch 2.14's with env plugin
-# v2, the newest; the default release runs them in the build's own run),
-# the shim's PyTorch pattern to Init COMPLETE (nccl-ranks-core) on the rest:
-# all of them on every release would not fit the suite's time.
-hpct_nccl_ranks_full=${HPCT_NCCL_RANKS_FULL:-2.19.3 2.23.4 2.29.3 2.30.7 2.32.3}
+# nccl-ranks on a representative few (the oldest and its 64-byte wire, the
+# first of Tier 2 and the 172-byte one, the first of the 176-byte one and
+# of ncclCommGrow, the newest; the default release runs them in the build's
+# own run, and torch-nccl runs PyTorch 2.14's 2.30.7), the shim's PyTorch
+# pattern to Init COMPLETE (nccl-ranks-core) on the rest: all of them on
+# every release would not fit the suite's time.
+hpct_nccl_ranks_full=${HPCT_NCCL_RANKS_FULL:-2.19.3 2.23.4 2.29.3 2.32.3}
 
 # hpct_nccl_col_tests COLUMN RELEASE: the meson tests of a column there
 hpct_nccl_col_tests() {
