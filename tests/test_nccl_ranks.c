@@ -81,6 +81,15 @@ static void run_job(struct job *j, const char *prog_env, const char *args, int p
 	run_cmd(j, cmd, port, timeout, extra, "");
 }
 
+/* Skips the test where the release under test lacks `call` (NCCL `since`). */
+static void need_release(int min, const char *call, const char *since)
+{
+	char lib[4096];
+	int v = nr_nccl_version(lib, sizeof(lib));
+	if (v < min)
+		cr_skip_test("NCCL %d has no %s (%s and later)", v, call, since);
+}
+
 static void job_done(const struct job *j)
 {
 	nr_tmpdir_done(j->dir);
@@ -160,9 +169,7 @@ Test(ranks, stock_nccl_reaches_init_complete_with_its_root_on_rank_0)
  * id, every rank passes both to ncclCommInitRankScalable. */
 Test(ranks, several_ids_reach_init_complete)
 {
-	char lib[4096];
-	if (!nr_scalable(nr_nccl_version(lib, sizeof(lib))))
-		cr_skip_test("NCCL %d has no ncclCommInitRankScalable", nr_nccl_version(lib, 4096));
+	need_release(22300, "ncclCommInitRankScalable", "2.23");
 	static struct job j;
 	run_job(&j, "HPCT_NCCL_JOB", "world2", 11080, 60, "HPCT_USE_ROOTLESS=1");
 	expect_complete(&j);
@@ -180,6 +187,15 @@ static int api_line(const struct job *j, const char *what, int r, char *buf, siz
 	return buf[0] ? 0 : -1;
 }
 
+/* Rank r's line of nccl_api is `want`. */
+static void expect_api_line(const struct job *j, const char *what, int r, const char *want)
+{
+	char line[512];
+	cr_assert_eq(api_line(j, what, r, line, sizeof(line)), 0, "rank %d wrote no %s line:\n%s",
+	             r, what, j->out);
+	cr_expect_str_eq(line, want, "rank %d", r);
+}
+
 Test(ranks, hpcts_api_makes_communicators_with_no_store)
 {
 	static struct job j;
@@ -187,9 +203,7 @@ Test(ranks, hpcts_api_makes_communicators_with_no_store)
 	cr_assert_eq(j.rc, 0, "hpct-run exited %d:\n%s\n%s", j.rc, j.out, j.log);
 	int tier2 = nr_tier2(j.version);
 	for (int r = 0; r < N; r++) {
-		char line[512], want[512];
-		cr_assert_eq(api_line(&j, "api", r, line, sizeof(line)), 0, "rank %d: nothing:\n%s",
-		             r, j.out);
+		char want[512];
 		/* world, persistent twice (the second on kept ids and listener),
 		 * the even ranks' subgroup (-1: not a member) */
 		snprintf(want, sizeof(want),
@@ -198,7 +212,7 @@ Test(ranks, hpcts_api_makes_communicators_with_no_store)
 		         tier2 ? 2 : 1, tier2 || r == 0 ? 1 : 0, r % 2 ? -1 : 0);
 		/* Tier 1 (2.19-2.22 here): hpct's root in rank 0, up before any
 		 * rank calls NCCL (those releases abort a retried connect) */
-		cr_expect_str_eq(line, want, "rank %d", r);
+		expect_api_line(&j, "api", r, want);
 	}
 	/* 3 communicators over the world and 1 over the 4 even ranks */
 	cr_expect_eq(nr_count(j.nccl, "Init COMPLETE"), 3 * N + N / 2, "%s", j.nccl);
@@ -210,20 +224,15 @@ Test(ranks, hpcts_api_makes_communicators_with_no_store)
  * MASTER_PORT, no rank 0. */
 Test(ranks, grow_reaches_the_new_ranks_with_no_store)
 {
-	char lib[4096];
-	int v = nr_nccl_version(lib, sizeof(lib));
-	if (v < 22900)
-		cr_skip_test("NCCL %d has no ncclCommGrow (2.29 and later)", v);
+	need_release(22900, "ncclCommGrow", "2.29");
 	static struct job j;
 	run_job(&j, "HPCT_NCCL_API", "grow", 11160, 60, "HPCT_USE_ROOTLESS=1");
 	cr_assert_eq(j.rc, 0, "hpct-run exited %d:\n%s\n%s", j.rc, j.out, j.log);
 	for (int r = 0; r < N; r++) {
-		char line[256], want[256];
-		cr_assert_eq(api_line(&j, "grow", r, line, sizeof(line)), 0, "rank %d:\n%s", r,
-		             j.out);
+		char want[256];
 		snprintf(want, sizeof(want), "first=%d grow=0 count=%d rank=%d of=%d\n",
 		         r < 4 ? 0 : -1, N, r, N);
-		cr_expect_str_eq(line, want, "rank %d", r);
+		expect_api_line(&j, "grow", r, want);
 	}
 	cr_expect_eq(nr_count(j.log, "ncclCommGrow to 8 ranks"), N, "%s", j.log);
 	job_done(&j);
@@ -233,10 +242,7 @@ Test(ranks, grow_reaches_the_new_ranks_with_no_store)
  * once it has its communicator; the others shrink without it. */
 Test(ranks, shrink_after_a_rank_is_killed)
 {
-	char lib[4096];
-	int v = nr_nccl_version(lib, sizeof(lib));
-	if (v < 22700)
-		cr_skip_test("NCCL %d has no ncclCommShrink (2.27 and later)", v);
+	need_release(22700, "ncclCommShrink", "2.27");
 	static struct job j;
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' shrink", getenv("HPCT_NCCL_API"));
@@ -245,11 +251,9 @@ Test(ranks, shrink_after_a_rank_is_killed)
 	cr_expect_eq(j.rc, 1, "%s", j.out);
 	cr_expect(strstr(j.out, "rank 7 (pid"), "the lost rank is not named:\n%s", j.out);
 	for (int r = 0; r < N - 1; r++) {
-		char line[256], want[256];
-		cr_assert_eq(api_line(&j, "shrink", r, line, sizeof(line)), 0, "rank %d:\n%s", r,
-		             j.out);
+		char want[256];
 		snprintf(want, sizeof(want), "first=0 shrink=0 count=%d rank=%d\n", N - 1, r);
-		cr_expect_str_eq(line, want, "rank %d", r);
+		expect_api_line(&j, "shrink", r, want);
 	}
 	job_done(&j);
 }
