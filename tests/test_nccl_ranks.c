@@ -280,6 +280,35 @@ Test(ranks, a_rank_killed_in_the_bootstrap_fails_the_others_in_time)
 	job_done(&j);
 }
 
+/* The same with the ranks' meeting skipped (HPCT_NCCL_MEET=0): the rank
+ * is lost as the others are inside NCCL's bootstrap, where NCCL waits with
+ * no deadline of its own; hpct's watch makes each fail within
+ * HPCT_TIMEOUT once its sockets move nothing, and the micro-root of the
+ * rank before it names it. */
+Test(ranks, a_rank_killed_in_nccls_own_bootstrap_fails_the_others_in_time)
+{
+	static struct job j;
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' one", getenv("HPCT_NCCL_JOB"));
+	run_cmd(&j, cmd, 11360, 10, "HPCT_USE_ROOTLESS=1 HPCT_NCCL_MEET=0 NCCL_JOB_KILL=5",
+	        "--keep-going");
+	cr_expect_eq(j.rc, 1, "%s", j.out);
+	for (int r = 0; r < N; r++) {
+		if (r == 5)
+			continue;
+		cr_assert(j.wrote[r], "rank %d wrote nothing (it hung?):\n%s\n%s", r, j.out, j.log);
+		cr_expect_neq(j.saw[r].init, 0, "rank %d: init succeeded without rank 5", r);
+		cr_expect_lt(j.saw[r].init_ms, 25000, "rank %d failed only after %.0f ms", r,
+		             j.saw[r].init_ms);
+	}
+	if (nr_tier2(j.version))
+		cr_expect(strstr(j.log, "not heard from rank 5"), "rank 5 is not named:\n%s",
+		          j.log);
+	cr_expect(strstr(j.log, "have moved nothing for HPCT_TIMEOUT=10 s"),
+	          "the watch did not say so:\n%s", j.log);
+	job_done(&j);
+}
+
 /* HPCT_SECRET on every rank, PyTorch's pattern: the magics are keyed by it. */
 Test(ranks, with_a_secret_every_rank_reaches_init_complete)
 {
@@ -293,9 +322,11 @@ Test(ranks, with_a_secret_every_rank_reaches_init_complete)
 }
 
 /* hpct's API, where every rank derives the ids alone: rank 7 holds another
- * job's secret, so its magic is another job's.  The micro-roots it reaches
- * refuse it, saying why; rank 6's micro-root names it as the rank it never
- * heard from; and no rank waits past the deadline (HPCT_TIMEOUT 10 s). */
+ * job's secret.  The ranks meet (their roots up) before any calls NCCL,
+ * over links that check the secret: rank 7 is refused there, by name, and
+ * no rank waits past the deadline (HPCT_TIMEOUT 10 s).  (Its magic, another
+ * job's, is refused by hpct's micro-roots too where it reaches them:
+ * test_nccl_roots.c plays such a peer.) */
 Test(ranks, a_rank_of_another_job_is_refused)
 {
 	char lib[4096];
@@ -319,10 +350,8 @@ Test(ranks, a_rank_of_another_job_is_refused)
 		cr_expect_neq(init, 0, "rank %d: init succeeded with a stranger", r);
 		cr_expect_lt(ms, 25000, "rank %d returned only after %.0f ms", r, ms);
 	}
-	/* NCCL before 2.24 has the ranks meet in an hpct barrier first, whose
-	 * links check the secret too: refused there, before NCCL's roots */
-	cr_expect(strstr(j.log, "keyed by HPCT_SECRET: no secret there, or another one") ||
-	                  (j.version < 22400 && strstr(j.log, "wrong proof of the shared secret")),
+	cr_expect(strstr(j.log, "wrong proof of the shared secret") ||
+	                  strstr(j.log, "keyed by HPCT_SECRET: no secret there, or another one"),
 	          "no refusal said:\n%s", j.log);
 	cr_expect(strstr(j.log, "not heard from rank 7"), "rank 7 is not named:\n%s", j.log);
 	job_done(&j);

@@ -35,6 +35,9 @@ static const struct hpct_param params[] = {
 	{ "HPCT_NCCL_ROOTLESS", HPCT_PT_BOOL, "1",
 	  "NCCL 2.23-2.32: 1 hosts a micro-root in every rank (Tier 2); 0 keeps NCCL's own root "
 	  "at a derived address (Tier 1)" },
+	{ "HPCT_NCCL_MEET", HPCT_PT_BOOL, "1",
+	  "1: a communicator's ranks meet once their roots listen, before any calls NCCL (NCCL "
+	  "sleeps 100 ms after a refused connect, and before 2.24 fails); 0 skips it" },
 	{ "HPCT_NCCL_PORT_BASE", HPCT_PT_INT, NULL,
 	  "first port for NCCL roots (default: right after HPCT_PORT_BASE's range)" },
 	{ "HPCT_NCCL_PORT_RANGE", HPCT_PT_INT, NULL,

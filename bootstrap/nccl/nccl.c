@@ -344,6 +344,9 @@ static void group_comm(struct hpct_group *g, uint64_t key, struct hpct_nccl_comm
 
 int hpct__nccl_roots_up(const struct hpct_nccl_lib *l, const struct hpct_nccl_comm *c)
 {
+	int meet = 1;
+	if (hpct__env_bool(hpct__env_process(), "HPCT_NCCL_MEET", &meet, NULL) == 0 && !meet)
+		return 0; /* the user's choice (HPCT_NCCL_MEET=0) */
 	if (!c->group && l->version >= 22400)
 		return 0; /* a refused rank sleeps and retries: slower, not wrong */
 	if (!c->group) {
