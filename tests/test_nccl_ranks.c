@@ -287,6 +287,10 @@ Test(ranks, a_rank_killed_in_the_bootstrap_fails_the_others_in_time)
  * rank before it names it. */
 Test(ranks, a_rank_killed_in_nccls_own_bootstrap_fails_the_others_in_time)
 {
+	char lib[4096];
+	int v = nr_nccl_version(lib, sizeof(lib));
+	if (v < 22400) /* without the meeting, they fail at once (ECONNABORTED) */
+		cr_skip_test("NCCL %d aborts a retried connect: the meeting cannot be skipped", v);
 	static struct job j;
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' one", getenv("HPCT_NCCL_JOB"));
