@@ -40,7 +40,9 @@ grep -q '/nonexistent/libnccl.so.2' "$dir/rout" || fail "the missing library is 
 # nccl-init: both rows at 4 ranks, the ratio line, the JSON; stock's root
 # takes a report from every rank, so its busiest process accepted more
 lib=$NCCL_HOME/lib/libnccl.so.2
-HPCT_NCCL_LIB=$lib "$bench" --scenario nccl-init --ranks 4 --repeat 1 --port 16720 \
+# (an instrumented build: the sanitizer's runtime first, before the yield
+# library the bench preloads for its ranks)
+HPCT_NCCL_LIB=$lib LD_PRELOAD=${HPCT_PRELOAD_FIRST:-} "$bench" --scenario nccl-init --ranks 4 --repeat 1 --port 16720 \
 	--timeout 120 --json "$dir/i.json" >"$dir/iout" 2>"$dir/ierr" ||
 	fail "the nccl-init run failed: $(cat "$dir/iout" "$dir/ierr")"
 for p in stock rootless; do
