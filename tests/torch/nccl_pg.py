@@ -27,6 +27,12 @@ from torch.distributed import distributed_c10d as c10d
 
 from master_conns import master_conns
 
+def say(line):
+    # one write a line: the ranks share one output file, and print()'s
+    # text and newline may reach it apart, between another rank's
+    os.write(1, (line + "\n").encode())
+
+
 rank = int(os.environ["RANK"])
 n = int(os.environ["WORLD_SIZE"])
 local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -37,20 +43,20 @@ held = []
 dev = torch.device("cuda", local % torch.cuda.device_count())
 torch.cuda.set_device(dev)
 if rank == 0:
-    print("nccl %s" % ".".join(map(str, torch.cuda.nccl.version())), flush=True)
+    say("nccl %s" % ".".join(map(str, torch.cuda.nccl.version())))
 t0 = time.monotonic()
 dist.init_process_group("nccl", device_id=dev)
-print("init %d %.3f" % (rank, time.monotonic() - t0), flush=True)
+say("init %d %.3f" % (rank, time.monotonic() - t0))
 held += master_conns(port) if hold else []
 sub = dist.new_group([0, 1])
-print("group %d" % rank, flush=True)
+say("group %d" % rank)
 held += master_conns(port) if hold else []
 if os.environ.get("JOB_ALLREDUCE") == "1":
     x = torch.full((1 << 20,), float(rank + 1), device=dev)
     dist.all_reduce(x)
     want = n * (n + 1) / 2
     assert bool((x == want).all()), "all_reduce gave %s, want %s" % (x[0].item(), want)
-    print("allreduce %d ok" % rank, flush=True)
+    say("allreduce %d ok" % rank)
 if mode == "shrink":
     victim = int(os.environ.get("JOB_VICTIM", str(n - 1)))
     # every rank holds its groups before the victim goes
@@ -62,9 +68,9 @@ if mode == "shrink":
     if rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     pg = c10d.shrink_group([victim])
-    print("shrunk %d %d %d" % (rank, pg.size(), pg.rank()), flush=True)
+    say("shrunk %d %d %d" % (rank, pg.size(), pg.rank()))
     held += master_conns(port) if hold else []
 if hold:
-    print("held %d %s" % (len(held), " ".join(held)), flush=True)
+    say("held %d %s" % (len(held), " ".join(held)))
 dist.destroy_process_group()
-print("ok %d" % rank, flush=True)
+say("ok %d" % rank)
