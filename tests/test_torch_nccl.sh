@@ -95,14 +95,6 @@ check_rootless() { # name tag n ids_line
 
 job r4 4 init --rootless
 check_rootless "torch 2.14.1 NCCL, 4 ranks under the shim: eager init and new_group, Tier 2, Init COMPLETE, nothing on MASTER_PORT" r4 4
-job s4 4 init -- HPCT_USE_ROOTLESS=0 JOB_HOLD_MASTER=0
-bad=$(all_ok s4 4)
-complete=$(in_logs s4 '.nccl.*' 'Init COMPLETE')
-if [ -z "$bad" ] && [ "$complete" -ge 6 ] && [ "$(in_logs s4 '.hpct.*' Tier)" = 0 ]; then
-	ok "torch 2.14.1 NCCL, 4 ranks stock (for comparison): Init COMPLETE $complete times"
-else
-	not_ok "torch 2.14.1 NCCL, 4 ranks stock" "not finished:$bad; Init COMPLETE $complete" "$(show s4)"
-fi
 for n in 4 8; do
 	job "ids$n" "$n" init --rootless -- TORCH_NCCL_RANKS_PER_ROOT=2
 	check_rootless "torch 2.14.1 NCCL, $n ranks, TORCH_NCCL_RANKS_PER_ROOT=2: its $((n / 2)) ids become Tier 2" \
@@ -132,7 +124,17 @@ job k3 4 shrink --rootless --keep-going
 check_shrink "torch 2.14.1 shrink_group after rank 3 is SIGKILLed, under the shim: 3 survivors, nothing on MASTER_PORT" k3 4 3
 job k0 4 shrink --rootless --keep-going -- JOB_VICTIM=0
 check_shrink "torch 2.14.1 shrink_group after rank 0 is SIGKILLed, under the shim: the survivors shrink and finish" k0 4 0
+# stock, for comparison: the same job reaches Init COMPLETE (the world's 4
+# and the group's 2, NCCL's root on rank 0, hpct not acting), and with
+# rank 0 then SIGKILLed no survivor can shrink: its store died with it
 job s0 4 shrink --keep-going -- HPCT_USE_ROOTLESS=0 JOB_HOLD_MASTER=0 JOB_VICTIM=0
+complete=$(in_logs s0 '.nccl.*' 'Init COMPLETE')
+if [ "$(grep -c '^group ' "$dir/s0")" = 4 ] && [ "$complete" -ge 6 ] &&
+	[ "$(in_logs s0 '.hpct.*' Tier)" = 0 ]; then
+	ok "torch 2.14.1 NCCL, 4 ranks stock (for comparison): Init COMPLETE $complete times"
+else
+	not_ok "torch 2.14.1 NCCL, 4 ranks stock" "Init COMPLETE $complete" "$(show s0)"
+fi
 if [ "$(grep -c '^shrunk ' "$dir/s0")" = 0 ] && grep -q 'DistNetworkError\|Connection reset\|refused' "$dir/s0"; then
 	ok "torch 2.14.1 stock with rank 0 SIGKILLed (for comparison): no survivor shrinks, PyTorch's store died with rank 0"
 else
