@@ -258,6 +258,22 @@ Test(ranks, shrink_after_a_rank_is_killed)
 	job_done(&j);
 }
 
+/* Every rank but `lost` said its init failed, well within HPCT_TIMEOUT
+ * (10 s) plus the launch: none hung. */
+static void expect_failed_in_time(const struct job *j, int lost)
+{
+	for (int r = 0; r < N; r++) {
+		if (r == lost)
+			continue;
+		cr_assert(j->wrote[r], "rank %d wrote nothing (it hung?):\n%s\n%s", r, j->out,
+		          j->log);
+		cr_expect_neq(j->saw[r].init, 0, "rank %d: init succeeded without rank %d", r,
+		              lost);
+		cr_expect_lt(j->saw[r].init_ms, 25000, "rank %d failed only after %.0f ms", r,
+		             j->saw[r].init_ms);
+	}
+}
+
 /* A rank SIGKILLed as the others enter NCCL's bootstrap (it held the id):
  * no rank waits past the deadline, and what they say names it. */
 Test(ranks, a_rank_killed_in_the_bootstrap_fails_the_others_in_time)
@@ -268,14 +284,7 @@ Test(ranks, a_rank_killed_in_the_bootstrap_fails_the_others_in_time)
 	run_cmd(&j, cmd, 11240, 10, "HPCT_USE_ROOTLESS=1 NCCL_JOB_KILL=5", "--keep-going");
 	cr_expect_eq(j.rc, 1, "%s", j.out);
 	cr_expect(strstr(j.out, "rank 5 (pid"), "%s", j.out);
-	for (int r = 0; r < N; r++) {
-		if (r == 5)
-			continue;
-		cr_assert(j.wrote[r], "rank %d wrote nothing (it hung?):\n%s\n%s", r, j.out, j.log);
-		cr_expect_neq(j.saw[r].init, 0, "rank %d: init succeeded without rank 5", r);
-		cr_expect_lt(j.saw[r].init_ms, 25000, "rank %d failed only after %.0f ms", r,
-		             j.saw[r].init_ms);
-	}
+	expect_failed_in_time(&j, 5);
 	cr_expect(strstr(j.log, "rank 5"), "no rank names rank 5:\n%s", j.log);
 	job_done(&j);
 }
@@ -297,14 +306,7 @@ Test(ranks, a_rank_killed_in_nccls_own_bootstrap_fails_the_others_in_time)
 	run_cmd(&j, cmd, 11360, 10, "HPCT_USE_ROOTLESS=1 HPCT_NCCL_MEET=0 NCCL_JOB_KILL=5",
 	        "--keep-going");
 	cr_expect_eq(j.rc, 1, "%s", j.out);
-	for (int r = 0; r < N; r++) {
-		if (r == 5)
-			continue;
-		cr_assert(j.wrote[r], "rank %d wrote nothing (it hung?):\n%s\n%s", r, j.out, j.log);
-		cr_expect_neq(j.saw[r].init, 0, "rank %d: init succeeded without rank 5", r);
-		cr_expect_lt(j.saw[r].init_ms, 25000, "rank %d failed only after %.0f ms", r,
-		             j.saw[r].init_ms);
-	}
+	expect_failed_in_time(&j, 5);
 	if (nr_tier2(j.version))
 		cr_expect(strstr(j.log, "not heard from rank 5"), "rank 5 is not named:\n%s",
 		          j.log);
