@@ -635,9 +635,15 @@ int hpct__nccl_domain_init(const struct hpct_nccl_lib *l, const struct hpct_nccl
 	last_nccl_result = 0;
 	if (tier != HPCT_NCCL_TIER_ROOTLESS && c->rank == 0 && !ls->hosted)
 		return init_tier1(l, c, ls->ids[0], config, comm_out); /* NCCL's own root */
-	int up = hpct__nccl_roots_up(l, c); /* the kept listeners' roots serve already */
-	if (up)
-		return up;
+	/* the kept listeners' roots serve already: meet, as rank 0 does in
+	 * its own way, unless the root is NCCL's (Tier 1 where hpct's roots
+	 * do not speak the release's wire), which listens only inside NCCL's
+	 * init: then rank 0 does not meet either (init_tier1) */
+	if (tier == HPCT_NCCL_TIER_ROOTLESS || hpct__nccl_wire_for_version(l->version)) {
+		int up = hpct__nccl_roots_up(l, c);
+		if (up)
+			return up;
+	}
 	int res = hpct__nccl_init_call(l, c, tier == HPCT_NCCL_TIER_ROOTLESS ? c->nranks : 0,
 	                               (hpct_nccl_id *)ls->ids, config, NULL, comm_out);
 	if (res && res != NCCL_IN_PROGRESS)
