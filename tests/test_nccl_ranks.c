@@ -81,6 +81,19 @@ static void run_job(struct job *j, const char *prog_env, const char *args, int p
 	run_cmd(j, cmd, port, timeout, extra, "");
 }
 
+/* The same with rank `lost` SIGKILLed along the way (by `extra`): under
+ * hpct-run --keep-going, which names it and lets the others go on. */
+static void run_losing(struct job *j, const char *prog_env, const char *args, int port, int timeout,
+                       const char *extra, int lost)
+{
+	char cmd[4096], named[32];
+	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' %s", getenv(prog_env), args);
+	run_cmd(j, cmd, port, timeout, extra, "--keep-going");
+	snprintf(named, sizeof(named), "rank %d (pid", lost);
+	cr_expect_eq(j->rc, 1, "%s", j->out);
+	cr_expect(strstr(j->out, named), "the lost rank is not named:\n%s", j->out);
+}
+
 /* Skips the test where the release under test lacks `call` (NCCL `since`). */
 static void need_release(int min, const char *call, const char *since)
 {
@@ -244,12 +257,7 @@ Test(ranks, shrink_after_a_rank_is_killed)
 {
 	need_release(22700, "ncclCommShrink", "2.27");
 	static struct job j;
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' shrink", getenv("HPCT_NCCL_API"));
-	run_cmd(&j, cmd, 11200, 60, "HPCT_USE_ROOTLESS=1", "--keep-going");
-	/* hpct-run names the killed rank; the others went on */
-	cr_expect_eq(j.rc, 1, "%s", j.out);
-	cr_expect(strstr(j.out, "rank 7 (pid"), "the lost rank is not named:\n%s", j.out);
+	run_losing(&j, "HPCT_NCCL_API", "shrink", 11200, 60, "HPCT_USE_ROOTLESS=1", 7);
 	for (int r = 0; r < N - 1; r++) {
 		char want[256];
 		snprintf(want, sizeof(want), "first=0 shrink=0 count=%d rank=%d\n", N - 1, r);
@@ -279,11 +287,7 @@ static void expect_failed_in_time(const struct job *j, int lost)
 Test(ranks, a_rank_killed_in_the_bootstrap_fails_the_others_in_time)
 {
 	static struct job j;
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' one", getenv("HPCT_NCCL_JOB"));
-	run_cmd(&j, cmd, 11240, 10, "HPCT_USE_ROOTLESS=1 NCCL_JOB_KILL=5", "--keep-going");
-	cr_expect_eq(j.rc, 1, "%s", j.out);
-	cr_expect(strstr(j.out, "rank 5 (pid"), "%s", j.out);
+	run_losing(&j, "HPCT_NCCL_JOB", "one", 11240, 10, "HPCT_USE_ROOTLESS=1 NCCL_JOB_KILL=5", 5);
 	expect_failed_in_time(&j, 5);
 	cr_expect(strstr(j.log, "rank 5"), "no rank names rank 5:\n%s", j.log);
 	job_done(&j);
@@ -301,11 +305,8 @@ Test(ranks, a_rank_killed_in_nccls_own_bootstrap_fails_the_others_in_time)
 	if (v < 22400) /* without the meeting, they fail at once (ECONNABORTED) */
 		cr_skip_test("NCCL %d aborts a retried connect: the meeting cannot be skipped", v);
 	static struct job j;
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "'%s' '{dir}' one", getenv("HPCT_NCCL_JOB"));
-	run_cmd(&j, cmd, 11360, 10, "HPCT_USE_ROOTLESS=1 HPCT_NCCL_MEET=0 NCCL_JOB_KILL=5",
-	        "--keep-going");
-	cr_expect_eq(j.rc, 1, "%s", j.out);
+	run_losing(&j, "HPCT_NCCL_JOB", "one", 11360, 10,
+	           "HPCT_USE_ROOTLESS=1 HPCT_NCCL_MEET=0 NCCL_JOB_KILL=5", 5);
 	expect_failed_in_time(&j, 5);
 	if (nr_tier2(j.version))
 		cr_expect(strstr(j.log, "not heard from rank 5"), "rank 5 is not named:\n%s",
