@@ -23,13 +23,14 @@ Test(topo, rank_precedence)
 {
 	struct hpct_topo t;
 	topo_env_set("WORLD_SIZE", "8");
-	topo_env_set("OMPI_COMM_WORLD_RANK", "4");
-	topo_read_ok(&t);
-	cr_assert_eq(t.rank, 4);
-	hpct__topo_free(&t);
 	topo_env_set("SLURM_PROCID", "3");
 	topo_read_ok(&t);
 	cr_assert_eq(t.rank, 3);
+	hpct__topo_free(&t);
+	/* mpirun in a Slurm allocation: its ranks inherit a daemon's SLURM_PROCID */
+	topo_env_set("OMPI_COMM_WORLD_RANK", "4");
+	topo_read_ok(&t);
+	cr_assert_eq(t.rank, 4);
 	hpct__topo_free(&t);
 	topo_env_set("RANK", "2");
 	topo_read_ok(&t);
@@ -49,15 +50,15 @@ Test(topo, size_precedence_per_item)
 {
 	struct hpct_topo t;
 	topo_env_set("HPCT_RANK", "5");
-	topo_env_set("OMPI_COMM_WORLD_RANK", "0");
-	topo_env_set("OMPI_COMM_WORLD_SIZE", "32");
-	topo_read_ok(&t);
-	cr_assert_eq(t.size, 32);
-	cr_assert_eq(t.rank, 5);
-	hpct__topo_free(&t);
+	topo_env_set("SLURM_PROCID", "0");
 	topo_env_set("SLURM_NTASKS", "16");
 	topo_read_ok(&t);
 	cr_assert_eq(t.size, 16);
+	cr_assert_eq(t.rank, 5);
+	hpct__topo_free(&t);
+	topo_env_set("OMPI_COMM_WORLD_SIZE", "32");
+	topo_read_ok(&t);
+	cr_assert_eq(t.size, 32);
 	hpct__topo_free(&t);
 	topo_env_set("WORLD_SIZE", "8");
 	topo_read_ok(&t);
@@ -84,12 +85,12 @@ Test(topo, local_rank_precedence_without_node_list)
 	          "%s", t.why_not_rootless);
 	hpct__topo_free(&t);
 	topo_env_set("LOCAL_WORLD_SIZE", "4");
-	topo_env_set("OMPI_COMM_WORLD_LOCAL_RANK", "3");
+	topo_env_set("SLURM_LOCALID", "3");
 	topo_read_ok(&t);
 	cr_assert_eq(t.local_rank, 3);
 	cr_assert_eq(t.local_size, 4);
 	hpct__topo_free(&t);
-	topo_env_set("SLURM_LOCALID", "2");
+	topo_env_set("OMPI_COMM_WORLD_LOCAL_RANK", "2");
 	topo_read_ok(&t);
 	cr_assert_eq(t.local_rank, 2);
 	hpct__topo_free(&t);
@@ -107,18 +108,18 @@ Test(topo, local_rank_precedence_without_node_list)
 
 Test(topo, missing_rank_or_size)
 {
-	topo_read_bad(HPCT_ENOTOPO, "HPCT_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK");
+	topo_read_bad(HPCT_ENOTOPO, "HPCT_RANK, RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID");
 	topo_read_bad(HPCT_ENOTOPO,
-	              "HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE");
+	              "HPCT_WORLD_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS");
 	topo_env_set("SLURM_PROCID", "0");
 	topo_read_bad(HPCT_ENOTOPO,
-	              "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
-	              "OMPI_COMM_WORLD_SIZE is set");
+	              "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
+	              "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS is set");
 	topo_env_unset("SLURM_PROCID");
 	topo_env_set("SLURM_NTASKS", "4");
 	topo_read_bad(
 	        HPCT_ENOTOPO,
-	        "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK is set");
+	        "rank unknown: none of HPCT_RANK, RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID is set");
 }
 
 Test(topo, bad_rank_and_size)
@@ -188,6 +189,56 @@ Test(topo, slurm_step_wins_over_job)
 	cr_assert_eq(t.nnodes, 2);
 	cr_assert_str_eq(t.hosts[t.node], "gpu-04");
 	cr_assert_eq(t.local_rank, 1);
+	hpct__topo_free(&t);
+}
+
+/* Every step (srun) and every requeue is a new epoch: restart count * 2^32
+ * + step id; HPCT_EPOCH (and torchrun's count) still win. */
+Test(topo, slurm_epoch)
+{
+	struct hpct_topo t;
+	topo_env_set("SLURM_PROCID", "0");
+	topo_env_set("SLURM_NTASKS", "2");
+	topo_env_set("SLURM_JOB_ID", "77");
+	topo_read_ok(&t);
+	cr_assert_eq(t.epoch, 0);
+	hpct__topo_free(&t);
+	topo_env_set("SLURM_STEP_ID", "3");
+	topo_read_ok(&t);
+	cr_assert_eq(t.epoch, 3);
+	hpct__topo_free(&t);
+	topo_env_set("SLURM_RESTART_COUNT", "2");
+	topo_read_ok(&t);
+	cr_assert_eq(t.epoch, (2ull << 32) | 3);
+	hpct__topo_free(&t);
+	topo_env_set("SLURM_STEP_ID", "x");
+	topo_read_bad(HPCT_EBADENV, "SLURM_STEP_ID");
+	topo_env_set("HPCT_EPOCH", "9");
+	topo_read_ok(&t);
+	cr_assert_eq(t.epoch, 9);
+	hpct__topo_free(&t);
+}
+
+/* mpirun without a PMIx hpct can read: one node when every rank is local
+ * (loopback), else no node list, and why. */
+Test(topo, ompi_one_node_without_pmix)
+{
+	struct hpct_topo t;
+	topo_env_set("OMPI_COMM_WORLD_RANK", "2");
+	topo_env_set("OMPI_COMM_WORLD_SIZE", "4");
+	topo_env_set("OMPI_COMM_WORLD_LOCAL_RANK", "2");
+	topo_env_set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+	topo_read_ok(&t);
+	cr_assert_eq(t.nnodes, 1);
+	cr_assert_str_eq(t.hosts[0], "127.0.0.1");
+	cr_assert(strstr(t.nodelist_src, "OMPI_COMM_WORLD_LOCAL_SIZE"), "%s", t.nodelist_src);
+	cr_assert_eq(t.local_rank, 2);
+	hpct__topo_free(&t);
+	topo_env_set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+	topo_env_set("OMPI_COMM_WORLD_LOCAL_RANK", "0");
+	topo_read_ok(&t);
+	cr_assert_eq(t.nnodes, 0);
+	cr_assert(strstr(t.why_not_rootless, "or launch with PMIx"), "%s", t.why_not_rootless);
 	hpct__topo_free(&t);
 }
 

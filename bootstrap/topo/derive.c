@@ -16,7 +16,10 @@ int hpct__derive_window(const struct hpct_topo *t, uint64_t epoch)
 	uint64_t windows = (uint64_t)(t->port_range / per);
 	if (windows < 1)
 		windows = 1;
-	return (int)((t->job % windows + epoch % windows) % windows);
+	/* Slurm's epochs carry the requeue count above bit 32: folded in, so
+	 * that a requeue moves the window too */
+	uint64_t e = epoch + (epoch >> 32);
+	return (int)((t->job % windows + e % windows) % windows);
 }
 
 int hpct__derive_port(const struct hpct_topo *t, int rank)

@@ -22,12 +22,14 @@
 /* Far above any real job; keeps the per-rank arrays bounded. */
 #define MAX_WORLD (1 << 24)
 
-static const char *const rank_vars[] = { "HPCT_RANK", "RANK", "SLURM_PROCID",
-	                                 "OMPI_COMM_WORLD_RANK", NULL };
-static const char *const size_vars[] = { "HPCT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS",
-	                                 "OMPI_COMM_WORLD_SIZE", NULL };
-static const char *const local_vars[] = { "HPCT_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID",
-	                                  "OMPI_COMM_WORLD_LOCAL_RANK", NULL };
+/* Open MPI's before Slurm's: mpirun inside an allocation starts its daemons
+ * with srun, and its ranks inherit a daemon's SLURM_PROCID and SLURM_NTASKS */
+static const char *const rank_vars[] = { "HPCT_RANK", "RANK", "OMPI_COMM_WORLD_RANK",
+	                                 "SLURM_PROCID", NULL };
+static const char *const size_vars[] = { "HPCT_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+	                                 "SLURM_NTASKS", NULL };
+static const char *const local_vars[] = { "HPCT_LOCAL_RANK", "LOCAL_RANK",
+	                                  "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL };
 static const char *const epoch_vars[] = { "HPCT_EPOCH", "TORCHELASTIC_RESTART_COUNT",
 	                                  "JOB_RESTART_COUNT", NULL };
 
@@ -93,17 +95,17 @@ static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	if (!src->rank && !src->size)
 		return hpct__fail(
 		        HPCT_ENOTOPO, HPCT_SUB_ENV,
-		        "rank and world size unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
-		        "OMPI_COMM_WORLD_RANK nor HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, "
-		        "OMPI_COMM_WORLD_SIZE is set");
+		        "rank and world size unknown: none of HPCT_RANK, RANK, OMPI_COMM_WORLD_RANK, "
+		        "SLURM_PROCID nor HPCT_WORLD_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, "
+		        "SLURM_NTASKS is set");
 	if (!src->rank)
 		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
-		                  "rank unknown: none of HPCT_RANK, RANK, SLURM_PROCID, "
-		                  "OMPI_COMM_WORLD_RANK is set");
+		                  "rank unknown: none of HPCT_RANK, RANK, OMPI_COMM_WORLD_RANK, "
+		                  "SLURM_PROCID is set");
 	if (!src->size)
 		return hpct__fail(HPCT_ENOTOPO, HPCT_SUB_ENV,
 		                  "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
-		                  "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE is set");
+		                  "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS is set");
 	if (rank >= size)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
 		                  "%s=%ld is not below the world size %ld (from %s)", src->rank,
@@ -111,6 +113,19 @@ static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	t->rank = (int)rank;
 	t->size = (int)size;
 	return 0;
+}
+
+/* Under Slurm, a requeued job (SLURM_RESTART_COUNT) and every step (each
+ * srun: SLURM_STEP_ID) is a new epoch: restart count * 2^32 + step id. */
+static int read_slurm_epoch(const struct hpct_env *env, struct hpct_topo *t)
+{
+	long restarts = 0, step = 0;
+	int rc = hpct__env_int(env, "SLURM_RESTART_COUNT", 0, INT_MAX, 0, &restarts, NULL);
+	if (!rc && hpct__env_str(env, "SLURM_JOB_ID"))
+		rc = hpct__env_int(env, "SLURM_STEP_ID", 0, UINT32_MAX, 0, &step, NULL);
+	if (!rc)
+		t->epoch = ((uint64_t)restarts << 32) | (uint64_t)step;
+	return rc;
 }
 
 static int read_job(const struct hpct_env *env, struct hpct_topo *t)
@@ -121,6 +136,8 @@ static int read_job(const struct hpct_env *env, struct hpct_topo *t)
 	if (rc)
 		return rc;
 	t->epoch = (uint64_t)v;
+	if (!from && (rc = read_slurm_epoch(env, t)))
+		return rc;
 
 	const char *addr = hpct__env_str(env, "MASTER_ADDR");
 	if (addr && !(t->master_addr = strdup(addr)))
@@ -137,6 +154,9 @@ static int read_job(const struct hpct_env *env, struct hpct_topo *t)
 		if (job && strcmp(job, "none") == 0)
 			job = NULL;
 	}
+	/* a PMIx server's namespace: one per mpirun job (or Slurm step) */
+	if (!job)
+		job = hpct__env_str(env, "PMIX_NAMESPACE");
 	if (!job)
 		job = hpct__env_str(env, "SLURM_JOB_ID");
 	char master[320];
@@ -277,6 +297,29 @@ static int layout_blocks(struct hpct_topo *t, int *tasks)
 	return 0;
 }
 
+/* One node, named by no node list: torchrun's (every rank local, the node
+ * MASTER_ADDR) and mpirun's without PMIx (every rank local: loopback).  The
+ * node's name, or NULL; *what says why, for messages. */
+static const char *one_node(const struct hpct_env *env, const struct hpct_topo *t,
+                            const char **what)
+{
+	long local = 0;
+	int set = 0;
+	const char *ma = hpct__env_str(env, "MASTER_ADDR");
+	if (ma && *ma &&
+	    hpct__env_int(env, "LOCAL_WORLD_SIZE", 1, INT_MAX, 0, &local, &set) == 0 && set &&
+	    local == t->size) {
+		*what = "MASTER_ADDR (one node: LOCAL_WORLD_SIZE=WORLD_SIZE)";
+		return ma;
+	}
+	if (hpct__env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX, 0, &local, &set) == 0 &&
+	    set && local == t->size && hpct__env_str(env, "OMPI_COMM_WORLD_SIZE")) {
+		*what = "loopback (one node: OMPI_COMM_WORLD_LOCAL_SIZE=OMPI_COMM_WORLD_SIZE)";
+		return "127.0.0.1";
+	}
+	return NULL;
+}
+
 static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
 {
 	static const char *const vars[] = { "HPCT_HOSTFILE",       "HPCT_HOSTS",
@@ -284,25 +327,32 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		                            "SLURM_NODELIST",      NULL };
 	const char *v = NULL;
 	int i, rc, n = 0;
-	for (i = 0; vars[i] && !(v = hpct__env_str(env, vars[i])); i++)
+	int pmix = hpct__env_str(env, "PMIX_NAMESPACE") != NULL;
+	/* launched by mpirun (OMPI_*): its PMIx server's map, not the Slurm
+	 * allocation it may run in; otherwise Slurm's lists, then PMIx */
+	int pmix_first = pmix && hpct__env_str(env, "OMPI_COMM_WORLD_SIZE");
+	for (i = 0; i < 2 && !(v = hpct__env_str(env, vars[i])); i++)
 		;
-	/* torchrun on one node names no nodes: every rank is local, and the
-	 * node is MASTER_ADDR */
-	long lws = 0;
-	int lset = 0;
-	const char *ma = hpct__env_str(env, "MASTER_ADDR");
-	if (!v && ma && *ma &&
-	    hpct__env_int(env, "LOCAL_WORLD_SIZE", 1, INT_MAX, 0, &lws, &lset) == 0 && lset &&
-	    lws == t->size) {
-		v = ma;
-		i = 5; /* vars[5] is NULL: the name below */
-	}
+	if (!v && pmix_first && ((rc = hpct__topo_read_pmix(env, t, src->size)) || t->nnodes))
+		return rc;
+	if (!v)
+		for (i = 2; vars[i] && !(v = hpct__env_str(env, vars[i])); i++)
+			;
+	if (!v && pmix && !pmix_first &&
+	    ((rc = hpct__topo_read_pmix(env, t, src->size)) || t->nnodes))
+		return rc;
+	const char *what = NULL;
+	if (!v && (v = one_node(env, t, &what)))
+		i = 5; /* vars[5] is NULL: named by `what` */
 	if (!v) {
-		snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
-		         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST");
+		if (!t->why_not_rootless[0])
+			snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
+			         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST, "
+			         "or launch with PMIx");
 		return 0;
 	}
-	t->nodelist_src = vars[i] ? vars[i] : "MASTER_ADDR (one node: LOCAL_WORLD_SIZE=WORLD_SIZE)";
+	t->why_not_rootless[0] = 0;
+	t->nodelist_src = vars[i] ? vars[i] : what;
 	char **hosts = NULL;
 	if (i == 0) {
 		if ((rc = hpct__topo_read_hostfile(v, src->size, t, &hosts, &n)))
@@ -315,14 +365,14 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		rc = hpct__hostlist_parse(v, (size_t)t->size + 1, &hosts, &n, err, sizeof(err));
 		if (rc)
 			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s",
-			                  vars[i] ? vars[i] : "MASTER_ADDR",
+			                  vars[i] ? vars[i] : what,
 			                  shorten(v, sb, sizeof(sb)), err);
 		if (n > t->size) {
 			hpct__strv_free(hosts, n);
 			return hpct__fail(
 			        HPCT_EBADENV, HPCT_SUB_ENV,
 			        "%s='%s' lists more nodes than the %d ranks of the world (from %s)",
-			        vars[i], shorten(v, sb, sizeof(sb)), t->size, src->size);
+			        t->nodelist_src, shorten(v, sb, sizeof(sb)), t->size, src->size);
 		}
 	}
 	t->hosts = hosts;

@@ -1,21 +1,25 @@
 /* Who am I, who are my peers: the world as the launcher describes it.
  *
  * Precedence, for each item separately (first set wins):
- *   rank        HPCT_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK
- *   world size  HPCT_WORLD_SIZE, WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE
- *   local rank  HPCT_LOCAL_RANK, LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK
- *   node list   HPCT_HOSTFILE, HPCT_HOSTS, SLURM_STEP_NODELIST (inside srun),
- *               SLURM_JOB_NODELIST (SLURM_NODELIST)
+ *   rank        HPCT_RANK, RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID
+ *   world size  HPCT_WORLD_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS
+ *   local rank  HPCT_LOCAL_RANK, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID
+ *   node list   HPCT_HOSTFILE, HPCT_HOSTS, [PMIx under mpirun], SLURM_STEP_NODELIST
+ *               (inside srun), SLURM_JOB_NODELIST (SLURM_NODELIST), PMIx
+ *               (PMIX_NAMESPACE: the launcher's node list and map, pmix.c),
+ *               else one node: MASTER_ADDR when LOCAL_WORLD_SIZE is the world,
+ *               loopback when OMPI_COMM_WORLD_LOCAL_SIZE is
  *   tasks/node  HPCT_TASKS_PER_NODE, LOCAL_WORLD_SIZE (uniform),
  *               SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE,
  *               OMPI_COMM_WORLD_LOCAL_SIZE (uniform),
  *               else world size / nodes when it divides evenly
- *   job         HPCT_JOB_ID, TORCHELASTIC_RUN_ID (unless "none"), SLURM_JOB_ID,
- *               else "MASTER_ADDR:MASTER_PORT", else "default"
- *   epoch       HPCT_EPOCH, TORCHELASTIC_RESTART_COUNT, JOB_RESTART_COUNT, else 0
+ *   job         HPCT_JOB_ID, TORCHELASTIC_RUN_ID (unless "none"), PMIX_NAMESPACE,
+ *               SLURM_JOB_ID, else "MASTER_ADDR:MASTER_PORT", else "default"
+ *   epoch       HPCT_EPOCH, TORCHELASTIC_RESTART_COUNT, JOB_RESTART_COUNT, else
+ *               SLURM_RESTART_COUNT * 2^32 + SLURM_STEP_ID, else 0
  * Ranks are laid out in blocks: node k holds ranks first_rank[k] ..
  * first_rank[k] + tasks[k] - 1.  A host table (HPCT_HOSTFILE whose lines are
- * "RANK HOST[:PORT]") gives every rank explicitly instead. */
+ * "RANK HOST[:PORT]") and PMIx give every rank explicitly instead. */
 #ifndef HPCT_TOPO_H
 #define HPCT_TOPO_H
 

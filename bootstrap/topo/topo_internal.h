@@ -1,4 +1,4 @@
-/* Inside topo/: what topo.c and hostfile.c share.  Nothing outside those
+/* Inside topo/: what topo.c, hostfile.c and pmix.c share.  Nothing outside those
  * two files includes this. */
 #ifndef HPCT_TOPO_INTERNAL_H
 #define HPCT_TOPO_INTERNAL_H
@@ -21,5 +21,12 @@ void hpct__topo_count_locals(struct hpct_topo *t, int *tasks);
  * hpct__topo_free. */
 int hpct__topo_read_hostfile(const char *path, const char *size_src, struct hpct_topo *t,
                              char ***plain_out, int *nplain_out);
+
+/* The node list and every rank's node from the PMIx server that launched
+ * this process (PMIX_NAMESPACE set; pmix.c).  Fills t as a host table does
+ * (node_of set), or leaves t->nnodes 0 with t->why_not_rootless saying why
+ * PMIx could not be read; fails when PMIx's rank or size contradicts the
+ * environment's (size_src: the variable of the size). */
+int hpct__topo_read_pmix(const struct hpct_env *env, struct hpct_topo *t, const char *size_src);
 
 #endif
