@@ -112,9 +112,8 @@ Test(topo, missing_rank_or_size)
 	topo_read_bad(HPCT_ENOTOPO,
 	              "HPCT_WORLD_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS");
 	topo_env_set("SLURM_PROCID", "0");
-	topo_read_bad(HPCT_ENOTOPO,
-	              "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
-	              "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS is set");
+	topo_read_bad(HPCT_ENOTOPO, "world size unknown: none of HPCT_WORLD_SIZE, WORLD_SIZE, "
+	                            "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS is set");
 	topo_env_unset("SLURM_PROCID");
 	topo_env_set("SLURM_NTASKS", "4");
 	topo_read_bad(

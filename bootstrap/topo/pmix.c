@@ -51,7 +51,8 @@ static int load(void)
 	/* by soname: the instance an MPI library already loaded, if any */
 	void *h = dlopen("libpmix.so.2", RTLD_NOW | RTLD_GLOBAL);
 	if (!h) {
-		snprintf(view.why, sizeof(view.why), "libpmix.so.2 cannot be loaded: %s", dlerror());
+		snprintf(view.why, sizeof(view.why), "libpmix.so.2 cannot be loaded: %s",
+		         dlerror());
 		return -1;
 	}
 	*(void **)&px.init = dlsym(h, "PMIx_Init");
@@ -62,8 +63,9 @@ static int load(void)
 	*(void **)&px.error_string = dlsym(h, "PMIx_Error_string");
 	if (!px.init || !px.finalize || !px.get || !px.resolve_nodes || !px.resolve_peers ||
 	    !px.error_string) {
-		snprintf(view.why, sizeof(view.why), "libpmix.so.2 lacks PMIx_Resolve_peers or "
-		                                     "another function of PMIx 2 and later");
+		snprintf(view.why, sizeof(view.why),
+		         "libpmix.so.2 lacks PMIx_Resolve_peers or "
+		         "another function of PMIx 2 and later");
 		return -1;
 	}
 	return 0;
@@ -109,8 +111,8 @@ static void read_view(void)
 	char err[256];
 	int n = 0;
 	if (hpct__hostlist_parse(list, view.size, &view.hosts, &n, err, sizeof(err))) {
-		snprintf(view.why, sizeof(view.why), "PMIx_Resolve_nodes gave '%.80s': %.100s", list,
-		         err);
+		snprintf(view.why, sizeof(view.why), "PMIx_Resolve_nodes gave '%.80s': %.100s",
+		         list, err);
 		free(list);
 		return;
 	}
@@ -136,8 +138,8 @@ static void read_view(void)
 			uint32_t r = procs[i].rank;
 			if (r >= view.size || view.node_of[r] >= 0) {
 				snprintf(view.why, sizeof(view.why),
-				         "PMIx_Resolve_peers(%.64s) gave rank %u %s", view.hosts[k], r,
-				         r >= view.size ? "beyond the job's size" : "twice");
+				         "PMIx_Resolve_peers(%.64s) gave rank %u %s", view.hosts[k],
+				         r, r >= view.size ? "beyond the job's size" : "twice");
 				free(procs);
 				return;
 			}
@@ -147,8 +149,8 @@ static void read_view(void)
 	}
 	for (uint32_t r = 0; r < view.size; r++)
 		if (view.node_of[r] < 0) {
-			snprintf(view.why, sizeof(view.why), "PMIx places rank %u on none of the %d nodes",
-			         r, n);
+			snprintf(view.why, sizeof(view.why),
+			         "PMIx places rank %u on none of the %d nodes", r, n);
 			return;
 		}
 }

@@ -95,7 +95,8 @@ static int read_world(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	if (!src->rank && !src->size)
 		return hpct__fail(
 		        HPCT_ENOTOPO, HPCT_SUB_ENV,
-		        "rank and world size unknown: none of HPCT_RANK, RANK, OMPI_COMM_WORLD_RANK, "
+		        "rank and world size unknown: none of HPCT_RANK, RANK, "
+		        "OMPI_COMM_WORLD_RANK, "
 		        "SLURM_PROCID nor HPCT_WORLD_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, "
 		        "SLURM_NTASKS is set");
 	if (!src->rank)
@@ -306,9 +307,8 @@ static const char *one_node(const struct hpct_env *env, const struct hpct_topo *
 	long local = 0;
 	int set = 0;
 	const char *ma = hpct__env_str(env, "MASTER_ADDR");
-	if (ma && *ma &&
-	    hpct__env_int(env, "LOCAL_WORLD_SIZE", 1, INT_MAX, 0, &local, &set) == 0 && set &&
-	    local == t->size) {
+	if (ma && *ma && hpct__env_int(env, "LOCAL_WORLD_SIZE", 1, INT_MAX, 0, &local, &set) == 0 &&
+	    set && local == t->size) {
 		*what = "MASTER_ADDR (one node: LOCAL_WORLD_SIZE=WORLD_SIZE)";
 		return ma;
 	}
@@ -347,7 +347,8 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	if (!v) {
 		if (!t->why_not_rootless[0])
 			snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
-			         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or SLURM_JOB_NODELIST, "
+			         "no node list: set HPCT_HOSTS, HPCT_HOSTFILE or "
+			         "SLURM_JOB_NODELIST, "
 			         "or launch with PMIx");
 		return 0;
 	}
@@ -364,8 +365,7 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 		/* One more than the ranks, so that too many nodes gets its own message. */
 		rc = hpct__hostlist_parse(v, (size_t)t->size + 1, &hosts, &n, err, sizeof(err));
 		if (rc)
-			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s",
-			                  vars[i] ? vars[i] : what,
+			return hpct__fail(rc, HPCT_SUB_ENV, "%s='%s': %s", vars[i] ? vars[i] : what,
 			                  shorten(v, sb, sizeof(sb)), err);
 		if (n > t->size) {
 			hpct__strv_free(hosts, n);
