@@ -218,6 +218,50 @@ Test(topo, slurm_epoch)
 	hpct__topo_free(&t);
 }
 
+/* torchrun across nodes, workers on their own store each round: the round
+ * (run id at MASTER_ADDR:MASTER_PORT) is the job, its per-agent restart
+ * count no epoch; on one node, or on the agent's store, as before. */
+Test(topo, torchrun_round_is_the_job)
+{
+	struct hpct_topo t, u;
+	topo_env_world(1, 8);
+	topo_env_set("TORCHELASTIC_RUN_ID", "run7");
+	topo_env_set("TORCHELASTIC_RESTART_COUNT", "1");
+	topo_env_set("TORCHELASTIC_USE_AGENT_STORE", "False");
+	topo_env_set("GROUP_WORLD_SIZE", "2");
+	topo_env_set("MASTER_ADDR", "n1");
+	topo_env_set("MASTER_PORT", "41234");
+	topo_read_ok(&t);
+	cr_assert_str_eq(t.job_name, "run7@n1:41234");
+	cr_assert_eq(t.epoch, 0);
+	topo_env_set("TORCHELASTIC_RESTART_COUNT", "0");
+	topo_read_ok(&u);
+	cr_assert_eq(u.job, t.job, "the restart count changes nothing");
+	hpct__topo_free(&u);
+	topo_env_set("MASTER_PORT", "41235");
+	topo_read_ok(&u);
+	cr_assert_neq(u.job, t.job, "another round is another job");
+	hpct__topo_free(&u);
+	hpct__topo_free(&t);
+	topo_env_set("HPCT_EPOCH", "4");
+	topo_read_ok(&t);
+	cr_assert_eq(t.epoch, 4);
+	hpct__topo_free(&t);
+	topo_env_unset("HPCT_EPOCH");
+	topo_env_set("TORCHELASTIC_RESTART_COUNT", "1");
+	topo_env_set("GROUP_WORLD_SIZE", "1");
+	topo_read_ok(&t);
+	cr_assert_str_eq(t.job_name, "run7");
+	cr_assert_eq(t.epoch, 1);
+	hpct__topo_free(&t);
+	topo_env_set("GROUP_WORLD_SIZE", "2");
+	topo_env_set("TORCHELASTIC_USE_AGENT_STORE", "True");
+	topo_read_ok(&t);
+	cr_assert_str_eq(t.job_name, "run7");
+	cr_assert_eq(t.epoch, 1);
+	hpct__topo_free(&t);
+}
+
 /* mpirun without a PMIx hpct can read: one node when every rank is local
  * (loopback), else no node list, and why. */
 Test(topo, ompi_one_node_without_pmix)

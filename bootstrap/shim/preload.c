@@ -136,6 +136,28 @@ static enum rank_given rank_given(void)
 	return RANK_NONE;
 }
 
+/* A launcher's agent (torchrun, python -m torch.distributed.run) under
+ * srun or mpirun inherits SLURM_PROCID or OMPI_COMM_WORLD_RANK, yet is no
+ * rank: its stores are its own. */
+static int is_agent(void)
+{
+	char buf[4096];
+	FILE *f = fopen("/proc/self/cmdline", "re");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	for (size_t i = 0, arg = 0; i < n && arg < 4; i += strlen(buf + i) + 1, arg++) {
+		const char *a = buf + i, *b = strrchr(a, '/');
+		b = b ? b + 1 : a;
+		if (strcmp(b, "torchrun") == 0 || strcmp(a, "torch.distributed.run") == 0 ||
+		    strcmp(a, "torch.distributed.launch") == 0)
+			return 1;
+	}
+	return 0;
+}
+
 /* At load, before the program's main and its threads: NCCL takes
  * NCCL_ENV_PLUGIN from its first read of the environment, whichever NCCL
  * call (or library) makes it, so it is set before any can, and never
@@ -165,6 +187,14 @@ __attribute__((constructor)) static void preload_loaded(void)
 	const char *v = env_get("HPCT_USE_ROOTLESS");
 	if (!v || strcmp(v, "1") != 0)
 		return;
+	/* torchrun's agent, under a c10d rendezvous (2.x: --standalone,
+	 * --rdzv-backend c10d), hands its workers its own store to share with
+	 * every agent; PyTorch's switch makes them start their own instead,
+	 * rank 0's server at a port the agents agree on, which the shim then
+	 * serves in every worker.  (A static rendezvous ignores it: its agent
+	 * store stays the workers'.)  The user's choice stands. */
+	if (is_agent())
+		setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1", 0);
 	/* no rank (a launcher, a wrapper): its ranks decide for themselves */
 	if (rank_given() == RANK_NONE)
 		return;
@@ -671,28 +701,6 @@ static void torch_version(char *ver, size_t len, char *where, size_t wlen)
 		snprintf(ver, len, "%s", t.soname_ver);
 		snprintf(where, wlen, "libtorch_cpu.so.%s", t.soname_ver);
 	}
-}
-
-/* A launcher's agent (torchrun, python -m torch.distributed.run) under
- * srun or mpirun inherits SLURM_PROCID or OMPI_COMM_WORLD_RANK, yet is no
- * rank: its stores are its own. */
-static int is_agent(void)
-{
-	char buf[4096];
-	FILE *f = fopen("/proc/self/cmdline", "re");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	for (size_t i = 0, arg = 0; i < n && arg < 4; i += strlen(buf + i) + 1, arg++) {
-		const char *a = buf + i, *b = strrchr(a, '/');
-		b = b ? b + 1 : a;
-		if (strcmp(b, "torchrun") == 0 || strcmp(a, "torch.distributed.run") == 0 ||
-		    strcmp(a, "torch.distributed.launch") == 0)
-			return 1;
-	}
-	return 0;
 }
 
 /* PyTorch keeps its own store here: one line (torchrun's agent, which is

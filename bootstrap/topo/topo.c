@@ -129,15 +129,45 @@ static int read_slurm_epoch(const struct hpct_env *env, struct hpct_topo *t)
 	return rc;
 }
 
+/* torchrun across nodes, its workers on a store of their own (a c10d
+ * rendezvous not sharing the agent's: TORCHELASTIC_USE_AGENT_STORE=False,
+ * what the shim asks of a rootless job's agents): each rendezvous round is
+ * its own job, the run id at that round's MASTER_ADDR:MASTER_PORT (a port
+ * the round picks).  Its TORCHELASTIC_RESTART_COUNT is no epoch there: each
+ * agent counts its own restarts (one whose workers did not fail restarts
+ * them at its old count), so the ranks of one round disagree on it.
+ * Fills buf and returns 1 in that case. */
+static int torchrun_round(const struct hpct_env *env, char *buf, size_t len)
+{
+	const char *run = hpct__env_str(env, "TORCHELASTIC_RUN_ID"),
+	           *shared = hpct__env_str(env, "TORCHELASTIC_USE_AGENT_STORE"),
+	           *addr = hpct__env_str(env, "MASTER_ADDR"),
+	           *port = hpct__env_str(env, "MASTER_PORT");
+	long groups = 0;
+	int set = 0;
+	if (!run || !strcmp(run, "none") || !shared || strcmp(shared, "False") || !addr ||
+	    !port || hpct__env_str(env, "HPCT_JOB_ID"))
+		return 0;
+	if (hpct__env_int(env, "GROUP_WORLD_SIZE", 1, INT_MAX, 0, &groups, &set) || !set ||
+	    groups < 2)
+		return 0;
+	snprintf(buf, len, "%s@%s:%s", run, addr, port);
+	return 1;
+}
+
 static int read_job(const struct hpct_env *env, struct hpct_topo *t)
 {
 	long v = 0;
 	const char *from;
-	int rc = first_int(env, epoch_vars, 0, LONG_MAX, &v, &from);
+	char round[320];
+	int by_round = torchrun_round(env, round, sizeof(round));
+	/* without torchrun's per-agent count when a round is the job */
+	static const char *const round_epoch_vars[] = { "HPCT_EPOCH", "JOB_RESTART_COUNT", NULL };
+	int rc = first_int(env, by_round ? round_epoch_vars : epoch_vars, 0, LONG_MAX, &v, &from);
 	if (rc)
 		return rc;
 	t->epoch = (uint64_t)v;
-	if (!from && (rc = read_slurm_epoch(env, t)))
+	if (!from && !by_round && (rc = read_slurm_epoch(env, t)))
 		return rc;
 
 	const char *addr = hpct__env_str(env, "MASTER_ADDR");
@@ -149,6 +179,8 @@ static int read_job(const struct hpct_env *env, struct hpct_topo *t)
 	t->master_port = (int)v;
 
 	const char *job = hpct__env_str(env, "HPCT_JOB_ID");
+	if (!job && by_round)
+		job = round;
 	if (!job) {
 		job = hpct__env_str(env, "TORCHELASTIC_RUN_ID");
 		/* torchrun's default run id: the same for every job, so no identity. */
