@@ -11,13 +11,16 @@
 #   Open MPI: mpirun -np 16 --host n1:4,... with no HPCT_HOSTS (PMIx), in
 #   blocks and --map-by node, with MPI_Init after hpct (PMIx shared), one
 #   node, and mpirun inside a Slurm allocation;
-#   torchrun across the 4 nodes: see test_cluster_torchrun.sh.
+#   torchrun across the 4 nodes (torch 2.13), 4 workers a node, the PyTorch
+#   job under the shim: c10d (the workers rootless), static (the agent's
+#   store kept, said), and a killed worker restarted by --max-restarts (the
+#   restart benchmark's hpct run: tools/bench-torchrun-cluster).
 # Needs root; a listed skip otherwise, or without Slurm or Open MPI.
 # Usage: test_cluster.sh CLUSTER RANK RANK_MPI PRELOAD JOB_PY
 set -u
 cluster_tool=$(realpath "$1") rank=$(realpath "$2") rank_mpi=$(realpath "$3") preload=$4 job=$(realpath "$5")
 . "$(dirname "$0")/tap.sh"
-plan=12
+plan=15
 echo "1..$plan"
 skip_all() {
 	while [ $n_test -lt $plan ]; do skip "$1"; done
@@ -212,6 +215,57 @@ HPCT_USE_ROOTLESS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 on
 	salloc -N4 -n16 mpirun -np 16 "$rank" >"$dir/mpi-slurm" 2>&1
 bad=$(check_ranks "$dir/mpi-slurm" 16 4 "$(mpi_job "$dir/mpi-slurm")" 0 "$slurm_layout")
 verdict "mpirun inside salloc -N4 -n16: Open MPI's ranks and PMIx's map, not the daemons' Slurm variables" "$bad" "$dir/mpi-slurm"
+
+# --- torchrun across the 4 nodes, 4 workers a node, torch 2.13, the
+# PyTorch job under the shim with HPCT_HOSTS naming the nodes
+torchrun_job() { # tag rdzv-args...
+	local tag=$1 k rc=0 pids=()
+	shift
+	for k in 1 2 3 4; do
+		HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" HPCT_HOSTS=n1,n2,n3,n4 OMP_NUM_THREADS=1 \
+			JOB_SHOW_SHIM=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_TIMEOUT=60 \
+			on "n$k" timeout 300 "$py213" -m torch.distributed.run --nnodes 4 \
+			--nproc-per-node 4 "${@/@NODE_RANK@/$((k - 1))}" "$job" >"$dir/$tag.n$k" 2>&1 &
+		pids+=($!)
+	done
+	for k in "${!pids[@]}"; do wait "${pids[$k]}" || rc=$((rc + 1)); done
+	cat "$dir/$tag".n* >"$dir/$tag"
+	echo $rc
+}
+torchrun_verdict() { # name tag rc served line
+	local r bad=""
+	[ "$3" = 0 ] || bad="$3 of 4 torchrun agents failed;"
+	for ((r = 0; r < 16; r++)); do
+		grep -Eq "(^|:)ok $r\$" "$dir/$2" || bad="$bad worker $r did not finish;"
+		grep -Eq "(^|:)shim $r $4\$" "$dir/$2" || bad="$bad worker $r: served not '$4';"
+	done
+	[ "$(grep -c "$5" "$dir/$2")" = 16 ] || bad="$bad $(grep -c "$5" "$dir/$2") of 16 workers say '$5';"
+	verdict "$1" "$bad" "$dir/$2"
+}
+if [ ! -x "$py213" ]; then
+	skip "torchrun across nodes: no torch 2.13 ($py213)"
+	skip "torchrun across nodes: no torch 2.13 ($py213)"
+	skip "torchrun across nodes: no torch 2.13 ($py213)"
+else
+	# c10d: the workers make their own store (the shim asks the agents
+	# so), served in every worker: rootless, nothing on MASTER_PORT
+	rc=$(JOB_HOLD_MASTER=1 torchrun_job c10d --rdzv-backend c10d --rdzv-endpoint n1:29500 --rdzv-id c10d-$$)
+	torchrun_verdict "torchrun c10d across 4 nodes (16 workers): the workers rootless, their store served" \
+		c10d "$rc" yes "HPCT INFO rootless: rank [0-9]* of 16 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'c10d-$$@"
+	# static: the agents' store is the workers' too (PyTorch offers no
+	# other): PyTorch keeps it, and says so in every worker
+	rc=$(torchrun_job static --rdzv-backend static --master-addr n1 --master-port 29501 --node-rank @NODE_RANK@)
+	torchrun_verdict "torchrun static across 4 nodes (16 workers): the agent's store kept, one line a worker" \
+		static "$rc" no "hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True)"
+	# a worker killed, torchrun restarts them all: the benchmark's hpct run
+	bench_tool=$(dirname "$cluster_tool")/bench-torchrun-cluster
+	if "$bench_tool" --preload "$preload" --python "$py213" --reps 1 --paths hpct >"$dir/bench" 2>&1 &&
+		grep -Eq '^hpct +1 +[0-9.]+ ' "$dir/bench"; then
+		ok "torchrun --max-restarts 1, a worker killed: all 16 train again in one new world ($(grep -E '^hpct +1' "$dir/bench" | awk '{print $3}') s)"
+	else
+		not_ok "torchrun --max-restarts 1, a worker killed: all 16 train again in one new world" "$(tail -12 "$dir/bench")"
+	fi
+fi
 
 [ $n_test = $plan ] || not_ok "the plan" "$n_test tests run, $plan planned"
 exit 0

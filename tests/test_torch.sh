@@ -210,19 +210,16 @@ torch_suite() { # label python
 		check_ranks "torch $t: hpct-run --rootless with HPCT_SECRET, N=4, 2 incarnations" 4 yes "$dir/hs4"
 	fi
 
-	# rootless, torchrun --standalone: 2.x's workers open client stores to
-	# the agent's, which stays the job's (other nodes' agents and other
-	# jobs share it: torchft's replica groups); 1.13's c10d rendezvous has
-	# the workers make their own, rank 0's server the store, as launched
+	# rootless, torchrun --standalone (a c10d rendezvous): 2.x's agent
+	# would share its store with its workers; the shim sets PyTorch's
+	# TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in the agent, so they make their
+	# own, rank 0's server the store, as 1.13's always do and as launched
 	# directly (TORCHELASTIC_USE_AGENT_STORE=False), which the shim serves.
 	# One incarnation: stock cannot init again over the agent's store
 	# (Debian's 1.13 on Python 3.11 needs --redirects/--tee other than 0:
 	# Std.from_str("0") returns None there)
 	if want torchrun "$t" 4; then
-		local served=no line="hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True), shared with every client: PyTorch keeps its own TCPStore"
-		if [ "$t" = 1.13 ]; then
-			served=yes line="HPCT INFO preload: torch .*: TCPStore served in this rank"
-		fi
+		local served=yes line="HPCT INFO preload: torch .*: TCPStore served in this rank"
 		for n in 2 4 8; do
 			HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_USE_ROOTLESS=1 LD_PRELOAD=$preload JOB_INCARNATIONS=1 timeout 300 \
 				"$py" -m torch.distributed.run --standalone --nproc_per_node="$n" --redirects 1 --tee 1 \
