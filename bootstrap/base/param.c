@@ -121,8 +121,14 @@ static const struct hpct_param params[] = {
 	{ "MASTER_ADDR", HPCT_PT_STR, NULL, "standard path: host of the rendezvous on rank 0" },
 	{ "MASTER_PORT", HPCT_PT_INT, NULL, "standard path: port of the rendezvous on rank 0" },
 	{ "TORCHELASTIC_RESTART_COUNT", HPCT_PT_INT, NULL,
-	  "torchrun: restart count, used as epoch" },
-	{ "TORCHELASTIC_RUN_ID", HPCT_PT_STR, NULL, "torchrun: run id, used as job identity" },
+	  "torchrun: restart count, used as epoch (not across nodes on the workers' own store: "
+	  "each agent counts its own)" },
+	{ "TORCHELASTIC_RUN_ID", HPCT_PT_STR, NULL,
+	  "torchrun: run id, used as job identity (across nodes on the workers' own store, with "
+	  "the round's MASTER_ADDR:MASTER_PORT)" },
+	{ "TORCHELASTIC_USE_AGENT_STORE", HPCT_PT_STR, NULL,
+	  "torchrun: True when the workers share the agent's store" },
+	{ "GROUP_WORLD_SIZE", HPCT_PT_INT, NULL, "torchrun: number of nodes (agents)" },
 	{ "JOB_RESTART_COUNT", HPCT_PT_INT, NULL,
 	  "restart count from other launchers, used as epoch" },
 	{ "SLURM_PROCID", HPCT_PT_INT, NULL, "Slurm: rank" },
@@ -134,11 +140,17 @@ static const struct hpct_param params[] = {
 	{ "SLURM_STEP_TASKS_PER_NODE", HPCT_PT_STR, NULL, "Slurm: the step's tasks per node" },
 	{ "SLURM_TASKS_PER_NODE", HPCT_PT_STR, NULL, "Slurm: tasks per node, e.g. 8(x4)" },
 	{ "SLURM_JOB_ID", HPCT_PT_STR, NULL, "Slurm: job id, used as job identity" },
+	{ "SLURM_STEP_ID", HPCT_PT_INT, NULL,
+	  "Slurm: step id; epoch = SLURM_RESTART_COUNT * 2^32 + this" },
+	{ "SLURM_RESTART_COUNT", HPCT_PT_INT, NULL, "Slurm: times the job was requeued" },
 	{ "OMPI_COMM_WORLD_RANK", HPCT_PT_INT, NULL, "Open MPI: rank" },
 	{ "OMPI_COMM_WORLD_SIZE", HPCT_PT_INT, NULL, "Open MPI: number of ranks" },
 	{ "OMPI_COMM_WORLD_LOCAL_RANK", HPCT_PT_INT, NULL, "Open MPI: rank on this node" },
 	{ "OMPI_COMM_WORLD_LOCAL_SIZE", HPCT_PT_INT, NULL,
 	  "Open MPI: ranks on this node (uniform)" },
+	{ "PMIX_NAMESPACE", HPCT_PT_STR, NULL,
+	  "PMIx (mpirun, srun --mpi=pmix): the job's namespace, used as job identity; its server "
+	  "gives the node list and every rank's node" },
 };
 
 const struct hpct_param *hpct__params(size_t *n_out)

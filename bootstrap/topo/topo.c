@@ -145,8 +145,8 @@ static int torchrun_round(const struct hpct_env *env, char *buf, size_t len)
 	           *port = hpct__env_str(env, "MASTER_PORT");
 	long groups = 0;
 	int set = 0;
-	if (!run || !strcmp(run, "none") || !shared || strcmp(shared, "False") || !addr ||
-	    !port || hpct__env_str(env, "HPCT_JOB_ID"))
+	if (!run || !strcmp(run, "none") || !shared || strcmp(shared, "False") || !addr || !port ||
+	    hpct__env_str(env, "HPCT_JOB_ID"))
 		return 0;
 	if (hpct__env_int(env, "GROUP_WORLD_SIZE", 1, INT_MAX, 0, &groups, &set) || !set ||
 	    groups < 2)
