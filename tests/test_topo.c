@@ -285,6 +285,23 @@ Test(topo, ompi_one_node_without_pmix)
 	hpct__topo_free(&t);
 }
 
+/* A PMIx namespace with no PMIx server behind it (none runs here): no node
+ * list, and why, naming the namespace; nothing fails. */
+Test(topo, pmix_without_a_server)
+{
+	struct hpct_topo t;
+	topo_env_set("OMPI_COMM_WORLD_RANK", "1");
+	topo_env_set("OMPI_COMM_WORLD_SIZE", "2");
+	topo_env_set("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
+	topo_env_set("PMIX_NAMESPACE", "nowhere-1");
+	topo_read_ok(&t);
+	cr_log_info("%s / %d nodes", t.why_not_rootless, t.nnodes);
+	cr_assert_eq(t.nnodes, 0);
+	cr_assert(strstr(t.why_not_rootless, "PMIx (PMIX_NAMESPACE=nowhere-1) could not be read: "),
+	          "%s", t.why_not_rootless);
+	hpct__topo_free(&t);
+}
+
 static void expect_tasks(const char *layout)
 {
 	struct hpct_topo t;
