@@ -111,7 +111,8 @@ for t in 1.13 2.13; do
 		continue
 	fi
 	port=$((port + 1))
-	HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" JOB_SHOW_SHIM=1 JOB_HOLD_MASTER=1 OMP_NUM_THREADS=1 \
+	HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" JOB_SHOW_SHIM=1 JOB_NO_CHILDREN=1 JOB_HOLD_MASTER=1 \
+		OMP_NUM_THREADS=1 \
 		MASTER_ADDR=n1 MASTER_PORT=$port on n1 timeout 300 srun -N4 -n16 sh -c \
 		'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID exec "$0" "$1"' \
 		"$py" "$job" >"$dir/torch$t" 2>&1
@@ -223,7 +224,7 @@ torchrun_job() { # tag rdzv-args...
 	shift
 	for k in 1 2 3 4; do
 		HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" HPCT_HOSTS=n1,n2,n3,n4 OMP_NUM_THREADS=1 \
-			JOB_SHOW_SHIM=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_TIMEOUT=60 \
+			JOB_SHOW_SHIM=1 JOB_NO_CHILDREN=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_TIMEOUT=60 \
 			on "n$k" timeout 300 "$py213" -m torch.distributed.run --nnodes 4 \
 			--nproc-per-node 4 "${@/@NODE_RANK@/$((k - 1))}" "$job" >"$dir/$tag.n$k" 2>&1 &
 		pids+=($!)

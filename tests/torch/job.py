@@ -296,7 +296,9 @@ for inc in range(rounds):
         dist.barrier()
     if os.environ.get("JOB_HOLD_MASTER") == "1" and os.environ.get("LOCAL_RANK") == "0":
         held += master_conns(port)
-    if os.environ.get("JOB_SHOW_SHIM") == "1" and inc == rounds - 1:
+    # (JOB_NO_CHILDREN=1: not the children, a torch import each)
+    if os.environ.get("JOB_SHOW_SHIM") == "1" and inc == rounds - 1 and \
+            os.environ.get("JOB_NO_CHILDREN") != "1":
         show_children(inc)
         dist.barrier()
     dist.destroy_process_group()
