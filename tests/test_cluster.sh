@@ -20,7 +20,7 @@
 set -u
 cluster_tool=$(realpath "$1") rank=$(realpath "$2") rank_mpi=$(realpath "$3") preload=$4 job=$(realpath "$5")
 . "$(dirname "$0")/tap.sh"
-plan=15
+plan=16
 echo "1..$plan"
 skip_all() {
 	while [ $n_test -lt $plan ]; do skip "$1"; done
@@ -92,6 +92,14 @@ jobid=$(on n1 sacct -X -n -o JobID 2>/dev/null | tail -1 | tr -d ' ')
 jobid=$(sed -n 's/.* job \([0-9]*\) epoch.*/\1/p' "$dir/hello" | head -1)
 bad=$(check_ranks "$dir/hello" 16 4 "${jobid:-?}" 0 "$slurm_layout")
 verdict "srun -N4 -n16 (8,6,1,1 a node): rootless, every address derived from Slurm's node list" "$bad" "$dir/hello"
+
+# srun -m cyclic: Slurm's round robin, which hpct lays out the same way;
+# the layout wanted is where each rank ran (its hostname)
+run_srun "$dir/cyclic" -m cyclic "$rank"
+ran=$(for ((r = 0; r < 16; r++)); do sed -n "s/^rank $r of 16 host \([a-z0-9]*\) .*/\1/p" "$dir/cyclic"; done)
+bad=$(check_ranks "$dir/cyclic" 16 4 "$(sed -n 's/.* job \([0-9]*\) epoch.*/\1/p' "$dir/cyclic" | head -1)" 0 "$ran")
+[ "$(echo $ran | cut -d' ' -f1-4)" = "n1 n2 n3 n4" ] || bad="$bad ranks 0-3 ran on $(echo $ran | cut -d' ' -f1-4), not one a node;"
+verdict "srun -m cyclic -N4 -n16: rootless, each rank's address on the node Slurm put it" "$bad" "$dir/cyclic"
 
 run_srun "$dir/gloo" "$rank" gloo
 bad=$(check_ranks "$dir/gloo" 16 4 "$(sed -n 's/.* job \([0-9]*\) epoch.*/\1/p' "$dir/gloo" | head -1)" 0 "$slurm_layout")

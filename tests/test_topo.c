@@ -285,6 +285,52 @@ Test(topo, ompi_one_node_without_pmix)
 	hpct__topo_free(&t);
 }
 
+/* srun -m cyclic and -m plane=N: round robin over the nodes, skipping
+ * full ones (Slurm's placement, seen on Slurm 22.05); arbitrary: unknown,
+ * no rootless path, and why. */
+Test(topo, slurm_distributions)
+{
+	struct hpct_topo t;
+	topo_env_set("SLURM_PROCID", "4");
+	topo_env_set("SLURM_NTASKS", "10");
+	topo_env_set("SLURM_STEP_NODELIST", "n[1-4]");
+	topo_env_set("SLURM_STEP_TASKS_PER_NODE", "7,1(x3)");
+	topo_env_set("SLURM_DISTRIBUTION", "cyclic");
+	topo_read_ok(&t);
+	int cyclic[10] = { 0, 1, 2, 3, 0, 0, 0, 0, 0, 0 };
+	for (int r = 0; r < 10; r++)
+		cr_assert_eq(t.node_of[r], cyclic[r], "cyclic: rank %d on node %d", r,
+		             t.node_of[r]);
+	cr_assert_eq(t.local_rank, 1);
+	hpct__topo_free(&t);
+	topo_env_set("SLURM_DISTRIBUTION", "plane");
+	topo_read_bad(HPCT_EBADENV, "SLURM_DISTRIBUTION=plane without SLURM_DIST_PLANESIZE");
+	topo_env_set("SLURM_DIST_PLANESIZE", "2");
+	topo_read_ok(&t);
+	int plane[10] = { 0, 0, 1, 2, 3, 0, 0, 0, 0, 0 };
+	for (int r = 0; r < 10; r++)
+		cr_assert_eq(t.node_of[r], plane[r], "plane=2: rank %d on node %d", r,
+		             t.node_of[r]);
+	hpct__topo_free(&t);
+	topo_env_set("SLURM_DISTRIBUTION", "block:cyclic");
+	topo_read_ok(&t);
+	cr_assert_eq(t.node_of[6], 0);
+	cr_assert_eq(t.node_of[7], 1);
+	hpct__topo_free(&t);
+	topo_env_set("SLURM_DISTRIBUTION", "arbitrary");
+	topo_read_ok(&t);
+	cr_assert_eq(t.nnodes, 0);
+	cr_assert(strstr(t.why_not_rootless, "SLURM_DISTRIBUTION=arbitrary"), "%s",
+	          t.why_not_rootless);
+	hpct__topo_free(&t);
+	/* a node list of HPCT_HOSTS is laid out in blocks whatever Slurm did */
+	topo_env_set("HPCT_HOSTS", "a,b");
+	topo_env_set("HPCT_TASKS_PER_NODE", "5(x2)");
+	topo_read_ok(&t);
+	cr_assert_eq(t.node_of[4], 0);
+	hpct__topo_free(&t);
+}
+
 /* A PMIx namespace with no PMIx server behind it (none runs here): no node
  * list, and why, naming the namespace; nothing fails. */
 Test(topo, pmix_without_a_server)

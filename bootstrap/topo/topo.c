@@ -352,6 +352,60 @@ static const char *one_node(const struct hpct_env *env, const struct hpct_topo *
 	return NULL;
 }
 
+/* Round robin over the nodes, `plane` ranks a turn, a full node skipped:
+ * Slurm's cyclic (plane 1) and plane distributions. */
+static int layout_planes(struct hpct_topo *t, const int *tasks, int plane)
+{
+	t->node_of = malloc((size_t)t->size * sizeof(int));
+	t->local_of = malloc((size_t)t->size * sizeof(int));
+	int *left = malloc((size_t)t->nnodes * sizeof(int));
+	if (!t->node_of || !t->local_of || !left) {
+		free(left);
+		return hpct__topo_no_memory(t->size);
+	}
+	memcpy(left, tasks, (size_t)t->nnodes * sizeof(int));
+	for (int r = 0; r < t->size;)
+		for (int k = 0; k < t->nnodes && r < t->size; k++)
+			for (int j = 0; j < plane && left[k] > 0 && r < t->size; j++, left[k]--)
+				t->node_of[r++] = k;
+	hpct__topo_count_locals(t, left);
+	free(left);
+	return 0;
+}
+
+/* How srun placed the ranks on its node list (SLURM_DISTRIBUTION, its
+ * first part: the nodes'): *plane 0 in blocks (block, or unset), 1 cyclic,
+ * SLURM_DIST_PLANESIZE for plane; -1 for a placement no variable tells
+ * (arbitrary: the user's host file), which leaves no rootless path. */
+static int slurm_plane(const struct hpct_env *env, struct hpct_topo *t, int *plane)
+{
+	const char *d = hpct__env_str(env, "SLURM_DISTRIBUTION");
+	size_t len = d ? strcspn(d, ":,") : 0;
+	*plane = 0;
+	if (!d || (len == 5 && !strncmp(d, "block", 5)))
+		return 0;
+	if (len == 6 && !strncmp(d, "cyclic", 6)) {
+		*plane = 1;
+		return 0;
+	}
+	if (len == 5 && !strncmp(d, "plane", 5)) {
+		long size = 0;
+		int set = 0,
+		    rc = hpct__env_int(env, "SLURM_DIST_PLANESIZE", 1, INT_MAX, 0, &size, &set);
+		if (!rc && !set)
+			return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+			                  "SLURM_DISTRIBUTION=%s without SLURM_DIST_PLANESIZE", d);
+		*plane = (int)size;
+		return rc;
+	}
+	*plane = -1;
+	snprintf(t->why_not_rootless, sizeof(t->why_not_rootless),
+	         "SLURM_DISTRIBUTION=%s: where srun placed each rank is not known from the "
+	         "environment",
+	         d);
+	return 0;
+}
+
 static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
 {
 	static const char *const vars[] = { "HPCT_HOSTFILE",       "HPCT_HOSTS",
@@ -412,8 +466,22 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	int *tasks = NULL;
 	if ((rc = read_tasks(env, t, src, &tasks)))
 		return rc;
-	rc = layout_blocks(t, tasks);
+	int plane = 0;
+	if (i >= 2 && vars[i] && (rc = slurm_plane(env, t, &plane))) {
+		free(tasks);
+		return rc;
+	}
+	rc = plane > 0 ? layout_planes(t, tasks, plane) : layout_blocks(t, tasks);
 	free(tasks);
+	if (plane < 0) { /* a placement hpct cannot know: no rootless path */
+		free(t->node_of);
+		free(t->local_of);
+		t->node_of = t->local_of = NULL;
+		hpct__strv_free(t->hosts, t->nnodes);
+		t->hosts = NULL;
+		t->nnodes = 0;
+		t->nodelist_src = NULL;
+	}
 	return rc;
 }
 

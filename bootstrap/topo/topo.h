@@ -18,7 +18,8 @@
  *   epoch       HPCT_EPOCH, TORCHELASTIC_RESTART_COUNT, JOB_RESTART_COUNT, else
  *               SLURM_RESTART_COUNT * 2^32 + SLURM_STEP_ID, else 0
  * Ranks are laid out in blocks: node k holds ranks first_rank[k] ..
- * first_rank[k] + tasks[k] - 1.  A host table (HPCT_HOSTFILE whose lines are
+ * first_rank[k] + tasks[k] - 1; a Slurm node list as SLURM_DISTRIBUTION
+ * says (cyclic, plane: round robin).  A host table (HPCT_HOSTFILE whose lines are
  * "RANK HOST[:PORT]") and PMIx give every rank explicitly instead. */
 #ifndef HPCT_TOPO_H
 #define HPCT_TOPO_H
