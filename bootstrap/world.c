@@ -121,6 +121,25 @@ HPCT_PRIVATE int hpct__world_store_client(struct hpct_world **world_out)
 	return 0;
 }
 
+/* torchrun's agents' own world, named `job` (the shim's, for their
+ * rendezvous store): hpct__topo_read_agents, on the rootless path. */
+HPCT_PRIVATE int hpct__world_create_agents(const char *job, struct hpct_world **world_out,
+                                           char *why, size_t len)
+{
+	hpct__log_init();
+	struct hpct_topo t;
+	int rc = hpct__topo_read_agents(hpct__env_process(), job, &t);
+	if (rc < 0)
+		return rc;
+	if (!t.nnodes) {
+		snprintf(why, len, "%s", t.why_not_rootless);
+		hpct__topo_free(&t);
+		return HPCT_ENOTOPO;
+	}
+	t.want_rootless = 1;
+	return hpct__world_start(&t, NULL, world_out);
+}
+
 HPCT_API int hpct_world_create(struct hpct_world **world_out)
 {
 	if (!world_out)

@@ -39,6 +39,14 @@ HPCT_PRIVATE uint64_t hpct__world_rank_born(const hpct_world *world, int rank);
 HPCT_PRIVATE int hpct__rootless_possible(char *why, size_t len);
 /* A world that only asks the rootless store (world.h). */
 HPCT_PRIVATE int hpct__world_store_client(hpct_world **world_out);
+/* torchrun's agents as a world of their own, one rank a node of the node
+ * list (this host's place in it), named `job`, epoch 0, on the top port of
+ * HPCT_PORT_RANGE (which the windows of torchrun's workers leave out): the
+ * shim serves their rendezvous store on it.  HPCT_ENOTOPO, not logged, with
+ * why in `why` when there is no node list or one node; errors otherwise
+ * (HPCT_EBADENV: this host is not exactly one of the nodes). */
+HPCT_PRIVATE int hpct__world_create_agents(const char *job, hpct_world **world_out, char *why,
+                                           size_t len);
 
 /* A subgroup of `parent` that only its members create, named by `key`
  * instead of the parent's counter: every member must pass the same key

@@ -20,7 +20,7 @@
 set -u
 cluster_tool=$(realpath "$1") rank=$(realpath "$2") rank_mpi=$(realpath "$3") preload=$4 job=$(realpath "$5")
 . "$(dirname "$0")/tap.sh"
-plan=16
+plan=17
 echo "1..$plan"
 skip_all() {
 	while [ $n_test -lt $plan ]; do skip "$1"; done
@@ -227,45 +227,71 @@ verdict "mpirun inside salloc -N4 -n16: Open MPI's ranks and PMIx's map, not the
 
 # --- torchrun across the 4 nodes, 4 workers a node, torch 2.13, the
 # PyTorch job under the shim with HPCT_HOSTS naming the nodes
-torchrun_job() { # tag rdzv-args...
-	local tag=$1 k rc=0 pids=()
-	shift
+torchrun_job() { # tag workers-a-node rdzv-args...
+	local tag=$1 nproc=$2 k rc=0 pids=()
+	shift 2
 	for k in 1 2 3 4; do
 		HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" HPCT_HOSTS=n1,n2,n3,n4 OMP_NUM_THREADS=1 \
 			JOB_SHOW_SHIM=1 JOB_NO_CHILDREN=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_TIMEOUT=60 \
 			on "n$k" timeout 300 "$py213" -m torch.distributed.run --nnodes 4 \
-			--nproc-per-node 4 "${@/@NODE_RANK@/$((k - 1))}" "$job" >"$dir/$tag.n$k" 2>&1 &
+			--nproc-per-node "$nproc" "${@/@NODE_RANK@/$((k - 1))}" "$job" >"$dir/$tag.n$k" 2>&1 &
 		pids+=($!)
 	done
 	for k in "${!pids[@]}"; do wait "${pids[$k]}" || rc=$((rc + 1)); done
 	cat "$dir/$tag".n* >"$dir/$tag"
 	echo $rc
 }
-torchrun_verdict() { # name tag rc served line
+# every agent served the agents' rendezvous store at ENDPOINT on its own
+# node, its part of the agents' world on the range's top port (18191),
+# which no worker took
+agents_served() { # tag endpoint
+	local k bad=""
+	for k in 1 2 3 4; do
+		grep -Eq "^n$k:[0-9]+ HPCT INFO preload: torchrun's agent $((k - 1)) of 4: its rendezvous store at $2 served in it \(127\.0\.0\.1:[0-9]+\), on the agents' world \(this agent at 10\.78\.0\.$k:18191\)" "$dir/$1.n$k" ||
+			bad="$bad agent on n$k: its store not served on the agents' world;"
+	done
+	grep -Eq "rank [0-9]+ of [0-9]+ listening on [0-9.]+:18191 over tcp \(node [0-3] n[1-4], job '[^t]" "$dir/$1" &&
+		bad="$bad a worker took the agents' port;"
+	echo "$bad"
+}
+torchrun_verdict() { # name tag rc workers served line [endpoint]
 	local r bad=""
 	[ "$3" = 0 ] || bad="$3 of 4 torchrun agents failed;"
-	for ((r = 0; r < 16; r++)); do
+	for ((r = 0; r < $4; r++)); do
 		grep -Eq "(^|:)ok $r\$" "$dir/$2" || bad="$bad worker $r did not finish;"
-		grep -Eq "(^|:)shim $r $4\$" "$dir/$2" || bad="$bad worker $r: served not '$4';"
+		grep -Eq "(^|:)shim $r $5\$" "$dir/$2" || bad="$bad worker $r: served not '$5';"
 	done
-	[ "$(grep -c "$5" "$dir/$2")" = 16 ] || bad="$bad $(grep -c "$5" "$dir/$2") of 16 workers say '$5';"
+	[ "$(grep -c "$6" "$dir/$2")" = "$4" ] || bad="$bad $(grep -c "$6" "$dir/$2") of $4 workers say '$6';"
+	[ -z "${7:-}" ] || bad="$bad$(agents_served "$2" "$7")"
 	verdict "$1" "$bad" "$dir/$2"
 }
 if [ ! -x "$py213" ]; then
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
+	skip "torchrun across nodes: no torch 2.13 ($py213)"
 else
-	# c10d: the workers make their own store (the shim asks the agents
-	# so), served in every worker: rootless, nothing on MASTER_PORT
-	rc=$(JOB_HOLD_MASTER=1 torchrun_job c10d --rdzv-backend c10d --rdzv-endpoint n1:29500 --rdzv-id c10d-$$)
-	torchrun_verdict "torchrun c10d across 4 nodes (16 workers): the workers rootless, their store served" \
-		c10d "$rc" yes "HPCT INFO rootless: rank [0-9]* of 16 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'c10d-$$@"
-	# static: the agents' store is the workers' too (PyTorch offers no
-	# other): PyTorch keeps it, and says so in every worker
-	rc=$(torchrun_job static --rdzv-backend static --master-addr n1 --master-port 29501 --node-rank @NODE_RANK@)
-	torchrun_verdict "torchrun static across 4 nodes (16 workers): the agent's store kept, one line a worker" \
-		static "$rc" no "hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True)"
+	# c10d: the agents' rendezvous store served in every agent (n1's own
+	# listener at the endpoint reached by none); the workers make their own
+	# store (the shim asks the agents so), served in every worker:
+	# rootless, nothing on MASTER_PORT
+	rc=$(JOB_HOLD_MASTER=1 torchrun_job c10d 4 --rdzv-backend c10d --rdzv-endpoint n1:29500 --rdzv-id c10d-$$)
+	torchrun_verdict "torchrun c10d across 4 nodes (16 workers): the agents' rendezvous and the workers rootless" \
+		c10d "$rc" 16 yes "HPCT INFO rootless: rank [0-9]* of 16 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'c10d-$$@" \
+		10.78.0.1:29500
+	# the endpoint a name where nothing listens (ctl, no agent): stock
+	# agents would find no store there; these meet all the same
+	rc=$(torchrun_job noroot 1 --rdzv-backend c10d --rdzv-endpoint ctl:29502 --rdzv-id noroot-$$)
+	torchrun_verdict "torchrun c10d, its endpoint where nothing listens (ctl:29502): the 4 agents meet, no root" \
+		noroot "$rc" 4 yes "HPCT INFO rootless: rank [0-3] of 4 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'noroot-$$@" \
+		10.78.0.254:29502
+	# static: the agents' rendezvous store served in every agent; PyTorch
+	# hands the workers node 0's agent's store instead (no switch), which
+	# PyTorch keeps, said in every worker
+	rc=$(torchrun_job static 4 --rdzv-backend static --master-addr n1 --master-port 29501 --node-rank @NODE_RANK@)
+	torchrun_verdict "torchrun static across 4 nodes (16 workers): the agents' rendezvous rootless, the workers' store node 0's, one line a worker" \
+		static "$rc" 16 no "hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True)" \
+		10.78.0.1:29501
 	# a worker killed, torchrun restarts them all: the benchmark's hpct run
 	bench_tool=$(dirname "$cluster_tool")/bench-torchrun-cluster
 	if "$bench_tool" --preload "$preload" --python "$py213" --reps 1 --paths hpct >"$dir/bench" 2>&1 &&

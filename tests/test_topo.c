@@ -13,6 +13,7 @@
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
+#include "bootstrap/topo/derive.h"
 #include "bootstrap/topo/topo.h"
 #include "hpct/hpct.h"
 #include "tests/topo_env.h"
@@ -221,6 +222,84 @@ Test(topo, slurm_epoch)
 /* torchrun across nodes, workers on their own store each round: the round
  * (run id at MASTER_ADDR:MASTER_PORT) is the job, its per-agent restart
  * count no epoch; on one node, or on the agent's store, as before. */
+/* torchrun's workers leave the top port of the range to their agents'
+ * world, which takes exactly that port */
+Test(topo, torchrun_agents_hold_the_top_port)
+{
+	struct hpct_topo t;
+	topo_env_world(0, 8);
+	topo_env_set("HPCT_HOSTS", "n1,n2");
+	topo_env_set("HPCT_PORT_BASE", "20000");
+	topo_env_set("HPCT_PORT_RANGE", "8"); /* two windows of 4, or one beside the agents' */
+	int top_used = 0;
+	for (int j = 0; j < 64; j++) {
+		topo_env_set_int("HPCT_EPOCH", j);
+		topo_read_ok(&t);
+		for (int r = 0; r < 8; r++)
+			top_used |= hpct__derive_port(&t, r) == 20007;
+		hpct__topo_free(&t);
+	}
+	cr_assert(top_used, "without torchrun, the windows reach the top port");
+	topo_env_set("GROUP_WORLD_SIZE", "2"); /* hpct-run sets it too: not the marker */
+	topo_read_ok(&t);
+	cr_assert_eq(t.port_kept, 0);
+	hpct__topo_free(&t);
+	topo_env_set("TORCHELASTIC_USE_AGENT_STORE", "True");
+	for (int j = 0; j < 64; j++) {
+		topo_env_set_int("HPCT_EPOCH", j);
+		topo_read_ok(&t);
+		cr_assert_eq(t.port_kept, 1);
+		for (int r = 0; r < 8; r++)
+			cr_assert_lt(hpct__derive_port(&t, r), 20007, "epoch %d rank %d", j, r);
+		hpct__topo_free(&t);
+	}
+	topo_env_set("HPCT_PORT_RANGE", "4");
+	topo_read_bad(HPCT_EBADENV, "HPCT_PORT_RANGE=4 cannot hold the 4 ranks of node n1 "
+	                            "beside the port of torchrun's agents (its top)");
+}
+
+/* The agents' world: one rank a node, this host's place found by address */
+Test(topo, torchrun_agents_world)
+{
+	struct hpct_topo t;
+	topo_env_set("HPCT_PORT_BASE", "20000");
+	topo_env_set("HPCT_PORT_RANGE", "100");
+	topo_env_set("HPCT_HOSTS", "203.0.113.7,127.0.0.1,203.0.113.9");
+	cr_assert_eq(hpct__topo_read_agents(&topo_fake_env, "torchrun agents@n1:29500", &t), 0,
+	             "%s", hpct_last_error());
+	cr_assert_eq(t.size, 3);
+	cr_assert_eq(t.rank, 1);
+	cr_assert_eq(t.node, 1);
+	cr_assert_eq(t.local_size, 1);
+	cr_assert_str_eq(t.job_name, "torchrun agents@n1:29500");
+	cr_assert_eq(t.epoch, 0);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(t.node_of[r], r);
+		cr_assert_eq(hpct__derive_port(&t, r), 20099);
+	}
+	hpct__topo_free(&t);
+	topo_env_set("HPCT_HOSTS", "203.0.113.7,203.0.113.9");
+	cr_assert_eq(hpct__topo_read_agents(&topo_fake_env, "j", &t), HPCT_EBADENV);
+	cr_assert(strstr(hpct_last_error(), "this host holds the address of none of the 2 nodes "
+	                                    "of HPCT_HOSTS"),
+	          "%s", hpct_last_error());
+	topo_env_set("HPCT_HOSTS", "127.0.0.1,127.0.0.2");
+	cr_assert_eq(hpct__topo_read_agents(&topo_fake_env, "j", &t), HPCT_EBADENV);
+	cr_assert(strstr(hpct_last_error(), "holds the addresses of 2 nodes of HPCT_HOSTS "
+	                                    "(127.0.0.1, 127.0.0.2)"),
+	          "%s", hpct_last_error());
+	topo_env_set("HPCT_HOSTS", "n1");
+	cr_assert_eq(hpct__topo_read_agents(&topo_fake_env, "j", &t), 0);
+	cr_assert_eq(t.nnodes, 0);
+	cr_assert_str_eq(t.why_not_rootless, "one node (HPCT_HOSTS): every agent is local");
+	hpct__topo_free(&t);
+	topo_env_unset("HPCT_HOSTS");
+	cr_assert_eq(hpct__topo_read_agents(&topo_fake_env, "j", &t), 0);
+	cr_assert_eq(t.nnodes, 0);
+	cr_assert(strstr(t.why_not_rootless, "no node list"), "%s", t.why_not_rootless);
+	hpct__topo_free(&t);
+}
+
 Test(topo, torchrun_round_is_the_job)
 {
 	struct hpct_topo t, u;

@@ -45,6 +45,7 @@
  * ncclCommSplit and ncclCommShrink need no id and are not touched.  The
  * real functions are the next definitions after this library (RTLD_NEXT),
  * else those of the libnccl.so.2 hpct loads. */
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -172,6 +173,8 @@ static int is_agent(void)
 /* The process that loaded this library (each exec loads it anew; a fork
  * does not): another pid here is a forked child. */
 static pid_t load_pid;
+/* torchrun's agent, with HPCT_USE_ROOTLESS=1 (set at load) */
+static int agent_proc;
 
 /* A forked child: of a process that loaded this library, or that tracked
  * a socket of hpct's (fdtrack.h). */
@@ -193,7 +196,7 @@ __attribute__((constructor)) static void preload_loaded(void)
 	 * rank 0's server at a port the agents agree on, which the shim then
 	 * serves in every worker.  (A static rendezvous ignores it: its agent
 	 * store stays the workers'.)  The user's choice stands. */
-	if (is_agent())
+	if ((agent_proc = is_agent()))
 		setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1", 0);
 	/* no rank (a launcher, a wrapper): its ranks decide for themselves */
 	if (rank_given() == RANK_NONE)
@@ -488,12 +491,46 @@ static uint16_t port_of(const struct sockaddr *sa)
 	                                       : ((const struct sockaddr_in *)sa)->sin_port);
 }
 
-/* A TCP address on MASTER_PORT. */
+static int tcp_addr(const struct sockaddr *sa, socklen_t len)
+{
+	return sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) &&
+	       len >= (socklen_t)sizeof(struct sockaddr_in);
+}
+
+/* torchrun's agent: its rendezvous store's endpoint, learned from the
+ * first TCP listen or connect libtorch makes in it (an agent's one
+ * TCPStore: c10d's endpoint, static's MASTER_ADDR:MASTER_PORT); the
+ * address from the first connect, which the agent that hosts the store
+ * makes too, to the same name as every other agent. */
+static struct {
+	pthread_mutex_t mu;
+	_Atomic uint16_t port;
+	struct sockaddr_storage addr;
+	int have_addr;
+} rdzv = { PTHREAD_MUTEX_INITIALIZER, 0, { 0 }, 0 };
+
+static void rdzv_learn(const struct sockaddr *sa, int connecting)
+{
+	pthread_mutex_lock(&rdzv.mu);
+	if (!atomic_load(&rdzv.port))
+		atomic_store(&rdzv.port, port_of(sa));
+	if (connecting && !rdzv.have_addr && port_of(sa) == atomic_load(&rdzv.port)) {
+		memcpy(&rdzv.addr, sa,
+		       sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+		                                 : sizeof(struct sockaddr_in));
+		rdzv.have_addr = 1;
+	}
+	pthread_mutex_unlock(&rdzv.mu);
+}
+
+/* A TCP address on the port of this process's store: MASTER_PORT (a
+ * rank), the rendezvous endpoint's (torchrun's agent). */
 static int store_port(const struct sockaddr *sa, socklen_t len)
 {
-	if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) ||
-	    len < (socklen_t)sizeof(struct sockaddr_in))
+	if (!tcp_addr(sa, len))
 		return 0;
+	if (agent_proc)
+		return atomic_load(&rdzv.port) && port_of(sa) == atomic_load(&rdzv.port);
 	pthread_once(&master.once, read_master_port);
 	return master.port && port_of(sa) == master.port;
 }
@@ -542,6 +579,8 @@ static int loopback(const struct sockaddr *sa)
  * only when MASTER_ADDR did not resolve here. */
 static int master_host(const struct sockaddr *sa)
 {
+	if (agent_proc)
+		return rdzv.have_addr && addr_same(sa, &rdzv.addr);
 	if (nmaster_addrs == 0)
 		return loopback(sa);
 	for (int i = 0; i < nmaster_addrs; i++)
@@ -711,6 +750,70 @@ static int keep_stock(const char *why)
 	return -1;
 }
 
+/* The torch protocol this process's torch speaks, or NULL with why. */
+static const struct hpct_torch_proto *torch_proto(char *ver, size_t vlen, char *where, size_t wlen,
+                                                  char *why, size_t len)
+{
+	torch_version(ver, vlen, where, wlen);
+	const struct hpct_torch_proto *proto = hpct__torch_proto_for(ver);
+	if (!proto)
+		snprintf(why, len,
+		         "torch %s%s%s: its TCPStore protocol is not one hpct serves (torch %s)",
+		         ver[0] ? ver : "of unknown version", where[0] ? " at " : "", where,
+		         hpct__torch_protos_known());
+	return proto;
+}
+
+/* torchrun's agent: its rendezvous store, which every agent meets through
+ * (c10d's endpoint, whose host agent serves it; static's node 0), served
+ * here on a world of the agents (one rank a node of the node list, on the
+ * top port of the range), so no agent is its root.  Without a node list,
+ * or with one node, PyTorch keeps it (an INFO line); with a list that does
+ * not name this host once, this agent's store fails, saying why (the
+ * other agents would wait for it). */
+static hpct_world *agents_world;
+
+static int decide_agent(void)
+{
+	char why[1200], ver[64], where[4096] = "", ep[HPCT_ADDRSTRLEN], job[HPCT_ADDRSTRLEN + 32];
+	const struct hpct_torch_proto *proto =
+	        torch_proto(ver, sizeof(ver), where, sizeof(where), why, sizeof(why));
+	if (!proto)
+		return keep_stock(why);
+	/* one name for the endpoint whether an agent reached it over IPv4 or
+	 * v4-mapped IPv6: the job's identity */
+	unsigned char h[16];
+	char txt[INET6_ADDRSTRLEN] = "?";
+	int hn = host_bytes((const struct sockaddr *)&rdzv.addr, h);
+	inet_ntop(hn == 4 ? AF_INET : AF_INET6, h, txt, sizeof(txt));
+	snprintf(ep, sizeof(ep), hn == 4 ? "%s:%u" : "[%s]:%u", txt,
+	         port_of((const struct sockaddr *)&rdzv.addr));
+	snprintf(job, sizeof(job), "torchrun agents@%s", ep);
+	int rc = hpct__world_create_agents(job, &agents_world, why, sizeof(why));
+	if (rc == HPCT_ENOTOPO) {
+		HPCT_INFO(HPCT_SUB_INIT,
+		          "preload: torchrun's agent: its rendezvous store at %s stays PyTorch's: "
+		          "%s",
+		          ep, why);
+		return -1;
+	}
+	if (rc == 0 && (rc = hpct__torch_store_start(agents_world, proto)) == 0) {
+		struct hpct_world_info info;
+		hpct_world_get_info(agents_world, &info);
+		HPCT_INFO(
+		        HPCT_SUB_INIT,
+		        "preload: torchrun's agent %d of %d: its rendezvous store at %s served in "
+		        "it (127.0.0.1:%u), on the agents' world (this agent at %s)",
+		        info.rank, info.size, ep, hpct__torch_store_port(), info.listen_addr);
+		return 1;
+	}
+	fprintf(stderr,
+	        "hpct: torchrun's agent, its rendezvous store at %s: %s: its TCPStore "
+	        "connections fail (HPCT_USE_ROOTLESS=0 runs PyTorch's own)\n",
+	        ep, hpct_last_error());
+	return -2;
+}
+
 static int decide(int child)
 {
 	char why[1200], ver[64], where[4096] = "";
@@ -719,6 +822,8 @@ static int decide(int child)
 		snprintf(why, sizeof(why), "HPCT_USE_ROOTLESS=%s", v ? v : "(unset)");
 		return keep_stock(why);
 	}
+	if (agent_proc)
+		return decide_agent();
 	enum rank_given given = rank_given();
 	if (given == RANK_NONE || (given == RANK_LAUNCHER && is_agent()))
 		return -1; /* no rank: a launcher's agent, whose store is its own */
@@ -735,15 +840,10 @@ static int decide(int child)
 		snprintf(why, sizeof(why), "a child of rank process %ld", anc);
 		return keep_stock(why);
 	}
-	torch_version(ver, sizeof(ver), where, sizeof(where));
-	const struct hpct_torch_proto *proto = hpct__torch_proto_for(ver);
-	if (!proto) {
-		snprintf(why, sizeof(why),
-		         "torch %s%s%s: its TCPStore protocol is not one hpct serves (torch %s)",
-		         ver[0] ? ver : "of unknown version", where[0] ? " at " : "", where,
-		         hpct__torch_protos_known());
+	const struct hpct_torch_proto *proto =
+	        torch_proto(ver, sizeof(ver), where, sizeof(where), why, sizeof(why));
+	if (!proto)
 		return keep_stock(why);
-	}
 	if (!hpct__rootless_possible(why, sizeof(why)))
 		return keep_stock(why);
 	resolve_master();
@@ -863,7 +963,10 @@ SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (!store_port(sa, len) || !from_torch(__builtin_return_address(0)))
+	const void *caller = __builtin_return_address(0);
+	if (agent_proc && tcp_addr(sa, len) && from_torch(caller))
+		rdzv_learn(sa, 1);
+	if (!store_port(sa, len) || !from_torch(caller))
 		return next_connect(fd, sa, len);
 	int r = routed();
 	if (r < 0)
@@ -947,6 +1050,14 @@ SHIM_API int listen(int fd, int backlog)
 	int rc = f(fd, backlog);
 	struct sockaddr_storage me;
 	socklen_t ml = sizeof(me);
+	/* torchrun's agent hosting the rendezvous store: its port learned; its
+	 * listener is PyTorch's (no other agent reaches it: routed) */
+	if (agent_proc) {
+		if (rc == 0 && getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+		    tcp_addr((struct sockaddr *)&me, ml) && from_torch(__builtin_return_address(0)))
+			rdzv_learn((struct sockaddr *)&me, 0);
+		return rc;
+	}
 	if (rc == 0 && getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
 	    store_port((struct sockaddr *)&me, ml) && from_torch(__builtin_return_address(0)) &&
 	    !forked_child() && routed() == 1) {

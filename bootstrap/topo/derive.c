@@ -13,7 +13,7 @@
 int hpct__derive_window(const struct hpct_topo *t, uint64_t epoch)
 {
 	int per = t->max_local > 0 ? t->max_local : 1;
-	uint64_t windows = (uint64_t)(t->port_range / per);
+	uint64_t windows = (uint64_t)((t->port_range - t->port_kept) / per);
 	if (windows < 1)
 		windows = 1;
 	/* Slurm's epochs carry the requeue count above bit 32: folded in, so
@@ -26,6 +26,8 @@ int hpct__derive_port(const struct hpct_topo *t, int rank)
 {
 	if (t->port_of && t->port_of[rank] > 0)
 		return t->port_of[rank];
+	if (t->agents)
+		return t->port_base + t->port_range - 1;
 	int per = t->max_local > 0 ? t->max_local : 1;
 	int local = t->local_of ? t->local_of[rank] : 0;
 	return t->port_base + hpct__derive_window(t, t->epoch) * per + local;

@@ -9,9 +9,11 @@
 #include "bootstrap/topo/topo.h"
 
 /* The listen port of `rank`: an explicit port from a host table, else
- * HPCT_PORT_BASE + window * max_local + local index, where the range is cut
- * into windows of max_local ports and window = (job + epoch) mod windows, so
- * consecutive epochs never share a port while the range has two windows. */
+ * HPCT_PORT_BASE + window * max_local + local index, where the range (less
+ * the ports kept at its top) is cut into windows of max_local ports and
+ * window = (job + epoch) mod windows, so consecutive epochs never share a
+ * port while the range has two windows; torchrun's agents: the range's top
+ * port. */
 int hpct__derive_port(const struct hpct_topo *topo, int rank);
 /* The window index used for `epoch` (for hpct-info). */
 int hpct__derive_window(const struct hpct_topo *topo, uint64_t epoch);

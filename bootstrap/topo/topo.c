@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
@@ -169,6 +170,10 @@ static int read_job(const struct hpct_env *env, struct hpct_topo *t)
 	t->epoch = (uint64_t)v;
 	if (!from && !by_round && (rc = read_slurm_epoch(env, t)))
 		return rc;
+	/* torchrun's workers (it sets TORCHELASTIC_USE_AGENT_STORE for every
+	 * worker): their agents' world (the shim's, serving the agents'
+	 * rendezvous store) holds the top port of the range */
+	t->port_kept = hpct__env_str(env, "TORCHELASTIC_USE_AGENT_STORE") ? 1 : 0;
 
 	const char *addr = hpct__env_str(env, "MASTER_ADDR");
 	if (addr && !(t->master_addr = strdup(addr)))
@@ -406,7 +411,11 @@ static int slurm_plane(const struct hpct_env *env, struct hpct_topo *t, int *pla
 	return 0;
 }
 
-static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
+/* The node list alone: t->hosts, t->nnodes and t->nodelist_src, or none
+ * (nnodes 0, why_not_rootless says why).  A host table or PMIx lays the
+ * ranks out too (t->node_of set).  *from: the index in vars of the list's
+ * variable (5 for one node). */
+static int find_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src, int *from)
 {
 	static const char *const vars[] = { "HPCT_HOSTFILE",       "HPCT_HOSTS",
 		                            "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
@@ -463,25 +472,29 @@ static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct sr
 	}
 	t->hosts = hosts;
 	t->nnodes = n;
-	int *tasks = NULL;
-	if ((rc = read_tasks(env, t, src, &tasks)))
+	*from = i;
+	return 0;
+}
+
+static int read_nodes(const struct hpct_env *env, struct hpct_topo *t, struct srcs *src)
+{
+	int i = 0, plane = 0, rc = find_nodes(env, t, src, &i);
+	if (rc || !t->nnodes || t->node_of)
 		return rc;
-	int plane = 0;
-	if (i >= 2 && vars[i] && (rc = slurm_plane(env, t, &plane))) {
-		free(tasks);
+	if (i >= 2 && i < 5 && (rc = slurm_plane(env, t, &plane)))
 		return rc;
-	}
-	rc = plane > 0 ? layout_planes(t, tasks, plane) : layout_blocks(t, tasks);
-	free(tasks);
 	if (plane < 0) { /* a placement hpct cannot know: no rootless path */
-		free(t->node_of);
-		free(t->local_of);
-		t->node_of = t->local_of = NULL;
 		hpct__strv_free(t->hosts, t->nnodes);
 		t->hosts = NULL;
 		t->nnodes = 0;
 		t->nodelist_src = NULL;
+		return 0;
 	}
+	int *tasks = NULL;
+	if ((rc = read_tasks(env, t, src, &tasks)))
+		return rc;
+	rc = plane > 0 ? layout_planes(t, tasks, plane) : layout_blocks(t, tasks);
+	free(tasks);
 	return rc;
 }
 
@@ -563,11 +576,14 @@ static int check_ports(const struct hpct_topo *t)
 			busiest = t->node_of[r];
 	}
 	const char *node = t->hosts[busiest < 0 ? 0 : busiest];
-	if (derived && t->port_range < t->max_local)
+	int usable = t->port_range - t->port_kept;
+	if (derived && usable < t->max_local)
 		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
-		                  "HPCT_PORT_RANGE=%d cannot hold the %d ranks of node %s",
-		                  t->port_range, t->max_local, node);
-	if (derived && t->port_range < 2 * t->max_local)
+		                  "HPCT_PORT_RANGE=%d cannot hold the %d ranks of node %s%s",
+		                  t->port_range, t->max_local, node,
+		                  t->port_kept ? " beside the port of torchrun's agents (its top)"
+		                               : "");
+	if (derived && usable < 2 * t->max_local)
 		HPCT_INFO(HPCT_SUB_ENV,
 		          "HPCT_PORT_RANGE=%d is less than twice the %d ranks of node %s: ports "
 		          "cannot rotate with the epoch",
@@ -661,4 +677,106 @@ void hpct__topo_free(struct hpct_topo *topo)
 	free(topo->master_addr);
 	free(topo->ifname);
 	memset(topo, 0, sizeof(*topo));
+}
+
+/* Does a local interface hold this address?  (A bind to it, port 0.) */
+static int held_here(const struct sockaddr_storage *ss, socklen_t len)
+{
+	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int ok = fd >= 0 && bind(fd, (const struct sockaddr *)ss, len) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* This host's node in t's list: the one whose address it holds. */
+static int find_self(struct hpct_topo *t)
+{
+	int self = -1, nheld = 0;
+	char held[200] = "";
+	for (int k = 0; k < t->nnodes; k++) {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		int rc = hpct__resolve(t->hosts[k], 0, t->family, &ss, &len);
+		if (rc)
+			return rc;
+		if (!held_here(&ss, len))
+			continue;
+		if (nheld++ == 0)
+			self = k;
+		size_t o = strlen(held);
+		if (o + strlen(t->hosts[k]) + 3 < sizeof(held))
+			snprintf(held + o, sizeof(held) - o, "%s%s", o ? ", " : "", t->hosts[k]);
+	}
+	char sb[100];
+	if (nheld == 0)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "torchrun's agents: this host holds the address of none of the "
+		                  "%d nodes of %s (%s...)",
+		                  t->nnodes, t->nodelist_src, shorten(t->hosts[0], sb, sizeof(sb)));
+	if (nheld > 1)
+		return hpct__fail(HPCT_EBADENV, HPCT_SUB_ENV,
+		                  "torchrun's agents: this host holds the addresses of %d nodes of "
+		                  "%s (%s): which one is this agent's is not known",
+		                  nheld, t->nodelist_src, held);
+	return self;
+}
+
+int hpct__topo_read_agents(const struct hpct_env *env, const char *job, struct hpct_topo *topo_out)
+{
+	struct hpct_topo t;
+	struct srcs src = { "torchrun's agents", "torchrun's agents", NULL };
+	int from = 0, self = -1;
+	memset(&t, 0, sizeof(t));
+	memset(topo_out, 0, sizeof(*topo_out));
+	t.size = MAX_WORLD;
+	int rc = read_net(env, &t);
+	if (!rc)
+		rc = find_nodes(env, &t, &src, &from);
+	if (!rc && t.nnodes < 2) { /* not an error: said in why_not_rootless */
+		if (t.nnodes)
+			snprintf(t.why_not_rootless, sizeof(t.why_not_rootless),
+			         "one node (%s): every agent is local", t.nodelist_src);
+		free(t.node_of);
+		free(t.local_of);
+		free(t.port_of);
+		hpct__strv_free(t.hosts, t.nnodes);
+		t.node_of = t.local_of = t.port_of = NULL;
+		t.hosts = NULL;
+		t.nnodes = 0;
+		t.size = 0;
+		*topo_out = t;
+		return 0;
+	}
+	if (!rc)
+		rc = (self = find_self(&t)) < 0 ? self : 0;
+	if (!rc) {
+		free(t.node_of);
+		free(t.local_of);
+		free(t.port_of);
+		t.port_of = NULL;
+		t.node_of = malloc((size_t)t.nnodes * sizeof(int));
+		t.local_of = calloc((size_t)t.nnodes, sizeof(int));
+		if (!t.node_of || !t.local_of)
+			rc = hpct__topo_no_memory(t.nnodes);
+	}
+	if (!rc) {
+		for (int k = 0; k < t.nnodes; k++)
+			t.node_of[k] = k;
+		t.size = t.nnodes;
+		t.rank = t.node = self;
+		t.local_rank = 0;
+		t.local_size = t.max_local = 1;
+		t.agents = t.port_kept = 1;
+		snprintf(t.job_name, sizeof(t.job_name), "%s", job);
+		t.job = hpct__hash(job, strlen(job), 0);
+		t.epoch = 0;
+		rc = read_secret(env, &t);
+	}
+	if (rc) {
+		hpct__topo_free(&t);
+		return rc;
+	}
+	*topo_out = t;
+	return 0;
 }

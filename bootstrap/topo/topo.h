@@ -47,6 +47,10 @@ struct hpct_topo {
 	int master_port;   /* MASTER_PORT, or 0 */
 
 	int port_base, port_range;  /* HPCT_PORT_BASE, HPCT_PORT_RANGE */
+	/* ports at the top of the range left out of the windows: 1 in a
+	 * torchrun round across nodes, whose agents' own world holds the top one */
+	int port_kept;
+	int agents; /* torchrun's agents' world (hpct__topo_read_agents): the top port */
 	double timeout_s;           /* HPCT_TIMEOUT */
 	int want_rootless;          /* HPCT_USE_ROOTLESS */
 	int family;                 /* AF_UNSPEC, AF_INET or AF_INET6 (HPCT_SOCKET_FAMILY) */
@@ -65,5 +69,14 @@ struct hpct_topo {
  * the port range overlaps the kernel's ephemeral range. */
 int hpct__topo_read(const struct hpct_env *env, struct hpct_topo *topo_out);
 void hpct__topo_free(struct hpct_topo *topo);
+
+/* torchrun's agents as a world of their own, one rank a node, for their
+ * rendezvous store (the shim serves it): the node list as above, this
+ * host's place in it (the one node whose address a local interface
+ * holds), `job`, epoch 0, and the top port of HPCT_PORT_RANGE, which the
+ * windows of torchrun's workers leave out.  With no node list, or one node
+ * (no agent is another's root), nnodes 0 and why_not_rootless says so;
+ * HPCT_EBADENV when this host is not exactly one of the nodes. */
+int hpct__topo_read_agents(const struct hpct_env *env, const char *job, struct hpct_topo *topo_out);
 
 #endif
