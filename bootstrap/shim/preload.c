@@ -30,8 +30,10 @@
  * The PyTorch half (below): a rank's TCPStore connections are served in
  * the process, for torch 1.13 and 2.4 to 2.14 alike (torch_store.c).
  *
- *   connect                   a TCPStore's, from libtorch, to MASTER_PORT:
- *                             to this process's store
+ *   connect                   a TCPStore's, from libtorch, to MASTER_PORT
+ *                             (a rank) or to the rendezvous endpoint
+ *                             (torchrun's agent, across nodes): to this
+ *                             process's store
  *   hpct_preload_world        the world this process's ranks share
  *                             (NCCL and torch halves alike)
  *   hpct_preload_world_lock,  one of them at a time uses it
@@ -443,7 +445,9 @@ SHIM_API void hpct_preload_world_unlock(void)
  *   - a node list to derive the world from (hpct__rootless_possible).
  * Then the world is made (shared with the NCCL half), the store served,
  * and on torch 1.13 Gloo's connectFullMesh in libtorch_cpu redirected to
- * hpct's Gloo connect (libhpct_torch.so, see got.c). */
+ * hpct's Gloo connect (libhpct_torch.so, see got.c).
+ * torchrun's agent (HPCT_USE_ROOTLESS=1) is served the same way, its one
+ * store the rendezvous's (decide_agent), on a world of the agents. */
 
 /* The next definition of an interposed libc function, found once. */
 static void *next_libc(_Atomic(void *) *slot, const char *name)
@@ -505,8 +509,8 @@ static int tcp_addr(const struct sockaddr *sa, socklen_t len)
 static struct {
 	pthread_mutex_t mu;
 	_Atomic uint16_t port;
-	struct sockaddr_storage addr;
-	int have_addr;
+	struct sockaddr_storage addr; /* written once, before have_addr */
+	atomic_int have_addr;
 } rdzv = { PTHREAD_MUTEX_INITIALIZER, 0, { 0 }, 0 };
 
 static void rdzv_learn(const struct sockaddr *sa, int connecting)
@@ -514,11 +518,11 @@ static void rdzv_learn(const struct sockaddr *sa, int connecting)
 	pthread_mutex_lock(&rdzv.mu);
 	if (!atomic_load(&rdzv.port))
 		atomic_store(&rdzv.port, port_of(sa));
-	if (connecting && !rdzv.have_addr && port_of(sa) == atomic_load(&rdzv.port)) {
+	if (connecting && !atomic_load(&rdzv.have_addr) && port_of(sa) == atomic_load(&rdzv.port)) {
 		memcpy(&rdzv.addr, sa,
 		       sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 		                                 : sizeof(struct sockaddr_in));
-		rdzv.have_addr = 1;
+		atomic_store(&rdzv.have_addr, 1);
 	}
 	pthread_mutex_unlock(&rdzv.mu);
 }
@@ -580,7 +584,7 @@ static int loopback(const struct sockaddr *sa)
 static int master_host(const struct sockaddr *sa)
 {
 	if (agent_proc)
-		return rdzv.have_addr && addr_same(sa, &rdzv.addr);
+		return atomic_load(&rdzv.have_addr) && addr_same(sa, &rdzv.addr);
 	if (nmaster_addrs == 0)
 		return loopback(sa);
 	for (int i = 0; i < nmaster_addrs; i++)
@@ -822,8 +826,10 @@ static int decide(int child)
 		snprintf(why, sizeof(why), "HPCT_USE_ROOTLESS=%s", v ? v : "(unset)");
 		return keep_stock(why);
 	}
+	/* a forked child of an agent whose store was undecided at the fork
+	 * makes no agents' world of its own (its parent's port): PyTorch's */
 	if (agent_proc)
-		return decide_agent();
+		return child ? -1 : decide_agent();
 	enum rank_given given = rank_given();
 	if (given == RANK_NONE || (given == RANK_LAUNCHER && is_agent()))
 		return -1; /* no rank: a launcher's agent, whose store is its own */
