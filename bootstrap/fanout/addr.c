@@ -28,5 +28,11 @@ static int std_bind_addr(struct hpct_world *w, struct sockaddr_storage *ss, sock
 	return hpct__world_route_source(w, "fan-out", ss, len);
 }
 
-const struct fo_addr_ops hpct__fo_addr_rootless = { "rootless", rl_bind_addr };
-const struct fo_addr_ops hpct__fo_addr_standard = { "standard", std_bind_addr };
+static const struct fo_addr_ops rootless = { "rootless", rl_bind_addr };
+static const struct fo_addr_ops standard = { "standard", std_bind_addr };
+
+/* The row of each path: a table indexed by enum hpct_path. */
+const struct fo_addr_ops *const hpct__fo_addr[HPCT_PATH_ROOTLESS + 1] = {
+	[HPCT_PATH_STANDARD] = &standard,
+	[HPCT_PATH_ROOTLESS] = &rootless,
+};

@@ -299,8 +299,7 @@ static int setup(struct fo *f, hpct_group *g, uint64_t held, uint32_t plan, uint
                  int *waves_out, int *last_out)
 {
 	struct hpct_world *w = g->world;
-	const struct fo_addr_ops *ao = w->ops->path == HPCT_PATH_ROOTLESS ? &hpct__fo_addr_rootless
-	                                                                  : &hpct__fo_addr_standard;
+	const struct fo_addr_ops *ao = hpct__fo_addr[w->ops->path];
 	struct sockaddr_storage at, bound;
 	socklen_t al, bl;
 	int rc = ao->bind_addr(w, &at, &al);

@@ -90,7 +90,7 @@ int hpct__fo_replan(int n, const uint64_t *held, uint64_t want, uint64_t seed,
 
 /* How chunks move between two members.  One row now, "tcp"; a GPU row
  * (NCCL point-to-point, a NIXL-like agent) would fill the same entries
- * (README, "Fan-out").  Deadlines are hpct__now seconds; errors -errno,
+ * (docs/fanout.md).  Deadlines are hpct__now seconds; errors -errno,
  * HPCT_ETIMEDOUT, HPCT_EPEERDEAD (the peer closed), not logged here. */
 struct fo_xfer_ops {
 	const char *name;
@@ -112,7 +112,8 @@ struct fo_addr_ops {
 	const char *name;
 	int (*bind_addr)(struct hpct_world *w, struct sockaddr_storage *ss, socklen_t *len);
 };
-extern const struct fo_addr_ops hpct__fo_addr_rootless, hpct__fo_addr_standard;
+/* indexed by enum hpct_path (the world's w->ops->path) */
+extern const struct fo_addr_ops *const hpct__fo_addr[HPCT_PATH_ROOTLESS + 1];
 
 /* ---- one fan-out in one member ---- */
 
