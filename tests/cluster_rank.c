@@ -1,5 +1,5 @@
 /* One rank of the cluster test (tests/test_cluster.sh), started by a real
- * launcher (srun, mpirun, torchrun) on the nodes tools/cluster makes:
+ * launcher (srun, mpirun, torchrun) on the nodes tools/cluster/cluster makes:
  *
  *   cluster_rank [gloo] [mpi] [hold FILE]
  *

@@ -249,7 +249,7 @@ if HPCT_TORCH_PYTHON_2_13=/nonexistent "$bench" --scenario torch --torch 2.13 --
 	>"$dir/out6" 2>"$dir/err6"; then
 	fail "--torch 2.13 without its Python was accepted"
 fi
-grep -q "torch 2.13: no Python at /nonexistent (HPCT_TORCH_PYTHON_2_13; .*tools/torch-venv.sh 2.13" \
+grep -q "torch 2.13: no Python at /nonexistent (HPCT_TORCH_PYTHON_2_13; .*tools/scripts/torch-venv.sh 2.13" \
 	"$dir/err6" || fail "the missing Python was not named: $(cat "$dir/err6")"
 [ ! -s "$dir/out6" ] || fail "something ran without the Python"
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Under the launchers users run (TAP), on a cluster of 4 nodes on this
-# machine (tools/cluster: network + UTS namespaces on a bridge, nodes
+# machine (tools/cluster/cluster: network + UTS namespaces on a bridge, nodes
 # n1..n4 at 10.78.0.1-4):
 #   Slurm (slurmctld, a slurmd per node): srun -N4 -n16 (Slurm's own uneven
 #   layout, 8,6,1,1) of the rank program, of its Gloo job, of the PyTorch
@@ -14,7 +14,7 @@
 #   torchrun across the 4 nodes (torch 2.13), 4 workers a node, the PyTorch
 #   job under the shim: c10d (the workers rootless), static (the agent's
 #   store kept, said), and a killed worker restarted by --max-restarts (the
-#   restart benchmark's hpct run: tools/bench-torchrun-cluster).
+#   restart benchmark's hpct run: tools/cluster/bench-torchrun-cluster).
 # Needs root; a listed skip otherwise, or without Slurm or Open MPI.
 # Usage: test_cluster.sh CLUSTER RANK RANK_MPI PRELOAD JOB_PY
 set -u
@@ -187,7 +187,7 @@ cat "$dir/jobA" >>"$dir/jobB"
 verdict "a rank of another Slurm job reaching this job's port is refused, naming both" "$bad" "$dir/jobB"
 
 # --- Open MPI: a rank's view from its PMIx server; mpirun on n1 starts its
-# daemons on the others through tools/cluster (as ssh would)
+# daemons on the others through tools/cluster/cluster (as ssh would)
 agent=$dir/agent
 cat >"$agent" <<EOF
 #!/bin/sh

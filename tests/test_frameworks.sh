@@ -17,7 +17,7 @@
 #     survive (its store dies with rank 0): every key is on two ranks.
 # Usage: test_frameworks.sh PRELOAD HPCT_RUN; the Python of a venv with
 # torch 2.13.0, torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 in
-# HPCT_FRAMEWORKS_PYTHON (tools/torch-venv.sh frameworks), else the cache's.
+# HPCT_FRAMEWORKS_PYTHON (tools/scripts/torch-venv.sh frameworks), else the cache's.
 # TAP on stdout.
 set -u
 preload=$1
@@ -35,7 +35,7 @@ trap cleanup EXIT
 
 echo "1..8"
 if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
-	for i in 1 2 3 4 5 6 7 8; do skip "no torchft and NVRx at $py (tools/torch-venv.sh frameworks)"; done
+	for i in 1 2 3 4 5 6 7 8; do skip "no torchft and NVRx at $py (tools/scripts/torch-venv.sh frameworks)"; done
 	exit 0
 fi
 lighthouse=$(dirname "$py")/torchft_lighthouse
@@ -107,7 +107,7 @@ nvrx_run() { # tag path(stock|hpct) port VAR=VALUE...
 	for r in 0 1 2 3; do
 		env "${env[@]}" "$@" RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
 			MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 150 "$py" \
-			"$here/../tools/hpct-bench-nvrx.py" >"$dir/$tag$r" 2>&1 &
+			"$here/../tools/bench/hpct-bench-nvrx.py" >"$dir/$tag$r" 2>&1 &
 		rp+=($!)
 		pids+=($!)
 	done

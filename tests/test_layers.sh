@@ -1,5 +1,5 @@
 #!/bin/sh
-# The include rule (README.md, "Layout"): every folder of the library
+# The include rule (docs/internals.md, "Layout"): every folder of the library
 # includes only itself and the folders below it, spelled from the
 # repository root.  Lists every #include "..." that breaks it.
 # Usage: test_layers.sh SOURCE_ROOT

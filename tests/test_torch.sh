@@ -1,7 +1,7 @@
 #!/bin/bash
 # An unmodified PyTorch job (tests/torch/job.py: no hpct import) under one
 # libhpct_preload.so, with Debian's torch 1.13 and with torch 2.13.0 (a CPU
-# venv: HPCT_TORCH_PYTHON_2_13, else the cache tools/torch-venv.sh fills),
+# venv: HPCT_TORCH_PYTHON_2_13, else the cache tools/scripts/torch-venv.sh fills),
 # as a user runs it: through hpct-run --rootless and through
 # python3 -m torch.distributed.run, N = 2, 4, 8, three incarnations of
 # init -> collectives, subgroups, object collectives, the store -> destroy,
@@ -329,7 +329,7 @@ if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ 
 	torch_suite 2.13 "$py213"
 else
 	for ((i = 0; i < per_torch; i++)); do
-		skip "torch 2.13: no interpreter at $py213 (tools/torch-venv.sh 2.13 makes it)"
+		skip "torch 2.13: no interpreter at $py213 (tools/scripts/torch-venv.sh 2.13 makes it)"
 	done
 fi
 

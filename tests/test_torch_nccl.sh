@@ -1,10 +1,10 @@
 #!/bin/bash
 # PyTorch's NCCL process group (torch 2.14.1, its CUDA build and its NCCL
 # 2.30.7, from a venv: HPCT_TORCH_PYTHON_2_14, else the cache
-# tools/torch-venv.sh fills), an unmodified job (tests/torch/nccl_pg.py),
+# tools/scripts/torch-venv.sh fills), an unmodified job (tests/torch/nccl_pg.py),
 # under hpct-run --rootless as a user runs it, real NCCL ranks through the
 # stand-in driver (tests/standin: no kernel runs, so no collective's result
-# is checked here; tools/gpu-check does that on a GPU):
+# is checked here; tools/scripts/gpu-check does that on a GPU):
 #   - eager init (device_id) and new_group, 4 ranks: Init COMPLETE on every
 #     communicator, Tier 2, nothing connects to MASTER_PORT;
 #   - TORCH_NCCL_RANKS_PER_ROOT=2 at 4 and 8 ranks, so that PyTorch makes
@@ -28,7 +28,7 @@ tests=8
 echo "1..$tests"
 if ! "$py" -c 'import torch, torch.distributed' 2>/dev/null; then
 	for ((i = 0; i < tests; i++)); do
-		skip "no torch 2.14.1 at $py (tools/torch-venv.sh 2.14 makes it)"
+		skip "no torch 2.14.1 at $py (tools/scripts/torch-venv.sh 2.14 makes it)"
 	done
 	exit 0
 fi

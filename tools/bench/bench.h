@@ -47,7 +47,7 @@ struct bench_torch {
 
 /* --torch VER: the release (1.13, 2.13 or 2.13.0) and its interpreter:
  * HPCT_TORCH_PYTHON_1_13 / _2_13 when set, else Debian's /usr/bin/python3
- * for 1.13 and the venv tools/torch-venv.sh makes for 2.13.  0, or -1 with
+ * for 1.13 and the venv tools/scripts/torch-venv.sh makes for 2.13.  0, or -1 with
  * the reason printed (an unknown release, or no interpreter there, with
  * how to make one). */
 int bench_torch_find(const char *arg, struct bench_torch *out);

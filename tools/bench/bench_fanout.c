@@ -56,9 +56,10 @@
 
 #include "hpct/fanout.h"
 #include "hpct/hpct.h"
-#include "tools/bench.h"
-#include "tools/bench_env.h"
-#include "tools/bench_measure.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_env.h"
+#include "tools/common/bench_measure.h"
+#include "tools/common/bench_progress.h"
 
 #define MAX_LIST   8
 #define MAX_REPEAT 32
@@ -450,6 +451,7 @@ int bench_fanout_main(int argc, char **argv)
 	setenv_int("HPCT_BENCH_FANOUT_PHASES", (repeat + 1) * nplans);
 	setenv("HPCT_BENCH_FANOUT_PLANS", plan_order, 1);
 	struct fan_row *row = rows;
+	bench_progress_start("hpct-bench");
 	for (int bi = 0; bi < nsizes; bi++)
 		for (int si = 0; si < nsrcs; si++)
 			for (int ri = 0; ri < nrcvs; ri++)
@@ -485,6 +487,11 @@ int bench_fanout_main(int argc, char **argv)
 					 * block per concurrent fan-out */
 					int per = (n + k - 1) / k, stride = 4 * per + 2;
 					setenv_int("HPCT_BENCH_FANOUT_STRIDE", stride);
+					bench_progress_at("fanout of %.0f MiB, %d source(s) to %d, "
+					                  "budget %d: %d phases (row %ld of %d)",
+					                  sizes[bi] / 1048576.0, s, r, ui,
+					                  (repeat + 1) * nplans,
+					                  (long)(row - rows) + 1, nrows);
 					if (bench_phases_once(exe, "fanout", n, k, 1,
 					                      port + (run_id % 2) * conc * stride,
 					                      run_id, timeout,
@@ -501,6 +508,7 @@ int bench_fanout_main(int argc, char **argv)
 					}
 				}
 	budget_env(-1);
+	bench_progress_stop();
 
 	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (json && !jf)

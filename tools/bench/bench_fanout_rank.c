@@ -17,8 +17,8 @@
 
 #include "hpct/fanout.h"
 #include "hpct/hpct.h"
-#include "tools/bench.h"
-#include "tools/bench_rank.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_rank.h"
 
 static const char *const plan_name[] = {
 	[HPCT_FANOUT_WAVES] = "waves",

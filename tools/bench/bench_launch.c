@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "hpct/hpct.h"
-#include "tools/bench.h"
-#include "tools/bench_env.h"
-#include "tools/bench_rank.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_env.h"
+#include "tools/common/bench_rank.h"
 
 /* set by main for the runs that follow (see bench.h) */
 const char *bench_transport;

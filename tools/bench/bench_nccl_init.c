@@ -34,9 +34,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/bench.h"
-#include "tools/bench_env.h"
-#include "tools/bench_measure.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_env.h"
+#include "tools/common/bench_measure.h"
+#include "tools/common/bench_progress.h"
 
 #define MAX_RUNS  32
 #define MAX_RANKS 256
@@ -338,6 +339,7 @@ int bench_nccl_init_main(int argc, char **argv)
 		if (rootless)
 			rows[nrows++] = (struct ni_row){ .path = "rootless", .ranks = ns[i] };
 	}
+	bench_progress_start("hpct-bench");
 	for (int i = 0; i < nrows; i += stock + rootless)
 		for (int rep = 0; rep < repeat; rep++)
 			for (int k = 0; k < stock + rootless; k++) {
@@ -346,6 +348,8 @@ int bench_nccl_init_main(int argc, char **argv)
 				double ms, boot;
 				int conns, accepts;
 				char why[512];
+				bench_progress_at("nccl-init %d ranks, %s, run %d of %d",
+				                  row->ranks, row->path, rep + 1, repeat);
 				int rc = once(prog, row->ranks, nodes,
 				              strcmp(row->path, "rootless") == 0, port, timeout,
 				              &ms, &boot, &conns, &accepts, why, sizeof(why));
@@ -367,6 +371,7 @@ int bench_nccl_init_main(int argc, char **argv)
 				fprintf(stderr, "hpct-bench nccl-init: %d ranks, %s, run %d: %s\n",
 				        row->ranks, row->path, rep + 1, rc == 0 ? "ok" : why);
 			}
+	bench_progress_stop();
 	FILE *jf = NULL;
 	if (json && !(jf = fopen(json, "w"))) {
 		fprintf(stderr, "hpct-bench: --json %s: %s\n", json, strerror(errno));

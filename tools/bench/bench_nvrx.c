@@ -1,7 +1,7 @@
 /* hpct-bench --scenario nvrx: a recovery framework's restart, stock and
  * rootless.  N ranks (--ranks, default 4) of NVIDIA Resiliency Extension
  * 0.4.1's in-process restart around a DDP loop on Gloo (hpct-bench-nvrx.py,
- * run by the frameworks venv's Python: tools/torch-venv.sh frameworks, or
+ * run by the frameworks venv's Python: tools/scripts/torch-venv.sh frameworks, or
  * HPCT_FRAMEWORKS_PYTHON), the Wrapper's and the job's TCPStore at
  * MASTER_ADDR:MASTER_PORT; one rank SIGKILLs itself mid-loop: rank N/2 in
  * one row, rank 0 in the other.  Timed from the kill (the victim's
@@ -24,10 +24,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/bench.h"
-#include "tools/bench_env.h"
-#include "tools/bench_measure.h"
-#include "tools/shim_path.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_env.h"
+#include "tools/common/bench_measure.h"
+#include "tools/common/bench_progress.h"
+#include "tools/common/shim_path.h"
 
 #define MAX_RUNS 32
 
@@ -178,7 +179,7 @@ static double nvrx_once(const char *py, const char *script, const char *lib, int
 	return ms;
 }
 
-/* The frameworks venv's Python (tools/torch-venv.sh frameworks). */
+/* The frameworks venv's Python (tools/scripts/torch-venv.sh frameworks). */
 static int frameworks_python(char *buf, size_t len)
 {
 	const char *env = getenv("HPCT_FRAMEWORKS_PYTHON");
@@ -189,7 +190,8 @@ static int frameworks_python(char *buf, size_t len)
 	if (access(buf, X_OK) == 0)
 		return 0;
 	fprintf(stderr,
-	        "hpct-bench: --scenario nvrx: no Python at %s: make it with tools/torch-venv.sh "
+	        "hpct-bench: --scenario nvrx: no Python at %s: make it with "
+	        "tools/scripts/torch-venv.sh "
 	        "frameworks, or set HPCT_FRAMEWORKS_PYTHON\n",
 	        buf);
 	return -1;
@@ -250,10 +252,13 @@ int bench_nvrx_main(int argc, char **argv)
 	       "HPCT_STORE_REPLICAS=%s\n",
 	       n, py, replicas && *replicas ? replicas : "2 (the default)");
 	fflush(stdout);
+	bench_progress_start("hpct-bench");
 	for (int rep = 0; rep < repeat; rep++)
 		for (int i = 0; i < nrows; i++) {
 			struct nvrx_row *row = &rows[rep % 2 ? nrows - 1 - i : i];
 			char why[512];
+			bench_progress_at("nvrx %s, rank %d killed, run %d of %d", row->path,
+			                  row->victim, rep + 1, repeat);
 			double ms = nvrx_once(py, script, lib, n, row->victim,
 			                      strcmp(row->path, "rootless") == 0, port, timeout,
 			                      why, sizeof(why));
@@ -266,6 +271,7 @@ int bench_nvrx_main(int argc, char **argv)
 			fprintf(stderr, "hpct-bench nvrx: %s, rank %d killed, run %d: %s\n",
 			        row->path, row->victim, rep + 1, ms >= 0 ? "ok" : why);
 		}
+	bench_progress_stop();
 	printf("%-22s %-9s %5s %7s %10s %10s %10s\n", "scenario", "path", "ranks", "ok/runs",
 	       "median_ms", "min_ms", "max_ms");
 	double med[4] = { -1, -1, -1, -1 };

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tools/bench.h"
+#include "tools/bench/bench.h"
 
 int bench_own_options(int argc, char **argv, struct bench_own_opts *o, const char *usage)
 {

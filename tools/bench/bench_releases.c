@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/bench.h"
+#include "tools/bench/bench.h"
 
 #define MAX_LIBS 16
 #define MAX_ROWS 256

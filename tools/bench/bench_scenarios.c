@@ -20,9 +20,9 @@
 #include "bootstrap/nccl/nccl_internal.h"
 #include "bootstrap/nccl/player.h"
 #include "hpct/hpct.h"
-#include "tools/bench.h"
-#include "tools/bench_rank.h"
-#include "tools/shim_path.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_rank.h"
+#include "tools/common/shim_path.h"
 
 /* A world allgather (checked) and a barrier. */
 static int world_exercise(hpct_world *w)
@@ -164,7 +164,7 @@ int bench_enter_netns(void)
 }
 
 /* The PyTorch releases --torch runs, and where their Python is by default:
- * Debian's (venv NULL), or a venv in hpct's cache (tools/torch-venv.sh). */
+ * Debian's (venv NULL), or a venv in hpct's cache (tools/scripts/torch-venv.sh). */
 static const struct torch_release {
 	const char *ver, *full, *env, *venv;
 } torch_releases[] = {
@@ -176,7 +176,7 @@ void bench_cache_python(const char *venv, char *buf, size_t len)
 {
 	const char *cache = getenv("HPCT_CACHE"), *xdg = getenv("XDG_CACHE_HOME");
 	const char *home = getenv("HOME");
-	if (cache && *cache) /* as tools/torch-venv.sh and nccl-wheel.sh */
+	if (cache && *cache) /* as tools/scripts/torch-venv.sh and nccl-wheel.sh */
 		snprintf(buf, len, "%s/%s/bin/python", cache, venv);
 	else if (xdg && *xdg)
 		snprintf(buf, len, "%s/hpct/%s/bin/python", xdg, venv);
@@ -207,7 +207,7 @@ int bench_torch_find(const char *arg, struct bench_torch *out)
 		return 0;
 	fprintf(stderr,
 	        "hpct-bench: --torch %s: no Python at %s (%s; %s): make it with "
-	        "tools/torch-venv.sh %s, or set %s to a Python with torch %s\n",
+	        "tools/scripts/torch-venv.sh %s, or set %s to a Python with torch %s\n",
 	        arg, out->python, env && *env ? t->env : "the default", strerror(errno), t->ver,
 	        t->env, t->ver);
 	return -1;

@@ -19,8 +19,8 @@
 
 #include "hpct/fanout.h"
 #include "hpct/hpct.h"
-#include "tools/bench.h"
-#include "tools/bench_rank.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_rank.h"
 
 #define TMPFS_MAGIC 0x01021994
 #define STATE_SEED  1 /* the state's version: survivors hold 1, a replacement 0 */

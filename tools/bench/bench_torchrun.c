@@ -25,8 +25,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/bench.h"
-#include "tools/bench_rank.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_rank.h"
 
 /* The variables that name the pipes a direct rank inherits (bench_launch.c,
  * bench_torch_once): what a worker is handed, under the same names. */

@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "hpct/gloo.h"
-#include "tools/bench.h"
-#include "tools/bench_rank.h"
+#include "tools/bench/bench.h"
+#include "tools/common/bench_rank.h"
 
 #define GLOO_COUNT 1024
 #define GLOO_GEN   1 /* the generation of gloo-reuse's and gloo-replace's domain */
@@ -151,8 +151,8 @@ static int replace_rank(hpct_world *w)
 	/* the agent's word (none when the run failed: just the release) */
 	struct agent_msg m;
 	ssize_t k = -1;
-	while (rc == 0 &&
-	       (k = read(atoi(getenv("HPCT_BENCH_AGENT_FD")), &m, sizeof(m))) < 0 && errno == EINTR)
+	while (rc == 0 && (k = read(atoi(getenv("HPCT_BENCH_AGENT_FD")), &m, sizeof(m))) < 0 &&
+	       errno == EINTR)
 		;
 	if (k == (ssize_t)sizeof(m)) {
 		int before = conns_of(w);
@@ -199,8 +199,8 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	for (size_t i = 0; argc == 3 && strcmp(argv[1], "--as-rank") == 0 &&
-	                   i < sizeof(ranks) / sizeof(ranks[0]);
+	for (size_t i = 0;
+	     argc == 3 && strcmp(argv[1], "--as-rank") == 0 && i < sizeof(ranks) / sizeof(ranks[0]);
 	     i++)
 		if (strcmp(argv[2], ranks[i].name) == 0)
 			return bench_rank_main(ranks[i].rank);

@@ -105,7 +105,7 @@ def report(rc, done, ops=(0.0, 0.0, 0.0, 0.0)):
         for line in f:
             if line.startswith("VmRSS:"):
                 rss_kb = int(line.split()[1])
-    # struct record of tools/bench_rank.h: done, conns, rc, msgs, rss_kb,
+    # struct record of tools/common/bench_rank.h: done, conns, rc, msgs, rss_kb,
     # then fields of other scenarios, zero here, to the size the launcher
     # says (one write: the pipe keeps records of different ranks whole)
     # and op_us, the record's last field, the store operations' medians

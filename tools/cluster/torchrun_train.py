@@ -1,4 +1,4 @@
-# The training loop of tools/bench-torchrun-cluster, one torchrun worker:
+# The training loop of tools/cluster/bench-torchrun-cluster, one torchrun worker:
 # a plain PyTorch job (no hpct import), Gloo, one allreduce of 1024 floats
 # a step, 50 ms apart.  Rank 0 prints "step S restart R at T" (T: seconds
 # of the machine's clock, as the benchmark reads them) after each step.  In

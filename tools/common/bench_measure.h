@@ -227,4 +227,24 @@ static inline double loopback_bandwidth(int pairs, size_t bytes, size_t chunk, i
 	return m;
 }
 
+/* The loopback round trip of a 1-byte message between two processes over
+ * TCP, median of 200 after a warm-up: the model floor's unit.  -1 if it
+ * could not be measured. */
+static inline double bench_rtt_ms(void)
+{
+	int fd[2];
+	if (loopback_pair(fd) < 0)
+		return -1;
+	double s = echo_round_trip(fd[0], fd[0], fd[1], fd[1], 200);
+	return s < 0 ? -1 : s * 1000;
+}
+
+/* fork + exec of /bin/true + waitpid, median of 200 after a warm-up: what
+ * starting one process costs here; -1 if it could not be measured. */
+static inline double bench_fork_exec_ms(void)
+{
+	double s = fork_exec_cost("/bin/true", 200);
+	return s < 0 ? -1 : s * 1000;
+}
+
 #endif

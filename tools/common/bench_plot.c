@@ -1,6 +1,6 @@
 /* hpct-bench --plot: the run's table as a PNG, drawn by gnuplot from data
  * and a script written to a private temporary directory. */
-#include "tools/bench_plot.h"
+#include "tools/common/bench_plot.h"
 
 #include <errno.h>
 #include <spawn.h>
@@ -53,36 +53,50 @@ static int write_series(FILE *f, const struct plot_row *rows, int n, int *minr, 
 	return blocks;
 }
 
-/* One line per (scenario, detail, N): the rootless and standard medians,
- * "?" where a path did not run; returns the number of lines. */
-static int write_bars(FILE *f, const struct plot_row *rows, int n)
+/* One gnuplot data block per recovery scenario ("restart/full", ...), in
+ * order of first appearance, a line per N: "N=16", the rootless and the
+ * standard median, "?" where a path did not run.  Returns the number of
+ * blocks; their names in names. */
+static int write_bars(FILE *f, const struct plot_row *rows, int n, char names[][64], int max)
 {
-	int lines = 0;
+	int blocks = 0;
 	for (int i = 0; i < n; i++) {
 		if (!is_recovery(rows[i].scenario))
 			continue;
 		int seen = 0;
 		for (int j = 0; j < i && !seen; j++)
-			seen = strcmp(rows[j].scenario, rows[i].scenario) == 0 &&
-			       rows[j].ranks == rows[i].ranks;
-		if (seen)
+			seen = strcmp(rows[j].scenario, rows[i].scenario) == 0;
+		if (seen || blocks == max)
 			continue;
-		double v[2] = { -1, -1 };
-		for (int j = i; j < n; j++)
-			if (strcmp(rows[j].scenario, rows[i].scenario) == 0 &&
-			    rows[j].ranks == rows[i].ranks)
-				v[strcmp(rows[j].path, "rootless") == 0 ? 0 : 1] =
-				        rows[j].median_ms;
-		fprintf(f, "\"%s\\nN=%d\"", rows[i].scenario, rows[i].ranks);
-		for (int k = 0; k < 2; k++)
-			if (v[k] < 0)
-				fprintf(f, " ?");
-			else
-				fprintf(f, " %.3f", v[k]);
-		fprintf(f, "\n");
-		lines++;
+		snprintf(names[blocks], 64, "%s", rows[i].scenario);
+		if (blocks)
+			fprintf(f, "\n\n");
+		for (int j = i; j < n; j++) {
+			if (strcmp(rows[j].scenario, rows[i].scenario) != 0)
+				continue;
+			int first = 1; /* this N's first row of the scenario */
+			for (int k = i; k < j && first; k++)
+				first = strcmp(rows[k].scenario, rows[j].scenario) != 0 ||
+				        rows[k].ranks != rows[j].ranks;
+			if (!first)
+				continue;
+			double v[2] = { -1, -1 };
+			for (int k = j; k < n; k++)
+				if (strcmp(rows[k].scenario, rows[j].scenario) == 0 &&
+				    rows[k].ranks == rows[j].ranks)
+					v[strcmp(rows[k].path, "rootless") == 0 ? 0 : 1] =
+					        rows[k].median_ms;
+			fprintf(f, "\"N=%d\"", rows[j].ranks);
+			for (int k = 0; k < 2; k++)
+				if (v[k] < 0)
+					fprintf(f, " ?");
+				else
+					fprintf(f, " %.3f", v[k]);
+			fprintf(f, "\n");
+		}
+		blocks++;
 	}
-	return lines;
+	return blocks;
 }
 
 static int run_gnuplot(const char *script)
@@ -124,14 +138,14 @@ int bench_plot(const char *file, const struct plot_row *rows, int nrows, double 
 	snprintf(script, sizeof(script), "%s/plot.gp", dir);
 	FILE *fs = fopen(scale, "w"), *fb = fopen(bars, "w"), *fg = fopen(script, "w");
 	int rc = -1, minr = 0, maxr = 0, nseries = 0, nbars = 0;
-	char titles[16][64];
+	char titles[16][64], bar_names[8][64];
 	if (!fs || !fb || !fg) {
 		fprintf(stderr, "hpct-bench: --plot: cannot write in %s: %s\n", dir,
 		        strerror(errno));
 		goto out;
 	}
 	nseries = write_series(fs, rows, nrows, &minr, &maxr, titles, 16);
-	nbars = write_bars(fb, rows, nrows);
+	nbars = write_bars(fb, rows, nrows, bar_names, 8);
 	fclose(fs);
 	fclose(fb);
 	fs = fb = NULL;
@@ -145,13 +159,17 @@ int bench_plot(const char *file, const struct plot_row *rows, int nrows, double 
 		        file);
 		goto out;
 	}
-	int panels = (nseries > 0) + (nbars > 0);
-	fprintf(fg, "set terminal pngcairo size %d,540 font 'sans,10'\n", panels * 640);
+	/* the scaling panel on the left; the recovery scenarios each a panel
+	 * of their own on the right, two a row, their bars grouped by N */
+	int brows = (nbars + 1) / 2, bcols = nbars > 1 ? 2 : nbars;
+	double left = nseries ? (nbars ? 0.42 : 1.0) : 0.0;
+	int width = nseries && nbars ? 1500 : nseries ? 640 : 420 * bcols;
+	int height = nbars > 2 ? 300 * brows + 60 : 540;
+	fprintf(fg, "set terminal pngcairo size %d,%d font 'sans,10'\n", width, height);
 	fprintf(fg, "set output \"%s\"\n", file);
-	fprintf(fg, "set datafile missing '?'\nset grid\nset samples 2000\n");
-	if (panels == 2)
-		fprintf(fg, "set multiplot layout 1,2\n");
+	fprintf(fg, "set datafile missing '?'\nset grid\nset samples 2000\nset multiplot\n");
 	if (nseries) {
+		fprintf(fg, "set origin 0,0\nset size %g,1\n", left);
 		fprintf(fg, "set title 'Bootstrap time versus ranks (median, bars min-max)'\n"
 		            "set logscale xy\nset xlabel 'ranks (N)'\nset ylabel 'ms (log scale)'\n"
 		            "set key top left\n");
@@ -184,27 +202,34 @@ int bench_plot(const char *file, const struct plot_row *rows, int nrows, double 
 		for (int i = 0; i < nrows && !detail[0]; i++)
 			if (is_recovery(rows[i].scenario) && rows[i].detail)
 				detail = rows[i].detail;
-		/* log: recoveries at 16 and at 1024 ranks differ a hundredfold */
+		/* the panels' common title above them */
+		double top = 1.0 - 50.0 / height, cw = (1.0 - left) / bcols, ch = top / brows;
 		fprintf(fg,
-		        "unset logscale\nunset xrange\nset xtics auto\nset logscale y\n"
-		        "set bmargin 4\n"
-		        "set title \"Recovery: from the kill until every rank is done "
-		        "(median)\\n%s\"\n",
-		        detail);
-		fprintf(fg, "set xlabel ''\nset ylabel 'ms (log scale)'\nset key top left\n"
+		        "set label 99 \"Recovery: from the kill until every rank is done "
+		        "(median ms, log scale)\\n%s\" at screen %g,%g center front\n",
+		        detail, left + (1.0 - left) / 2, 1.0 - 22.0 / height);
+		/* log: recoveries at 16 and at 1024 ranks differ a hundredfold */
+		fprintf(fg, "unset logscale\nunset xrange\nset xtics auto\nset logscale y\n"
+		            "set xlabel ''\nset ylabel ''\nset key top left\n"
 		            "set style data histograms\nset style histogram clustered gap 1\n"
 		            "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-		            "set xtics scale 0\n");
-		fprintf(fg,
-		        "plot '%s' using 2:xtic(1) title 'rootless', '' using 3 title 'standard', "
-		        "'' using ($0-1.0/6):2:(sprintf('%%.1f',$2)) with labels offset 0,0.7 "
-		        "font ',8' notitle, '' using ($0+1.0/6):3:(sprintf('%%.1f',$3)) with "
-		        "labels "
-		        "offset 0,0.7 font ',8' notitle\n",
-		        bars);
+		            "set xtics scale 0\nset offsets 0,0,graph 0.15,0\n");
+		for (int b = 0; b < nbars; b++) {
+			fprintf(fg, "set origin %g,%g\nset size %g,%g\nset title '%s'\n",
+			        left + (b % 2) * cw, top - (b / 2 + 1) * ch, cw, ch, bar_names[b]);
+			if (b == 1)
+				fprintf(fg, "unset label 99\n");
+			fprintf(fg,
+			        "plot '%s' index %d using 2:xtic(1) title 'rootless', '' index %d "
+			        "using 3 title 'standard', '' index %d using ($0-1.0/6):2:"
+			        "(sprintf($2<100?'%%.1f':'%%.0f',$2)) with labels offset 0,0.7 "
+			        "font ',8' notitle, '' index %d using ($0+1.0/6):3:"
+			        "(sprintf($3<100?'%%.1f':'%%.0f',$3)) with labels offset 0,0.7 "
+			        "font ',8' notitle\n",
+			        bars, b, b, b, b);
+		}
 	}
-	if (panels == 2)
-		fprintf(fg, "unset multiplot\n");
+	fprintf(fg, "unset multiplot\n");
 	fclose(fg);
 	fg = NULL;
 	rc = run_gnuplot(script);

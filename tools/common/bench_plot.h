@@ -16,7 +16,8 @@ struct plot_row {
 /* Writes `file` (PNG): on the left, median time versus N (log-log, min-max
  * as error bars) for each scenario and path that ran at several sizes or is
  * not a recovery, with the floor ceil(log2 N) x rtt_ms drawn in (left out
- * when rtt_ms <= 0); on the right, the recovery scenarios as bars.  0, or -1
+ * when rtt_ms <= 0); on the right, each recovery scenario a panel of its
+ * own, its bars (rootless, standard) grouped by N.  0, or -1
  * with a message on stderr (gnuplot missing: the package to install). */
 int bench_plot(const char *file, const struct plot_row *rows, int nrows, double rtt_ms);
 

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bootstrap/topo/loopback.h"
-#include "tools/shim_path.h"
+#include "tools/common/shim_path.h"
 
 #define MAX_RANKS 65536
 #define MAX_NODES 254 /* node k listens on 127.0.0.(k+1) */

@@ -1,5 +1,5 @@
 # Sourced by tools/check: the nccl suite against every NCCL release users
-# run, each from its PyPI wheel (tools/nccl-wheel.sh), through HPCT_NCCL_LIB
+# run, each from its PyPI wheel (tools/scripts/nccl-wheel.sh), through HPCT_NCCL_LIB
 # in one build; then one table, release x what was verified.
 
 # The releases: the oldest hpct supports, the first with ncclCommInitRankScalable
@@ -104,8 +104,10 @@ EOF
 # run_suite, and prints the table.
 hpct_nccl_matrix() {
 	local dir=$1 default=$2 v home rc code out log tests col row
-	local rows=""
+	local rows="" k=0 nrel
+	nrel=$(echo $hpct_nccl_releases | wc -w)
 	for v in $hpct_nccl_releases; do
+		k=$((k + 1))
 		code=$(hpct_nccl_code "$v")
 		tests=""
 		for col in "${hpct_nccl_columns[@]}"; do tests="$tests $(hpct_nccl_col_tests "$col" "$v")"; done
@@ -127,7 +129,7 @@ hpct_nccl_matrix() {
 				failed=$((failed + 1))
 				continue
 			fi
-			echo "== nccl suite against NCCL $v ($home) =="
+			echo "== nccl suite against NCCL $v (release $k of $nrel; $home) =="
 			out=$(mktemp)
 			rc=0
 			HPCT_NCCL_LIB=$home/lib/libnccl.so.2 HPCT_NCCL_EXPECT_VERSION=$code \

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Sourced by tools/check (or run: tools/torch-venv.sh VERSION): the Python
+# Sourced by tools/check (or run: tools/scripts/torch-venv.sh VERSION): the Python
 # that runs a given PyTorch, for hpct-bench --torch and the tests.  1.13 is
 # Debian's python3-torch in /usr/bin/python3; 2.13 is the CPU build of
 # torch 2.13.0 from PyPI in a venv in a cache outside the tree (HPCT_CACHE,
@@ -147,7 +147,7 @@ hpct_frameworks_python() {
 # run, not sourced: print the interpreter for $1
 if [ -n "${BASH_SOURCE:-}" ] && [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	. "$(dirname "$0")/debian-deps.sh"
-	case ${1:?usage: tools/torch-venv.sh 1.13|2.13|2.14|frameworks} in
+	case ${1:?usage: tools/scripts/torch-venv.sh 1.13|2.13|2.14|frameworks} in
 	frameworks) hpct_frameworks_python ;;
 	*) hpct_torch_python "$1" ;;
 	esac

@@ -42,9 +42,10 @@
 #include <unistd.h>
 
 #include "bootstrap/base/util.h"
-#include "tools/bench_measure.h"
-#include "tools/bench_plot.h"
-#include "tools/sim.h"
+#include "tools/common/bench_measure.h"
+#include "tools/common/bench_plot.h"
+#include "tools/common/bench_progress.h"
+#include "tools/sim/sim.h"
 
 #define MAX_N     16
 #define TOLERANCE 25.0 /* percent: the model check's */
@@ -411,8 +412,12 @@ int main(int argc, char **argv)
 	int bad = 0, rows = 0;
 	long peak_kb = -1;
 	struct plot_row *prow = calloc((size_t)k * SIM_NPATHS, sizeof(*prow));
+	bench_progress_start("hpct-bench-sim");
 	for (int i = 0; i < k; i++) {
 		for (int p = 0; p < SIM_NPATHS; p++) {
+			bench_progress_at("simulating %s at %d ranks (row %d of %d)",
+			                  sim_paths[p].name, ns[i], i * SIM_NPATHS + p + 1,
+			                  k * SIM_NPATHS);
 			struct sim_run run = { .path = &sim_paths[p],
 				               .n = ns[i],
 				               .cold = cold,
@@ -434,6 +439,7 @@ int main(int argc, char **argv)
 			printf("%-9s %8d %13.2f %13ld %13ld %10s %8.1f %12.0f %11.1f\n",
 			       run.path->name, ns[i], r.ms, r.busy_msgs, r.busy_conns,
 			       run.path->counts, took, r.heap_per_rank, r.peak_rss_kb / 1024.0);
+			fflush(stdout);
 			if (r.peak_rss_kb > peak_kb)
 				peak_kb = r.peak_rss_kb;
 			prow[rows] = (struct plot_row){ .scenario = "sim",
@@ -456,6 +462,7 @@ int main(int argc, char **argv)
 			rows++;
 		}
 	}
+	bench_progress_stop();
 	if (jf)
 		fprintf(jf, "]");
 	sim_M = machine;

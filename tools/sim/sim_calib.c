@@ -20,10 +20,10 @@
 #include "bootstrap/base/bytes.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/stdpath/stdpath.h"
-#include "tools/bench_env.h"
-#include "tools/bench_measure.h"
-#include "tools/bench_rank.h"
-#include "tools/sim.h"
+#include "tools/common/bench_env.h"
+#include "tools/common/bench_measure.h"
+#include "tools/common/bench_rank.h"
+#include "tools/sim/sim.h"
 
 static double clock_s(clockid_t id)
 {

@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools/bench_measure.h"
-#include "tools/sim.h"
+#include "tools/common/bench_measure.h"
+#include "tools/sim/sim.h"
 
 struct model sim_M;
 

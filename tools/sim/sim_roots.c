@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/sim.h"
+#include "tools/sim/sim.h"
 
 /* -------------------------------------------- the standard path's store
  *

@@ -17,7 +17,7 @@
 
 #include "bootstrap/base/rss.h"
 #include "bootstrap/base/util.h"
-#include "tools/sim.h"
+#include "tools/sim/sim.h"
 
 #define STACK_SIZE (128 * 1024)
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/sim.h"
+#include "tools/sim/sim.h"
 
 /* when each node's NIC is free again, out and in, and the bytes it carried */
 static double *egress_free, *ingress_free, *nic_bytes;
