@@ -25,7 +25,7 @@
 #define PING_AFTER        0.1  /* s of silence from a peer we wait on: ask */
 #define RETRY_MS          1
 
-/* What a peer can make this end hold (the README's "Bounds").  A DATA
+/* What a peer can make this end hold (docs/reliability.md, "Bounds").  A DATA
  * piece is taken only where it covers bytes of its message not covered
  * yet, inside the message, and at most REASM_WINDOW past the bytes already
  * there: a message's buffer grows with what arrived, never to what its

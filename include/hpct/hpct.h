@@ -127,7 +127,7 @@ struct hpct_world_stats {
 	uint64_t links_kept; /* links to survivors kept through recoveries (hpct_world_recover) */
 };
 
-/* Joins the world described by the environment (see README: HPCT_RANK,
+/* Joins the world described by the environment (see docs/launchers.md: HPCT_RANK,
  * RANK, SLURM_PROCID, ... and HPCT_HOSTS / HPCT_HOSTFILE / SLURM_JOB_NODELIST).
  * HPCT_USE_ROOTLESS=1 takes the rootless path when the node list is known on
  * every rank, else every rank takes the standard path with one notice line.

@@ -64,7 +64,7 @@ HPCT_API int hpct_nccl_id_is_derived(const hpct_nccl_id *id);
 
 /* The id of communicator `key` over `group` (keys 0, 1, ... for successive
  * communicators over the same group): magic = hash(job, epoch, group, key)
- * (keyed by HPCT_SECRET when it is set: see the README),
+ * (keyed by HPCT_SECRET when it is set: see docs/security.md),
  * address = the node of the group's rank 0 and a port derived from the same
  * inputs in HPCT_NCCL_PORT_BASE/HPCT_NCCL_PORT_RANGE.  Every member computes
  * the same bytes with no communication.  HPCT_ENOTOPO without a node list. */
