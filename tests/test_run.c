@@ -407,6 +407,26 @@ Test(run, command_not_found)
 	        "hpct-run: cannot run '/nonexistent/hpct-run-test': No such file or directory\n");
 }
 
+/* --preload: the command itself, its environment only rootless (no ranks,
+ * no world variables); it becomes the process (exec: same pid) */
+Test(run, preload_runs_the_command_rootless)
+{
+	struct result res;
+	unsetenv("LD_PRELOAD");
+	run(&res, "--preload", "--", "/bin/sh", "-c",
+	    "echo \"$HPCT_USE_ROOTLESS|$LD_PRELOAD|${RANK-none}|${HPCT_HOSTS-none}\"; exit 3",
+	    NULL);
+	cr_expect_eq(res.code, 3, "exit %d: %s", res.code, res.err);
+	cr_expect(strncmp(res.out, "1|", 2) == 0 &&
+	                  strstr(res.out, "libhpct_preload.so|none|none\n"),
+	          "stdout: %s", res.out);
+	char lib[4096];
+	cr_assert(sscanf(res.out, "1|%4095[^|]", lib) == 1);
+	cr_expect_eq(access(lib, R_OK), 0, "%s: %s", lib, strerror(errno));
+	run(&res, "--preload", "--", "/nonexistent/hpct-run-test", NULL);
+	cr_expect_eq(res.code, 127, "exit %d: %s", res.code, res.err);
+}
+
 Test(run, help)
 {
 	struct result res;
@@ -433,6 +453,8 @@ Test(run, bad_arguments_exit_2)
 		{ { "-n", "2", "--epoch", "-3", "--", "true" }, "for --epoch" },
 		{ { "-n", "2", "--timeout" }, "--timeout needs a value" },
 		{ { "-n", "2", "--bogus", "--", "true" }, "'--bogus'" },
+		{ { "--preload", "-n", "2", "--", "true" }, "--preload runs the command as it is" },
+		{ { "--preload" }, "missing the command" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct result res;

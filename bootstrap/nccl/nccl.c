@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,6 +39,34 @@ static void *open_at(const char *dir, const char *sub, char *path, size_t len)
 	return dlopen(path, RTLD_NOW | RTLD_LOCAL);
 }
 
+/* The nvidia-nccl wheel as pip installs it beside torch (torch's own
+ * libtorch_cuda finds it so) or beside hpct's wheel: <site>/nvidia/nccl/
+ * lib/libnccl.so.2, <site> the folder holding a loaded torch/lib/ or
+ * hpct/lib/ object. */
+struct site_find {
+	char site[PATH_MAX];
+};
+
+static int find_site(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct site_find *f = arg;
+	const char *name = info->dlpi_name, *at;
+	if (f->site[0] || !name)
+		return 0;
+	if ((at = strstr(name, "/torch/lib/")) || (at = strstr(name, "/hpct/lib/")))
+		snprintf(f->site, sizeof(f->site), "%.*s", (int)(at - name), name);
+	return 0;
+}
+
+static void *open_wheel(char *path, size_t len, char *site, size_t slen)
+{
+	struct site_find f = { "" };
+	dl_iterate_phdr(find_site, &f);
+	snprintf(site, slen, "%s", f.site[0] ? f.site : "(none loaded)");
+	return f.site[0] ? open_at(f.site, "/nvidia/nccl/lib", path, len) : NULL;
+}
+
 void hpct__nccl_bind(struct hpct_nccl_lib *l, void *(*sym)(void *arg, const char *name), void *arg)
 {
 	*(void **)&l->get_version = sym(arg, "ncclGetVersion");
@@ -55,7 +84,7 @@ static void *handle_sym(void *handle, const char *name)
 
 static int load(void)
 {
-	char tried[384] = "", path[PATH_MAX];
+	char tried[PATH_MAX + 256] = "", path[PATH_MAX], site[PATH_MAX] = "(not looked at)";
 	const char *explicit = hpct__env_str(hpct__env_process(), "HPCT_NCCL_LIB");
 	void *h = NULL;
 	if (explicit) {
@@ -67,6 +96,8 @@ static int load(void)
 		snprintf(path, sizeof(path), "libnccl.so.2");
 		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 		if (!h)
+			h = open_wheel(path, sizeof(path), site, sizeof(site));
+		if (!h)
 			h = open_at(home, "/lib", path, sizeof(path));
 		if (!h)
 			h = open_at(home, "/lib64", path, sizeof(path));
@@ -75,8 +106,9 @@ static int load(void)
 		if (!h)
 			h = open_at("/usr/local/cuda", "/lib64", path, sizeof(path));
 		snprintf(tried, sizeof(tried),
-		         "libnccl.so.2 on the search path, NCCL_HOME=%s, /usr/local/cuda/lib{,64}",
-		         home ? home : "(unset)");
+		         "libnccl.so.2 on the search path, the nvidia-nccl wheel beside torch or "
+		         "hpct (site-packages: %s), NCCL_HOME=%s, /usr/local/cuda/lib{,64}",
+		         site, home ? home : "(unset)");
 	}
 	if (!h) {
 		const char *why = dlerror();

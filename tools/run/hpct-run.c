@@ -34,6 +34,7 @@ struct opts {
 	const char *epoch;
 	const char *job;
 	int rootless;
+	int preload; /* --preload: one command, rootless, run as it is */
 	int keep_going;
 	char **cmd;
 };
@@ -51,6 +52,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: hpct-run -n N [options] -- CMD [ARGS...]\n"
+	        "       hpct-run --preload -- CMD [ARGS...]\n"
 	        "Start N local ranks of CMD with a torchrun-style environment and hpct's own\n"
 	        "(HPCT_HOSTS, HPCT_TASKS_PER_NODE, HPCT_JOB_ID, HPCT_EPOCH); stop all of them\n"
 	        "when one fails.\n"
@@ -71,6 +73,10 @@ static void usage(FILE *f)
 	        "  --rootless         set HPCT_USE_ROOTLESS=1 and add libhpct_preload.so to\n"
 	        "                     LD_PRELOAD (an unmodified PyTorch or NCCL job then\n"
 	        "                     needs no store, no MASTER_PORT and no root)\n"
+	        "  --preload          run CMD itself (no ranks of its own: torchrun,\n"
+	        "                     srun, mpirun, a script), rootless: HPCT_USE_ROOTLESS=1\n"
+	        "                     and libhpct_preload.so in LD_PRELOAD for CMD and its\n"
+	        "                     children; nothing else of the environment changes\n"
 	        "  --keep-going       a rank that fails is named, and the others go on (for\n"
 	        "                     jobs that survive a rank's loss in place: ncclCommShrink,\n"
 	        "                     NVRx's in-process restart, torchft); exit 1 at the end\n"
@@ -152,6 +158,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			exit(0);
 		} else if (strcmp(a, "--rootless") == 0) {
 			o->rootless = 1;
+		} else if (strcmp(a, "--preload") == 0) {
+			o->preload = 1;
 		} else if (strcmp(a, "--keep-going") == 0) {
 			o->keep_going = 1;
 		} else if ((v = opt_value(argc, argv, &i, "-n"))) {
@@ -181,6 +189,16 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			bad_usage("unknown option '%s'", a);
 		}
 	}
+	if (o->preload) {
+		if (have_n || o->nodes > 1 || o->port || o->epoch || o->job || o->timeout_arg ||
+		    o->keep_going || o->rootless)
+			bad_usage("--preload runs the command as it is: it takes no other option "
+			          "(its launcher starts the ranks)");
+		if (i >= argc)
+			bad_usage("missing the command to run after '--'");
+		o->cmd = argv + i;
+		return;
+	}
 	if (!have_n)
 		bad_usage("missing -n N (number of ranks)");
 	if (o->nodes > o->n)
@@ -205,8 +223,8 @@ static void preload_shim(void)
 	char lib[8192];
 	if (hpct_shim_path(lib, sizeof(lib)) != 0) {
 		fprintf(stderr,
-		        "hpct-run: --rootless: no libhpct_preload.so in this build tree "
-		        "(bootstrap/shim/) or in %s\n",
+		        "hpct-run: no libhpct_preload.so beside this program (../lib/), in "
+		        "this build tree (bootstrap/shim/) or in %s\n",
 		        HPCT_LIBDIR);
 		exit(2);
 	}
@@ -560,6 +578,13 @@ int main(int argc, char **argv)
 	struct sup s = { 0 };
 	sigset_t old_mask;
 	parse_args(argc, argv, &o);
+	if (o.preload) { /* the command is the launcher: it becomes this process */
+		set("HPCT_USE_ROOTLESS", "1");
+		preload_shim();
+		execvp(o.cmd[0], o.cmd);
+		fprintf(stderr, "hpct-run: cannot run '%s': %s\n", o.cmd[0], strerror(errno));
+		return errno == ENOENT ? 127 : 126;
+	}
 	set_world_env(&o);
 
 	/* SIGCHLD needs a handler of its own: ignored (as a caller may leave
