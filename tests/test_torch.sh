@@ -124,10 +124,11 @@ survivors_name_2() { # tag
 		[ "$st" != 124 ] || bad="$bad rank $r hung (killed by timeout 120);"
 		grep -Eq "$two" "$dir/$1$r" ||
 			bad="$bad rank $r's error does not name rank 2: $(grep -m1 -E 'Error|HPCT' "$dir/$1$r");"
-		# (not the store's background copy of keys to a rank that has
-		# since failed and left, as the survivors do: it blames no one)
+		# (not the store's background forwarding to a rank that has
+		# since failed and left, as the survivors do it: a copy of keys,
+		# "all keys sent", the ranks gone; it blames no one)
 		line=$(grep -E "$other" "$dir/$1$r" | grep -Ev "$two" |
-			grep -Ev "store: replicate: rank [013] \(the key's home\) at 127\.0\.0\.1:[0-9]+ closed its connection: it died or left" |
+			grep -Ev "store: (replicate|say all keys sent|tell the ranks gone): rank [013] \(the key's home\) at 127\.0\.0\.1:[0-9]+ closed its connection: it died or left" |
 			head -1)
 		[ -z "$line" ] || blame="$blame rank $r blames another rank: $line;"
 	done
