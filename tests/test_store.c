@@ -10,13 +10,15 @@
  * queue) and the list of every key over every rank.  Keys live on two
  * homes by default (HPCT_STORE_REPLICAS): with two of four ranks killed in
  * turn, nothing is lost or counted twice until both homes of a key are
- * gone, which is named; the tests of one home's caps and failures ask for
- * one home.
+ * gone, which is named; a forked child (NVRx's monitor) that first asks
+ * a key's home after that rank died goes to the key's other home at once.
+ * The tests of one home's caps and failures ask for one home.
  *
  * Slots: 0 to 3 of the program's range, one job at a time (-j1); a later
  * test takes a slot again once the job before it is gone. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -28,12 +30,14 @@
 
 #include <arpa/inet.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 
 #include "bootstrap/base/auth.h"
 #include "bootstrap/base/sock.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/store/store.h"
 #include "bootstrap/world.h"
+#include "bootstrap/world_access.h"
 #include "hpct/fanout.h"
 #include "hpct/hpct.h"
 #include "tests/harness.h"
@@ -1383,4 +1387,100 @@ Test(store, with_two_homes_ranks_that_exit_leave_their_keys_behind)
 	ht_spawn(3, env_twins, twins_exit, &tj, 90, NULL, codes);
 	for (int r = 0; r < 3; r++)
 		cr_expect_eq(codes[r], 0, "rank %d: %s", r, ht_describe(codes, 3));
+}
+
+/* A forked child of rank 1, made before its rank reached any store (as
+ * NVRx's monitor process is), asks for the first time after rank 2 was
+ * killed, and before anyone else needed rank 2 since: a key whose first
+ * home is rank 2 refuses it, and nobody counts rank 2 gone yet.  Rank 3,
+ * which the child reached, reached rank 2 before: so the refusal is a
+ * death, and the child's add goes to rank 3 (the key's other home) at
+ * once, not after the store's timeout (HPCT_TIMEOUT 10 s). */
+struct late_job {
+	struct job j;
+	struct ht_event dying, done;
+};
+
+static int late_child(int go, char *why, size_t len)
+{
+	char b;
+	struct pollfd p = { .fd = go, .events = POLLIN };
+	if (poll(&p, 1, 60000) != 1 || read(go, &b, 1) != 1)
+		return 40;
+	hpct_world *w;
+	struct hpct_store *s;
+	if (hpct__world_store_client(&w) != 0 || hpct__store_open(w, 64, 10.0, &s) != 0)
+		return 41;
+	char on3[32], cnt[32];
+	homed_on(s, 3, "three", on3, sizeof(on3));
+	homed_on(s, 2, "cnt", cnt, sizeof(cnt));
+	if (!get_is(s, on3, "v")) /* rank 3: reached */
+		return 42;
+	int64_t v = 0;
+	double t0 = hpct__now();
+	int rc = hpct__store_add(s, cnt, 1, &v);
+	snprintf(why, len, "the child's add on '%s' (rank 2's key), rank 2 dead: %s, %lld, %.2f s",
+	         cnt, rc ? hpct_last_error() : "done", (long long)v, hpct__now() - t0);
+	return rc ? 43 : v != 5 ? 44 : 0;
+}
+
+static int late(int rank, void *arg)
+{
+	struct late_job *lj = arg;
+	int go[2] = { -1, -1 };
+	pid_t child = -1;
+	if (rank == 1) {
+		if (pipe(go) != 0 || (child = fork()) < 0)
+			return 30;
+		if (child == 0) {
+			close(go[1]);
+			char why[700] = "";
+			int rc = late_child(go[0], why, sizeof(why));
+			fprintf(stderr, "%s\n", why[0] ? why : hpct_last_error());
+			_exit(rc);
+		}
+		close(go[0]);
+	}
+	hpct_world *w;
+	struct hpct_store *s;
+	int rc = open_store(64, &w, &s);
+	if (rc)
+		return rc;
+	char mine[32], on3[32], cnt[32], want[16];
+	snprintf(want, sizeof(want), "late%d-", rank);
+	homed_on(s, 2, want, mine, sizeof(mine));
+	homed_on(s, 3, "three", on3, sizeof(on3));
+	homed_on(s, 2, "cnt", cnt, sizeof(cnt));
+	int64_t v;
+	if (hpct__store_set(s, mine, "v", 1) != 0 || hpct__store_add(s, cnt, 1, &v) != 0 ||
+	    (rank == 0 && hpct__store_set(s, on3, "v", 1) != 0))
+		return 31;
+	if (hpct_barrier(hpct_world_group(w)) != 0)
+		return 32;
+	if (rank == 2) {
+		ht_event_post(&lj->dying, 3);
+		raise(SIGKILL);
+	}
+	/* nobody asks rank 2 anything after this */
+	if (ht_event_wait(&lj->dying, 1, 60) != 0)
+		return 33;
+	if (rank != 1)
+		return ht_event_wait(&lj->done, 1, 90) != 0 ? 34 : 0;
+	hpct__sleep(0.5); /* rank 2's listener is gone */
+	int st = 0;
+	if (write(go[1], "g", 1) != 1 || waitpid(child, &st, 0) != child)
+		rc = 35;
+	ht_event_post(&lj->done, 2);
+	return rc ? rc : WIFEXITED(st) ? WEXITSTATUS(st) : 36;
+}
+
+Test(store, with_two_homes_a_forked_child_asking_a_dead_rank_first_goes_to_the_next_home)
+{
+	struct late_job lj = { .j = { .n = 4, .slot = 3 } };
+	cr_assert(ht_event_init(&lj.dying) == 0 && ht_event_init(&lj.done) == 0);
+	int codes[4];
+	ht_spawn(4, env_twins, late, &lj, 90, NULL, codes);
+	for (int r = 0; r < 4; r++)
+		cr_expect_eq(codes[r], r == 2 ? 128 + SIGKILL : 0, "rank %d: %s", r,
+		             ht_describe(codes, 4));
 }

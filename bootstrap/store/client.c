@@ -94,7 +94,8 @@ struct hpct_store {
 	int R;
 	unsigned *told;
 	uint64_t cid, seq;
-	int asking; /* said_dead's own handle: it asks no further */
+	int asking;     /* said_dead's own handle: it asks no further */
+	unsigned asked; /* said_dead's asks so far: each asks the next peer */
 };
 
 /* Ranks whose store this process reached once: one that refuses later
@@ -131,7 +132,7 @@ static void mark_reached(const struct hpct_world *w, int rank)
 	pthread_mutex_unlock(&reached.mu);
 }
 
-static int was_reached(const struct hpct_world *w, int rank)
+int hpct__store_was_reached(const struct hpct_world *w, int rank)
 {
 	pthread_mutex_lock(&reached.mu);
 	int r = same_world(w) && reached.seen[rank];
@@ -403,7 +404,8 @@ static int ensure(struct hpct_store *s, int home, const char *what, double deadl
 		double now = hpct__now();
 		/* with replicas, a refusal is a death once it answered before (its
 		 * keys have other homes), or once a peer counts it gone */
-		int reached_it = s->R > 1 && fd == -ECONNREFUSED && was_reached(s->w, home);
+		int reached_it =
+		        s->R > 1 && fd == -ECONNREFUSED && hpct__store_was_reached(s->w, home);
 		int ask = s->R > 1 && fd == -ECONNREFUSED && !reached_it && now >= next_ask;
 		if (ask)
 			next_ask = now + ASK_EVERY_S;
@@ -624,7 +626,8 @@ static int rpc(struct hpct_store *s, int home, const char *what, uint8_t op, con
  * side then counts gone what either did; with `only_news`, nothing is
  * sent while this process counts none gone.  0, or the exchange's
  * failure; the view's generation sent in *gen_out. */
-static int exchange(struct hpct_store *s, int home, int only_news, unsigned *gen_out)
+static int exchange(struct hpct_store *s, int home, int only_news, int about, unsigned *gen_out,
+                    int *reached_out)
 {
 	int n = s->w->topo.size;
 	unsigned char *dead = malloc((size_t)n), *list = NULL;
@@ -636,11 +639,20 @@ static int exchange(struct hpct_store *s, int home, int only_news, unsigned *gen
 	free(dead);
 	if (!list)
 		return HPCT_ENOMEM;
+	char key[16] = "";
+	if (about >= 0)
+		snprintf(key, sizeof(key), "%d", about);
 	unsigned char *rep = NULL;
 	size_t rl = 0;
 	int rc = only_news && len == 4 ? 0
-	                               : rpc(s, home, "exchange the ranks gone", OP_DEAD, "", list,
+	                               : rpc(s, home, "exchange the ranks gone", OP_DEAD, key, list,
 	                                     len, NULL, 0, 0, &rep, &rl);
+	/* asked about a rank: one byte after the list, whether home reached it */
+	if (rc == 0 && rep && about >= 0 && rl > 4) {
+		rl--;
+		if (reached_out)
+			*reached_out = rep[rl] == 1;
+	}
 	if (rc == 0 && rep) /* never this rank itself: it runs (a forked child's may not) */
 		hpct__store_dead_merge(s->w, n, rep, rl,
 		                       s->w->store_client_only ? -1 : s->w->topo.rank);
@@ -657,25 +669,29 @@ static void tell(struct hpct_store *s, int home)
 	unsigned g = hpct__store_view(s->w, NULL);
 	if (__atomic_load_n(&s->told[home], __ATOMIC_RELAXED) == g + 1)
 		return;
-	if (exchange(s, home, 1, &g) == 0)
+	if (exchange(s, home, 1, -1, &g, NULL) == 0)
 		__atomic_store_n(&s->told[home], g + 1, __ATOMIC_RELAXED);
 }
 
 /* `x` refuses connections but this process never reached it: it has not
  * started yet, or it died before this process first asked it (a forked
- * monitor that asks for the first time after its rank died).  A rank
- * reached before, the first after x, is asked which ranks are gone: 1
- * when x is among them. */
+ * monitor that asks for the first time after its rank died, before any
+ * other rank needed it since).  A rank this process reached is asked (the
+ * next one after x, then the one after it at the next ask, ...): which
+ * ranks it counts gone, and whether it reached x once.  1 when x is gone;
+ * when the peer reached x, x counts as reached here too, so that its next
+ * refusal (which comes after x was up) counts it gone. */
 static int said_dead(struct hpct_store *s, int x)
 {
 	if (s->R < 2 || s->asking)
 		return 0;
 	int n = s->w->topo.size, y = -1;
 	for (int k = 1; k < n && y < 0; k++) {
-		int r = (x + k) % n;
-		if (!hpct__store_dead(s->w, r) && was_reached(s->w, r))
+		int r = (x + k + s->asked) % n;
+		if (r != x && !hpct__store_dead(s->w, r) && hpct__store_was_reached(s->w, r))
 			y = r;
 	}
+	s->asked++;
 	if (y < 0)
 		return 0;
 	pthread_mutex_lock(&asker.mu);
@@ -686,9 +702,12 @@ static int said_dead(struct hpct_store *s, int x)
 		asker.pid = getpid();
 	}
 	unsigned g;
+	int up_once = 0;
 	if (asker.h)
-		exchange(asker.h, y, 0, &g);
+		exchange(asker.h, y, 0, x, &g, &up_once);
 	pthread_mutex_unlock(&asker.mu);
+	if (up_once && !hpct__store_dead(s->w, x))
+		mark_reached(s->w, x);
 	return hpct__store_dead(s->w, x);
 }
 

@@ -469,7 +469,19 @@ void srepl_view(struct ssrv *s)
 	free(r.it);
 }
 
-int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const unsigned char *p, size_t len)
+/* The rank an OP_DEAD asks about (its key, decimal), or -1: none or not
+ * a rank of the world. */
+static int asked_about(const struct ssrv *s, const char *key)
+{
+	char *end;
+	if (!key[0] || key[0] < '0' || key[0] > '9')
+		return -1;
+	unsigned long x = strtoul(key, &end, 10);
+	return *end || x >= (unsigned long)s->size ? -1 : (int)x;
+}
+
+int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const char *key, const unsigned char *p,
+               size_t len)
 {
 	if (len < 4)
 		return -1;
@@ -487,15 +499,19 @@ int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const unsigned char 
 	/* answered at once (after what this connection was answered
 	 * before): two ranks' forwarders never wait on each other.  OP_DEAD's
 	 * answer: the ranks this one counts gone (u32 n, n x u32), which the
-	 * asker counts gone too */
+	 * asker counts gone too; asked about a rank, then whether this
+	 * process reached its store once: one that refuses the asker after
+	 * that has died, though nobody found it yet */
 	unsigned char *dead = op == OP_DEAD && s->w ? malloc((size_t)s->size) : NULL;
 	if (dead)
 		hpct__store_view(s->w, dead);
 	size_t ll = 0;
 	unsigned char *list = op == OP_DEAD ? hpct__store_dead_encode(dead, s->size, &ll) : NULL;
 	free(dead);
+	int x = op == OP_DEAD ? asked_about(s, key) : -1;
+	unsigned char seen = x >= 0 && s->w && hpct__store_was_reached(s->w, x);
 	uint64_t need = c->need;
-	sreq_reply(s, c, 0, list, list ? ll : 0, NULL, 0);
+	sreq_reply(s, c, 0, list, list ? ll : 0, &seen, x >= 0 && list ? 1 : 0);
 	c->need = need;
 	free(list);
 	s->unheld = 1;

@@ -342,7 +342,7 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 	else if (op == OP_REPL)
 		rc = srepl_apply(s, c, ns, key, f, flen);
 	else if (op == OP_DEAD || op == OP_HAVE)
-		rc = srepl_told(s, c, op, f, flen);
+		rc = srepl_told(s, c, op, key, f, flen);
 	else if (!rid || !srepl_seen(s, c, hpct__get64(f), hpct__get64(f + 8)))
 		rc = serve(s, c, op, ns, key, f + (rid ? 16 : 0), flen - (rid ? 16 : 0));
 	if (key != small)

@@ -180,8 +180,9 @@ void srepl_end(struct ssrv *s, struct sconn *c);
  * the keys of a newly gone rank are told (OP_DEAD).  Cheap when the view
  * is the one it moved its keys for. */
 void srepl_view(struct ssrv *s);
-/* OP_DEAD and OP_HAVE from c (body p, len): 0, or -1 (malformed). */
-int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const unsigned char *p, size_t len);
+/* OP_DEAD and OP_HAVE from c (key, body p, len): 0, or -1 (malformed). */
+int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const char *key, const unsigned char *p,
+               size_t len);
 /* For a request other than SET on `key`, which this rank does not hold:
  * 1, serve it; 0, answer ST_LOST (it holds only part of its first home's
  * keys); -1, this rank is leaving (its keys went to their next homes):

@@ -28,7 +28,10 @@ enum {
 	OP_QLEN,
 	OP_LIST, /* 13 */
 	OP_REPL, /* a key's state, from its first live home to the others */
-	OP_DEAD, /* u32 n, n x u32: ranks the sender found gone (view.c) */
+	OP_DEAD, /* u32 n, n x u32: ranks the sender found gone (view.c); its
+	          * key, when not empty, a rank x in decimal: the answer's list
+	          * is then followed by one byte, 1 when the answering process
+	          * reached x's store once (client.c's said_dead) */
 	OP_HAVE, /* u32 h: the sender, first live home of the keys whose
 	          * first home is h, sent this rank all of them (replica.c) */
 };
@@ -87,6 +90,8 @@ unsigned char *hpct__store_dead_encode(const unsigned char *dead, int size, size
  * it is malformed (a count or a rank out of 0..size-1), nothing marked. */
 int hpct__store_dead_merge(const struct hpct_world *w, int size, const unsigned char *p, size_t len,
                            int keep);
+/* 1 when this process reached `rank`'s store once in w (client.c). */
+int hpct__store_was_reached(const struct hpct_world *w, int rank);
 
 /* HPCT_STORE_REPLICAS (default 2), at most the world's size, in *r_out:
  * 0, or HPCT_EBADENV naming the variable and its value (client.c). */
