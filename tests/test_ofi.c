@@ -3,7 +3,9 @@
  * over it too): an unknown provider is named; libfabric is loaded only when
  * ofi is chosen; endpoint names exchanged over TCP first
  * (HPCT_OFI_EXCHANGE=1, what EFA and verbs need) with every result checked
- * and all traffic after on the fabric; a rank's memory stays small. */
+ * and all traffic after on the fabric; a rank's memory stays small; a
+ * connect given up before its answer came closes the acceptor's side at
+ * once (a FIN when the answer comes), not after the transport's 30 s. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -14,8 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bootstrap/base/sock.h"
+#include "bootstrap/base/util.h"
 #include "hpct/hpct.h"
 #include "tests/harness.h"
+#include "transport/transport.h"
 
 TestSuite(ofi, .timeout = 120);
 
@@ -304,4 +309,102 @@ Test(ofi, providers_net_and_sockets_n4)
 		int bad = ht_spawn(4, env_cb, provider_main, &c, 90, NULL, codes);
 		cr_expect_eq(bad, 0, "HPCT_OFI_PROVIDER=%s: %s", provs[i], ht_describe(codes, 4));
 	}
+}
+
+/* Two endpoints of the transport in one process: A connects to B and
+ * closes the connection once its SYN is out, before B has read it.  B
+ * accepts, answers; A answers that with a FIN: B's side is closed by the
+ * peer (err 0), long before B would close it as never identified (30 s,
+ * -ETIMEDOUT). */
+struct seen {
+	int accepted, closed, closed_err, connected, failed;
+	struct hpct_tconn *in;
+};
+
+static void seen_cb(void *arg, const struct hpct_tevent *ev)
+{
+	struct seen *s = arg;
+	switch (ev->type) {
+	case HPCT_TEV_ACCEPTED:
+		s->accepted++;
+		s->in = ev->conn;
+		break;
+	case HPCT_TEV_CLOSED:
+		s->closed++;
+		s->closed_err = ev->err;
+		break;
+	case HPCT_TEV_CONNECTED:
+		s->connected++;
+		break;
+	case HPCT_TEV_CONNECT_FAILED:
+		s->failed++;
+		break;
+	default:
+		break;
+	}
+}
+
+static int abandon_main(int r, void *arg)
+{
+	(void)r;
+	const struct cfg *c = arg;
+	const struct hpct_transport_ops *ops = hpct_transport_find("ofi");
+	void *a = NULL, *b = NULL;
+	if (!ops)
+		return 69;
+	struct sockaddr_in sa = { .sin_family = AF_INET }, sb = { .sin_family = AF_INET };
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	sb.sin_addr = sa.sin_addr;
+	sa.sin_port = htons((uint16_t)(c->port + 150));
+	sb.sin_port = htons((uint16_t)(c->port + 151));
+	if (ops->create(&a) != 0 || ops->create(&b) != 0 ||
+	    ops->listen(a, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    ops->listen(b, (struct sockaddr *)&sb, sizeof(sb)) != 0) {
+		fprintf(stderr, "endpoints: %s\n", ops->why ? ops->why() : "");
+		return 70;
+	}
+	struct seen sa_seen = { 0 }, sb_seen = { 0 };
+	struct hpct_tconn *out = NULL;
+	if (ops->connect(a, (struct sockaddr *)&sb, sizeof(sb), NULL, &out) != 0)
+		return 71;
+	/* A, then B (its provider takes the connection), until A's SYN has
+	 * left A's queue: B has had no turn since, so it has not answered */
+	double until = hpct__now() + 10;
+	for (;;) {
+		ops->progress(a, 0, seen_cb, &sa_seen);
+		if (ops->pending(out) == 0 || sa_seen.failed || sa_seen.connected ||
+		    hpct__now() > until)
+			break;
+		ops->progress(b, 0, seen_cb, &sb_seen);
+	}
+	if (sa_seen.failed || sa_seen.connected || ops->pending(out) > 0) {
+		fprintf(stderr, "A's SYN: failed %d, connected %d, %zu bytes still queued\n",
+		        sa_seen.failed, sa_seen.connected, ops->pending(out));
+		return 72;
+	}
+	ops->close(out);
+	until = hpct__now() + 10;
+	while (!sb_seen.closed && hpct__now() < until) {
+		ops->progress(b, 1, seen_cb, &sb_seen);
+		ops->progress(a, 1, seen_cb, &sa_seen);
+	}
+	fprintf(stderr, "B: accepted %d, closed %d (err %d); A after its close: %d events\n",
+	        sb_seen.accepted, sb_seen.closed, sb_seen.closed_err,
+	        sa_seen.connected + sa_seen.failed + sa_seen.closed + sa_seen.accepted);
+	int rc = sb_seen.accepted != 1                                 ? 73
+	         : !sb_seen.closed                                     ? 74
+	         : sb_seen.closed_err                                  ? 75
+	         : sa_seen.connected + sa_seen.failed + sa_seen.closed ? 76
+	                                                               : 0;
+	ops->destroy(a);
+	ops->destroy(b);
+	return rc;
+}
+
+Test(ofi, a_connect_given_up_before_its_answer_closes_the_acceptors_side)
+{
+	struct cfg c = { .n = 1, .nodes = 1, .port = hpct_test_ports(4), .transport = "ofi" };
+	int code;
+	ht_spawn(1, env_cb, abandon_main, &c, 60, NULL, &code);
+	cr_expect_eq(code, 0, "exited %d", code);
 }

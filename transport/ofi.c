@@ -28,7 +28,10 @@
  * in reassembly; conns not yet identified by their user (MAX_PENDING) and
  * the address-vector entries their SYNs named (MAX_STRANGER_AV) are
  * capped, and such conns time out; a SYN never answered fails the connect.
- * Each refusal names the peer in the log, once per kind.
+ * Each refusal names the peer in the log, once per kind (a silent conn:
+ * once per peer, for the first SILENT_NAMED peers).  A conn given up while
+ * its SYN was out lingers (O_ABANDONED) to answer a late SYNACK with a FIN,
+ * so that the acceptor's side closes at once instead of waiting.
  *
  * This file: loading libfabric, the endpoint, its address vector and the
  * transport's table; ofi_conn.c: the emulated connections; ofi_piece.c:
@@ -312,6 +315,25 @@ void hpct__ofi_refuse(struct ofi_ctx *x, enum refusal kind, const char *fmt, ...
 	hpct__transport_log("ofi: %s (the first of its kind here; more are counted)", line);
 }
 
+void hpct__ofi_refuse_silent(struct ofi_ctx *x, const char *who, const char *fmt, ...)
+{
+	x->refused[R_SILENT]++;
+	for (unsigned i = 0; i < x->nsilent_named; i++)
+		if (strcmp(x->silent_named[i], who) == 0)
+			return;
+	if (x->nsilent_named >= SILENT_NAMED)
+		return;
+	snprintf(x->silent_named[x->nsilent_named++], sizeof(x->silent_named[0]), "%s", who);
+	char line[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	hpct__transport_log("ofi: %s (each of the first " HPCT_STR(
+	                            SILENT_NAMED) " such peers named once; more are counted)",
+	                    line);
+}
+
 /* ------------------------------------------------------------ ops */
 
 /* libfabric initialises every provider it was built with on its first
@@ -524,7 +546,7 @@ static int ofi_send(struct hpct_tconn *conn, const void *buf, size_t len)
 	struct ofi_conn *c = (struct ofi_conn *)conn;
 	if (len > HPCT_TRANSPORT_MAX_MSG)
 		return -EMSGSIZE;
-	if (c->state == O_CLOSED)
+	if (c->state == O_CLOSED || c->state == O_ABANDONED)
 		return -EPIPE;
 	if (c->state == O_CONNECTING) { /* goes out once the peer has answered */
 		struct op *o = malloc(sizeof(*o) + len), **pp = &c->held;
@@ -568,8 +590,12 @@ static size_t ofi_backlog(void *arg)
 static void ofi_close(struct hpct_tconn *conn)
 {
 	struct ofi_conn *c = (struct ofi_conn *)conn;
-	if (c->state == O_CLOSED)
+	if (c->state == O_CLOSED || c->state == O_ABANDONED)
+		return; /* (abandoned: closed for its user, the transport frees it) */
+	if (c->state == O_CONNECTING) {
+		hpct__ofi_conn_abandon(c);
 		return;
+	}
 	hpct__ofi_send_fin(c);
 	c->state = O_CLOSED;
 	hpct__ofi_conn_free(c);

@@ -198,6 +198,30 @@ void hpct__ofi_send_fin(struct ofi_conn *c)
 		free(fin); /* then the peer learns it when its sends fail */
 }
 
+void hpct__ofi_conn_abandon(struct ofi_conn *c)
+{
+	if (c->qhead) { /* the SYN still waits for fi_send: nobody saw it */
+		c->state = O_CLOSED;
+		hpct__ofi_conn_free(c);
+		return;
+	}
+	drop_queue(c); /* what waited for the answer */
+	c->state = O_ABANDONED;
+	c->born = hpct__ofi_now_s(); /* it lingers CONNECT_AFTER from now */
+}
+
+/* The SYNACK of an abandoned conn: the acceptor is told with a FIN after
+ * no message (its conn closes at once, nothing handed on), and the conn
+ * is forgotten. */
+static void abandoned_answered(struct ofi_conn *c, uint32_t src)
+{
+	c->peer_id = src;
+	c->state = O_OPEN;
+	hpct__ofi_send_fin(c);
+	c->state = O_CLOSED;
+	hpct__ofi_conn_free(c);
+}
+
 /* The conn failed or the peer left: one event, then it is forgotten. */
 static void fail_conn(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_type type, int err)
 {
@@ -248,7 +272,10 @@ static void refuse_conn(struct ofi_ctx *x, struct ofi_conn *c, enum refusal kind
 {
 	char who[96];
 	peer_text(c, who, sizeof(who));
-	hpct__ofi_refuse(x, kind, "closing the connection from %s: %s", who, why);
+	if (kind == R_SILENT)
+		hpct__ofi_refuse_silent(x, who, "closing the connection from %s: %s", who, why);
+	else
+		hpct__ofi_refuse(x, kind, "closing the connection from %s: %s", who, why);
 	hpct__ofi_send_fin(c);
 	fail_conn(x, c, HPCT_TEV_CLOSED, err);
 }
@@ -334,6 +361,13 @@ void hpct__ofi_on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
 	struct ofi_conn *c = conn_by_id(x, dst);
 	if (!c || c->state == O_CLOSED)
 		return;
+	if (c->state == O_ABANDONED) {
+		if (type == W_SYNACK)
+			abandoned_answered(c, src);
+		else if (type == W_FIN)
+			hpct__ofi_conn_free(c);
+		return;
+	}
 	c->last_heard = hpct__ofi_now_s();
 	switch (type) {
 	case W_SYNACK:
@@ -467,9 +501,15 @@ static void expire(struct ofi_ctx *x, double now)
 		struct ofi_conn *c = x->conns[i];
 		if (!c)
 			continue;
-		if (c->state == O_CONNECTING && !c->qhead && past(x, c, now, CONNECT_AFTER)) {
+		if (c->state == O_ABANDONED && past(x, c, now, CONNECT_AFTER)) {
+			hpct__ofi_conn_free(c);
+		} else if (c->state == O_CONNECTING && !c->qhead &&
+		           past(x, c, now, CONNECT_AFTER)) {
+			/* failed for the engine, which connects anew; kept a while
+			 * abandoned, in case the answer was only late */
 			x->stats.unanswered++;
-			fail_conn(x, c, HPCT_TEV_CONNECT_FAILED, -ETIMEDOUT);
+			hpct__ofi_conn_abandon(c);
+			emit(x, c, HPCT_TEV_CONNECT_FAILED, -ETIMEDOUT, NULL, 0);
 		} else if (c->pending && past(x, c, now, PENDING_AFTER)) {
 			char why[80];
 			snprintf(why, sizeof(why), "not identified within %.0f s", PENDING_AFTER);

@@ -45,11 +45,18 @@
  * sender's connect fails after CONNECT_AFTER, and is retried). */
 #define MAX_STRANGER_AV 128
 #define CONNECT_AFTER   5.0 /* s a delivered SYN may go unanswered */
-#define SLOT_BITS       20  /* a conn id: its slot (low bits) and the slot's reuse count */
-#define MAX_CONNS       ((1u << SLOT_BITS) - 1)
+/* Silent conns come from honest peers too (a connect given up before its
+ * answer came): the first SILENT_NAMED peers are each named once. */
+#define SILENT_NAMED 4
+#define SLOT_BITS    20 /* a conn id: its slot (low bits) and the slot's reuse count */
+#define MAX_CONNS    ((1u << SLOT_BITS) - 1)
 
 enum { W_SYN = 1, W_SYNACK, W_DATA, W_FIN, W_PING };
-enum ostate { O_CONNECTING, O_OPEN, O_CLOSED };
+/* O_ABANDONED: closed by its user while its SYN was out and unanswered,
+ * or failed for CONNECT_AFTER unanswered; kept, with no events, until the
+ * SYNACK comes (then a FIN tells the acceptor at once, instead of its conn
+ * waiting PENDING_AFTER for a handshake) or CONNECT_AFTER passes again. */
+enum ostate { O_CONNECTING, O_OPEN, O_CLOSED, O_ABANDONED };
 
 /* What a peer was refused, each logged the first time and counted after. */
 enum refusal {
@@ -146,6 +153,9 @@ struct ofi_ctx {
 	size_t navs, capavs;
 	unsigned nstranger; /* entries not trusted */
 	unsigned long refused[R_KINDS];
+	/* the peers named for R_SILENT so far (hpct__ofi_refuse_silent) */
+	char silent_named[SILENT_NAMED][64];
+	unsigned nsilent_named;
 	struct {                          /* what connecting cost: said at INFO when it closes */
 		unsigned long connects;   /* SYNs sent */
 		unsigned long refused;    /* SYNs refused for SYN_REFUSED_AFTER: nobody listened */
@@ -173,6 +183,10 @@ void hpct__ofi_addr_text(const struct sockaddr_storage *ss, char *buf, size_t le
 /* Says what a peer was refused: logged the first time for each kind,
  * counted always. */
 void hpct__ofi_refuse(struct ofi_ctx *x, enum refusal kind, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* R_SILENT, from peer `who`: logged once per peer, for the first
+ * SILENT_NAMED peers; counted always. */
+void hpct__ofi_refuse_silent(struct ofi_ctx *x, const char *who, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 /* A pending conn is identified (set_max_msg beyond PENDING_ROOM). */
 void hpct__ofi_conn_identified(struct ofi_conn *c);
@@ -202,6 +216,10 @@ int hpct__ofi_post_recv(struct ofi_ctx *x, int slot);
 /* Tells the peer we closed, if it can be told at once; the FIN's
  * completion refers to no conn. */
 void hpct__ofi_send_fin(struct ofi_conn *c);
+/* Its user closed a conn still connecting, or its SYN went unanswered for
+ * CONNECT_AFTER: freed at once when its SYN has not gone out, else kept as
+ * O_ABANDONED (no events; a close by its user does nothing). */
+void hpct__ofi_conn_abandon(struct ofi_conn *c);
 /* Hands a conn's queued fabric messages to fi_send, in order, until the
  * provider says not now: 0 when all went, -FI_EAGAIN, or another error. */
 int hpct__ofi_try_send(struct ofi_ctx *x, struct ofi_conn *c);

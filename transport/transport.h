@@ -36,8 +36,8 @@ struct hpct_tconn {
 enum hpct_tevent_type {
 	HPCT_TEV_CONNECTED,      /* an outgoing connection completed */
 	HPCT_TEV_CONNECT_FAILED, /* an outgoing connection failed: err (-ECONNREFUSED also when
-	                          * it met itself); the conn is closed and freed after the callback
-	                          */
+	                          * it met itself); the conn is closed after the callback (the
+	                          * transport frees it; close() on it does nothing) */
 	HPCT_TEV_ACCEPTED,       /* a new incoming connection; peer is its address */
 	HPCT_TEV_MESSAGE,        /* one whole message: data, len (valid during the callback only) */
 	HPCT_TEV_CLOSED, /* the peer closed (err 0) or the connection failed (err < 0); the conn is
