@@ -969,10 +969,14 @@ SHIM_API int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = ENOSYS;
 		return -1;
 	}
-	const void *caller = __builtin_return_address(0);
-	if (agent_proc && tcp_addr(sa, len) && from_torch(caller))
+	/* libtorch's?  (looked up once: dladdr is not free.)  An agent's
+	 * first such connect teaches it the store's port, so that port is
+	 * asked after. */
+	int agent = agent_proc && tcp_addr(sa, len);
+	int torch = (agent || store_port(sa, len)) && from_torch(__builtin_return_address(0));
+	if (agent && torch)
 		rdzv_learn(sa, 1);
-	if (!store_port(sa, len) || !from_torch(caller))
+	if (!torch || !store_port(sa, len))
 		return next_connect(fd, sa, len);
 	int r = routed();
 	if (r < 0)
