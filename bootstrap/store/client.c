@@ -206,19 +206,21 @@ __attribute__((constructor)) static void fork_safe(void)
 }
 
 /* Records `why` (as "rank 2 at host:port ...") when it is this world
- * epoch's first; in also, what a message saying `says` adds: the first,
- * when `says` does not name its rank at its address already. */
+ * epoch's first (why NULL: records nothing); in also, what a message
+ * saying `says` adds: the first, when `says` does not name its rank at
+ * its address already. */
 static void found_dead(const struct hpct_store *s, const char *why, const char *says, char *also,
                        size_t alen)
 {
 	also[0] = 0;
 	pthread_mutex_lock(&first.mu);
-	if (!first.set || first.job != s->w->topo.job || first.epoch != s->w->topo.epoch) {
+	int ours = first.set && first.job == s->w->topo.job && first.epoch == s->w->topo.epoch;
+	if (!ours && why) {
 		snprintf(first.why, sizeof(first.why), "%s", why);
 		first.job = s->w->topo.job;
 		first.epoch = s->w->topo.epoch;
 		first.set = 1;
-	} else {
+	} else if (ours) {
 		/* "rank 2 at 127.0.0.1:2550" */
 		const char *at = strstr(first.why, " at ");
 		const char *end = at ? strchr(at + 4, ' ') : NULL;
@@ -744,10 +746,14 @@ static int lost(struct hpct_store *s, const char *what, const char *key, int at)
 	} else {
 		snprintf(where, sizeof(where), "the last: %s", hpct_last_error());
 	}
+	/* the death this rank found first, the likely cause (a key never
+	 * set: its rank died before it could) */
+	char also[600];
+	found_dead(s, NULL, homes, also, sizeof(also));
 	return hpct__fail(HPCT_EPEERDEAD, HPCT_SUB_NET,
 	                  "store: %s: key '%s': every home of it (ranks %s; "
-	                  "HPCT_STORE_REPLICAS=%d) is gone: its value is lost (%s)",
-	                  what, shown(key, kb, sizeof(kb)), homes, s->R, where);
+	                  "HPCT_STORE_REPLICAS=%d) is gone: its value is lost (%s)%s",
+	                  what, shown(key, kb, sizeof(kb)), homes, s->R, where, also);
 }
 
 /* The home asked first for `key`: its first, or with replicas the first
