@@ -303,16 +303,23 @@ static const char *const refusal_names[R_KINDS] = {
 	[R_SYN] = "SYNs without a usable name or room",
 };
 
+/* A refusal's line, with a note on what is logged of its kind. */
+__attribute__((format(printf, 2, 0))) static void refusal_line(const char *note, const char *fmt,
+                                                               va_list ap)
+{
+	char line[400];
+	vsnprintf(line, sizeof(line), fmt, ap);
+	hpct__transport_log("ofi: %s (%s)", line, note);
+}
+
 void hpct__ofi_refuse(struct ofi_ctx *x, enum refusal kind, const char *fmt, ...)
 {
 	if (x->refused[kind]++)
 		return; /* once: a stranger's flood is not a flood of lines */
-	char line[400];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	refusal_line("the first of its kind here; more are counted", fmt, ap);
 	va_end(ap);
-	hpct__transport_log("ofi: %s (the first of its kind here; more are counted)", line);
 }
 
 void hpct__ofi_refuse_silent(struct ofi_ctx *x, const char *who, const char *fmt, ...)
@@ -324,14 +331,12 @@ void hpct__ofi_refuse_silent(struct ofi_ctx *x, const char *who, const char *fmt
 	if (x->nsilent_named >= SILENT_NAMED)
 		return;
 	snprintf(x->silent_named[x->nsilent_named++], sizeof(x->silent_named[0]), "%s", who);
-	char line[400];
+	static const char note[] = "each of the first " HPCT_STR(
+	        SILENT_NAMED) " such peers named once; more are counted";
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	refusal_line(note, fmt, ap);
 	va_end(ap);
-	hpct__transport_log("ofi: %s (each of the first " HPCT_STR(
-	                            SILENT_NAMED) " such peers named once; more are counted)",
-	                    line);
 }
 
 /* ------------------------------------------------------------ ops */

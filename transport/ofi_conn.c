@@ -186,7 +186,7 @@ static void emit(struct ofi_ctx *x, struct ofi_conn *c, enum hpct_tevent_type ty
  * completion refers to no conn. */
 void hpct__ofi_send_fin(struct ofi_conn *c)
 {
-	if (c->state != O_OPEN || !c->peer_id)
+	if ((c->state != O_OPEN && c->state != O_ABANDONED) || !c->peer_id)
 		return;
 	struct op *fin = make_op(c, W_FIN, c->tx_seq, 0, 0, NULL, 0);
 	if (!fin)
@@ -216,7 +216,6 @@ void hpct__ofi_conn_abandon(struct ofi_conn *c)
 static void abandoned_answered(struct ofi_conn *c, uint32_t src)
 {
 	c->peer_id = src;
-	c->state = O_OPEN;
 	hpct__ofi_send_fin(c);
 	c->state = O_CLOSED;
 	hpct__ofi_conn_free(c);

@@ -213,8 +213,9 @@ void hpct__ofi_on_message(struct ofi_ctx *x, const unsigned char *m, size_t len)
  * (CONNECT_AFTER, PENDING_AFTER) fail. */
 int hpct__ofi_progress(void *arg, int timeout_ms, hpct_tevent_cb cb, void *cbarg);
 int hpct__ofi_post_recv(struct ofi_ctx *x, int slot);
-/* Tells the peer we closed, if it can be told at once; the FIN's
- * completion refers to no conn. */
+/* Tells the peer we closed, if it can be told at once (an open conn, or
+ * an abandoned one its peer just answered); the FIN's completion refers to
+ * no conn. */
 void hpct__ofi_send_fin(struct ofi_conn *c);
 /* Its user closed a conn still connecting, or its SYN went unanswered for
  * CONNECT_AFTER: freed at once when its SYN has not gone out, else kept as

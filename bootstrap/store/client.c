@@ -708,7 +708,7 @@ static int said_dead(struct hpct_store *s, int x)
 	if (asker.h)
 		exchange(asker.h, y, 0, x, &g, &up_once);
 	pthread_mutex_unlock(&asker.mu);
-	if (up_once && !hpct__store_dead(s->w, x))
+	if (up_once)
 		mark_reached(s->w, x);
 	return hpct__store_dead(s->w, x);
 }
