@@ -323,7 +323,7 @@ static void run(unsigned long long seed, int unsafe, double secs, int faults)
 		S.now += 0.001 * (1 + rnd(20));
 		int quiet = S.now >= end;
 		if (faults && !quiet && heal_at < 0 && S.now >= fault_at) {
-			kind = (int)rnd(kills < 2 ? 4 : 3);
+			kind = (int)rnd(kills < 2 ? 5 : 3);
 			victim = (int)rnd(NODES);
 			while (S.nd[victim].dead)
 				victim = (victim + 1) % NODES;
@@ -335,7 +335,9 @@ static void run(unsigned long long seed, int unsafe, double secs, int faults)
 			} else if (kind == 1 || kind == 2) { /* cut off */
 				set_cut(victim, 1);
 				heal_at = S.now + 0.5 + rnd(60) / 10.0;
-			} else {
+			} else { /* killed, or (4) exits, saying so */
+				if (kind == 4)
+					vr_leave(&S.nd[victim].v, &S.nd[victim].w);
 				kill_node(victim);
 				kills++;
 				heal_at = S.now;
@@ -532,6 +534,40 @@ Test(vr, a_paused_primary_is_replaced_then_fenced_and_answers_nothing_stale)
 	cr_assert(S.nd[0].fenced, "rank 0 was not told it was counted gone");
 	cr_assert(strstr(S.nd[0].w.fence_why, "counted this rank gone"), "%s", S.nd[0].w.fence_why);
 	cr_assert(!vr_primary(&S.nd[0].v, &S.nd[0].w));
+}
+
+Test(vr, ranks_that_exit_one_after_another_leave_every_add_with_the_last)
+{
+	char why[300] = "";
+	run(3, 0, 3.0, 0);
+	trace = getenv("VR_TRACE") != NULL;
+	for (int gone = 0; gone < NODES - 1; gone++) {
+		int r = gone + 1; /* all but rank 0 */
+		vr_leave(&S.nd[r].v, &S.nd[r].w);
+		kill_node(r);
+		double until = S.now + 1.5;
+		while (S.now < until) {
+			S.now += 0.005;
+			for (int from = 0; from < NODES; from++)
+				for (int to = 0; to < NODES; to++)
+					while (S.link[from][to].n && awake(&S.nd[to]))
+						deliver(from, to);
+			for (int i = 0; i < NODES; i++)
+				if (awake(&S.nd[i]))
+					vr_tick(&S.nd[i].v, &S.nd[i].w, S.now);
+		}
+	}
+	struct node *last = &S.nd[0];
+	cr_assert(vr_primary(&last->v, &last->w), "the last rank is not its group's primary: %s",
+	          vr_status_name(last->v.status));
+	cr_assert_eq(last->v.n, 1, "members: %d %d %d (cfg %u)", last->v.members[0],
+	             last->v.members[1], last->v.members[2], last->v.cfg);
+	cr_assert_eq(check(why, sizeof(why)), 0, "%s", why);
+	int64_t acked = 0;
+	for (int i = 0; i < S.nops; i++)
+		acked += S.ops[i].result == F_OK && S.ops[i].write;
+	cr_assert_geq(last->value, acked, "%lld adds acknowledged, %lld kept", (long long)acked,
+	              (long long)last->value);
 }
 
 /* The negative controls: the same schedules must show violations. */

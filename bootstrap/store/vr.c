@@ -36,6 +36,23 @@ static int count(unsigned mask)
 	return __builtin_popcount(mask);
 }
 
+/* Member i of a configuration of two that left or was fenced: it counts
+ * for the other in every quorum (vr.h, "Leaving"). */
+static int ghost(const struct vr *v, const struct vr_world *w, int i)
+{
+	int r = v->members[i];
+	return v->n == 2 && r != w->self && (w->gone[r] == GONE_LEFT || w->gone[r] == GONE_FENCED);
+}
+
+static unsigned ghosts(const struct vr *v, const struct vr_world *w)
+{
+	unsigned m = 0;
+	for (int i = 0; i < v->n; i++)
+		if (ghost(v, w, i))
+			m |= 1u << i;
+	return m;
+}
+
 int vr_primary_of(const struct vr *v)
 {
 	return v->n > 0 && v->status != VR_OUT ? v->members[v->view % (uint32_t)v->n] : -1;
@@ -252,7 +269,7 @@ static void recommit(struct vr *v, const struct vr_world *w)
 	uint64_t held[VR_MAX];
 	int me = idx_of(v, w->self), q = vr_quorum(w, v->n);
 	for (int i = 0; i < v->n; i++)
-		held[i] = i == me ? v->opnum : v->acked[i];
+		held[i] = i == me || ghost(v, w, i) ? v->opnum : v->acked[i];
 	for (int i = 1; i < v->n; i++) /* descending */
 		for (int j = i; j > 0 && held[j] > held[j - 1]; j--) {
 			uint64_t t = held[j];
@@ -270,7 +287,7 @@ static double confirmed(const struct vr *v, const struct vr_world *w, double now
 	double e[VR_MAX];
 	int me = idx_of(v, w->self), q = vr_quorum(w, v->n);
 	for (int i = 0; i < v->n; i++)
-		e[i] = i == me ? now : v->echoed[i];
+		e[i] = i == me || ghost(v, w, i) ? now : v->echoed[i];
 	for (int i = 1; i < v->n; i++)
 		for (int j = i; j > 0 && e[j] > e[j - 1]; j--) {
 			double t = e[j];
@@ -456,7 +473,7 @@ static void check_dvc(struct vr *v, struct vr_world *w, double now);
 
 static void check_svc(struct vr *v, struct vr_world *w, double now)
 {
-	if (v->dvc_sent || count(v->svc) < vr_quorum(w, v->n))
+	if (v->dvc_sent || count(v->svc | ghosts(v, w)) < vr_quorum(w, v->n))
 		return;
 	v->dvc_sent = 1;
 	int np = vr_primary_of(v);
@@ -519,7 +536,7 @@ static void change(struct vr *v, struct vr_world *w, double now, uint32_t nv)
 static void check_dvc(struct vr *v, struct vr_world *w, double now)
 {
 	if (v->status != VR_CHANGE || !i_am_primary(v, w) || !(v->dvc & BIT(idx_of(v, w->self))) ||
-	    count(v->dvc) < vr_quorum(w, v->n))
+	    count(v->dvc | ghosts(v, w)) < vr_quorum(w, v->n))
 		return;
 	if (v->best >= 0) { /* another's data is the best: it holds all that committed */
 		w->io.install(w->io.ctx, v->g, v->best_snap);
@@ -570,8 +587,9 @@ static void reject(struct vr *v, struct vr_world *w, double now, int to)
 	struct vr_msg m = base(v, w, VR_REJECT);
 	with_members(&m, v);
 	m.status = (uint8_t)v->status;
-	if (w->fenced) {
+	if (w->fenced || w->left) {
 		m.type = VR_GONE;
+		m.flags = w->left ? VR_F_LEFT : 0;
 		snprintf(m.why, sizeof(m.why), "%.150s", w->fence_why);
 	} else if (i < 0) {
 		m.flags = VR_F_REMOVED | (w->gone[to] == GONE_LEFT ? VR_F_LEFT : 0);
@@ -725,7 +743,7 @@ static void removed(struct vr *v, struct vr_world *w, const struct vr_msg *m)
 	v->status = VR_OUT;
 	event(v, w, VR_EV_DROP);
 	event(v, w, VR_EV_ROLE);
-	if (m->flags & VR_F_LEFT || v->leaving || w->fenced)
+	if (m->flags & VR_F_LEFT || w->left || w->fenced)
 		return;
 	char why[300];
 	snprintf(why, sizeof(why),
@@ -869,9 +887,9 @@ static void on_data(struct vr *v, struct vr_world *w, double now, const struct v
 	take_data(v, w, now, m);
 }
 
-static void on_leave_or_gone(struct vr *v, struct vr_world *w, double now, const struct vr_msg *m)
+static void on_gone(struct vr *v, struct vr_world *w, double now, const struct vr_msg *m)
 {
-	int left = m->type == VR_LEAVE || m->flags & VR_F_LEFT;
+	int left = m->flags & VR_F_LEFT;
 	char why[160];
 	if (left)
 		snprintf(why, sizeof(why), "rank %d said it exits", m->from);
@@ -889,7 +907,7 @@ void vr_recv(struct vr *v, struct vr_world *w, double now, const struct vr_msg *
 {
 	if (m->from >= 0 && m->from < w->size)
 		w->reached[m->from] = 1;
-	if (w->fenced) {
+	if (w->fenced || w->left) {
 		release(w, m->snap);
 		if (m->type != VR_GONE && m->type != VR_REJECT)
 			reject(v, w, now, m->from);
@@ -923,9 +941,8 @@ void vr_recv(struct vr *v, struct vr_world *w, double now, const struct vr_msg *
 	case VR_REJECT:
 		on_reject(v, w, now, m);
 		break;
-	case VR_LEAVE:
 	case VR_GONE:
-		on_leave_or_gone(v, w, now, m);
+		on_gone(v, w, now, m);
 		break;
 	default:
 		release(w, m->snap);
@@ -981,7 +998,7 @@ double vr_tick(struct vr *v, struct vr_world *w, double now)
 	if (v->ticked > 0 && now - v->ticked > w->suspect / 2)
 		v->since = now;
 	v->ticked = now;
-	if (w->fenced) {
+	if (w->fenced || w->left) {
 		if (v->status != VR_OUT) {
 			v->status = VR_OUT;
 			event(v, w, VR_EV_ROLE);
@@ -997,13 +1014,14 @@ double vr_tick(struct vr *v, struct vr_world *w, double now)
 				if (i != me && now - v->last_sent[i] >= w->beat)
 					beat(v, w, i, now);
 			int r;
-			if (!v->next_at && v->leaving) {
-				snprintf(why, sizeof(why), "rank %d said it exits", w->self);
-				gone_why(w, w->self, GONE_LEFT, why);
-				reconfigure(v, w, now, w->self, why);
-			} else if (!v->next_at && (r = to_replace(v, w, now, why, sizeof(why))) >= 0) {
+			uint64_t c = v->commit;
+			recommit(v, w); /* a member that left counts now (ghost) */
+			if (v->commit != c)
+				event(v, w, VR_EV_COMMIT);
+			if (v->next_at && v->commit >= v->next_at)
+				reconfigured(v, w, now);
+			else if (!v->next_at && (r = to_replace(v, w, now, why, sizeof(why))) >= 0)
 				reconfigure(v, w, now, r, why);
-			}
 			break;
 		}
 		__attribute__((fallthrough)); /* a backup watches its primary */
@@ -1017,11 +1035,6 @@ double vr_tick(struct vr *v, struct vr_world *w, double now)
 			if (now - last >= w->suspect)
 				suspect(v, "nothing from rank %d for %.1f s (HPCT_STORE_SUSPECT)", p,
 				        now - last);
-		}
-		if (v->leaving && now - v->need_at >= w->beat) {
-			struct vr_msg m = base(v, w, VR_LEAVE);
-			v->need_at = now;
-			send(w, p, &m);
 		}
 		if (v->data_cfg == v->cfg && free_to_join(v, w, now)) {
 			if (v->wait_view > v->view)
@@ -1075,18 +1088,18 @@ void vr_peer_up(struct vr *v, struct vr_world *w, double now, int rank)
 	}
 }
 
-void vr_leave(struct vr *v, struct vr_world *w, double now)
+void vr_leave(struct vr *v, struct vr_world *w)
 {
+	w->left = 1;
 	if (v->status == VR_OUT)
 		return;
-	v->leaving = 1;
-	v->need_at = 0;
-	vr_tick(v, w, now);
-}
-
-int vr_left(const struct vr *v)
-{
-	return v->status == VR_OUT;
+	struct vr_msg m = base(v, w, VR_GONE);
+	m.flags = VR_F_LEFT;
+	snprintf(m.why, sizeof(m.why), "rank %d exits", w->self);
+	for (int i = 0; i < v->n; i++)
+		send(w, v->members[i], &m);
+	v->status = VR_OUT;
+	event(v, w, VR_EV_ROLE);
 }
 
 void vr_fence(struct vr_world *w, const char *why)
@@ -1110,7 +1123,7 @@ const char *vr_type_name(int type)
 {
 	static const char *const names[VR_TYPES] = {
 		"?", "PREPARE", "ACK", "NEED", "STATE", "SVC", "DVC", "STARTVIEW", "NEWCFG",
-		"REJECT", "LEAVE", "GONE",
+		"REJECT", "GONE",
 	};
 	return type > 0 && type < VR_TYPES ? names[type] : "?";
 }

@@ -56,6 +56,12 @@
  * members, REJECTs the removed one, and the group goes on in configuration
  * cfg + 1, view 0.  A new view's primary finishes a pending one it finds.
  *
+ * Leaving.  A rank that exits says so (GONE, left) and goes.  In a
+ * configuration of two members, one that left or was fenced counts for
+ * the other in every quorum: it never acts again, and every operation
+ * that committed is on the other (a quorum of two is both), so the last
+ * rank standing keeps the group's keys.
+ *
  * Fencing.  A member told (REJECT) that a later configuration left it out
  * for any reason but its own leaving is fenced: it stops serving
  * everything (vr_io.fenced), and so answers nothing from data that may be
@@ -92,8 +98,7 @@ enum vr_type {
 	VR_STARTVIEW,   /* ts, opnum, pending reconfiguration; data */
 	VR_NEWCFG,      /* ts, opnum, members: the configuration cfg; data */
 	VR_REJECT,      /* you are behind: my cfg, view, status, members; why */
-	VR_LEAVE,       /* remove me: I exit */
-	VR_GONE,        /* I serve nothing any more (fenced or left); why */
+	VR_GONE,        /* I serve nothing any more (fenced, or I exit: LEFT); why */
 	VR_TYPES
 };
 
@@ -180,7 +185,7 @@ struct vr_world {
 		char why[160];
 	} why[16];
 	int nwhy;
-	int fenced;
+	int fenced, left; /* this rank: fenced; exiting (vr_leave) */
 	char fence_why[300];
 	struct vr_io io;
 };
@@ -226,7 +231,6 @@ struct vr {
 	double rejected_at[VR_MAX + 1]; /* REJECTs sent (the last: to non-members) */
 	double need_at, svc_at, dvc_at; /* NEED, SVC, DVC last sent */
 	double ticked;                  /* the last vr_tick */
-	int leaving;                /* vr_leave: asked to go */
 };
 
 /* Sets up w (ranks, timings, placement); 0, or -1 for want of memory. */
@@ -268,10 +272,10 @@ double vr_tick(struct vr *v, struct vr_world *w, double now);
 void vr_peer_down(struct vr *v, struct vr_world *w, double now, int rank, int dead);
 /* A connection to `rank` is up (again): what it lost is sent again. */
 void vr_peer_up(struct vr *v, struct vr_world *w, double now, int rank);
-/* This rank exits: the primary proposes its own removal, a backup asks
- * the primary to remove it.  vr_left says when it is out. */
-void vr_leave(struct vr *v, struct vr_world *w, double now);
-int vr_left(const struct vr *v);
+/* This rank exits: GONE (left) to the other members, which replace it at
+ * once (a primary's backups begin a view change with no promise to keep),
+ * and the group is OUT here. */
+void vr_leave(struct vr *v, struct vr_world *w);
 /* This rank is fenced (or gone): every group OUT, GONE to who asks. */
 void vr_fence(struct vr_world *w, const char *why);
 
