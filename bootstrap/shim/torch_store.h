@@ -1,4 +1,5 @@
-/* PyTorch's TCPStore served inside a rank (torch_store.c): the wire
+/* PyTorch's TCPStore served inside a rank (torch_store.c; its wire and
+ * protocol tables torch_proto.c, its commands torch_commands.c): the wire
  * protocol of torch 1.13 and of 2.4 to 2.14 answered on a loopback
  * listener of this process, each command done on hpct's rootless store
  * (keys on their home ranks).  preload.c sends a rank's store connections
