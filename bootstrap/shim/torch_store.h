@@ -2,8 +2,8 @@
  * protocol tables torch_proto.c, its commands torch_commands.c): the wire
  * protocol of torch 1.13 and of 2.4 to 2.14 answered on a loopback
  * listener of this process, each command done on hpct's rootless store
- * (keys on their home ranks).  preload.c sends a rank's store connections
- * here; nothing reaches MASTER_ADDR:MASTER_PORT. */
+ * (keys on their home ranks).  torch_socket.c sends a rank's store
+ * connections here; nothing reaches MASTER_ADDR:MASTER_PORT. */
 #ifndef HPCT_SHIM_TORCH_STORE_H
 #define HPCT_SHIM_TORCH_STORE_H
 
