@@ -335,9 +335,11 @@ static void run(unsigned long long seed, int unsafe, double secs, int faults)
 			} else if (kind == 1 || kind == 2) { /* cut off */
 				set_cut(victim, 1);
 				heal_at = S.now + 0.5 + rnd(60) / 10.0;
-			} else { /* killed, or (4) exits, saying so */
-				if (kind == 4)
-					vr_leave(&S.nd[victim].v, &S.nd[victim].w);
+			} else if (kind == 4) { /* exits: asks to be replaced, goes a while later */
+				vr_leaving(&S.nd[victim].v, &S.nd[victim].w, S.now);
+				kills++;
+				heal_at = S.now + 0.02 + rnd(20) / 10.0;
+			} else { /* killed */
 				kill_node(victim);
 				kills++;
 				heal_at = S.now;
@@ -348,6 +350,10 @@ static void run(unsigned long long seed, int unsafe, double secs, int faults)
 				S.nd[victim].paused = 0;
 			else if (kind == 1 || kind == 2)
 				set_cut(victim, 0);
+			else if (kind == 4) {
+				vr_leave(&S.nd[victim].v, &S.nd[victim].w);
+				kill_node(victim);
+			}
 			heal_at = -1;
 			fault_at = S.now + 0.5 + rnd(40) / 10.0;
 		}
@@ -542,11 +548,17 @@ Test(vr, ranks_that_exit_one_after_another_leave_every_add_with_the_last)
 	run(3, 0, 3.0, 0);
 	trace = getenv("VR_TRACE") != NULL;
 	for (int gone = 0; gone < NODES - 1; gone++) {
-		int r = gone + 1; /* all but rank 0 */
-		vr_leave(&S.nd[r].v, &S.nd[r].w);
-		kill_node(r);
-		double until = S.now + 1.5;
-		while (S.now < until) {
+		int r = gone + 1; /* all but rank 0, each asking to go while the
+		                   * one before may still be being replaced */
+		vr_leaving(&S.nd[r].v, &S.nd[r].w, S.now);
+		double until = S.now + 0.3, left = 0;
+		while (S.now < until || !left) {
+			if (!left && (S.nd[r].v.status == VR_OUT || S.now >= until)) {
+				vr_leave(&S.nd[r].v, &S.nd[r].w);
+				kill_node(r);
+				left = 1;
+				until = S.now + 0.05 * (1 + gone % 3);
+			}
 			S.now += 0.005;
 			for (int from = 0; from < NODES; from++)
 				for (int to = 0; to < NODES; to++)

@@ -53,9 +53,21 @@ static const struct hpct_param params[] = {
 	 * PyTorch stores small keys (addresses, counters, NCCL ids); its biggest
 	 * values are pickled objects of a few MB, and hashing spreads keys over
 	 * every rank: a job comes nowhere near these. */
-	{ "HPCT_STORE_REPLICAS", HPCT_PT_INT, "2",
-	  "rootless store: ranks that keep each key (its home and the ranks after it), so that "
-	  "fewer losses than this lose none; 1: one home, as before (at most the world's size)" },
+	{ "HPCT_STORE_REPLICAS", HPCT_PT_INT, "3",
+	  "rootless store: homes of each key, a majority of which must hold every change before "
+	  "any answer depends on it: 3 loses nothing and answers nothing wrong when one home dies, "
+	  "pauses or is cut off; 1: one home, no copy (at most the world's size, 8 at most)" },
+	{ "HPCT_STORE_SUSPECT", HPCT_PT_SECONDS, NULL,
+	  "rootless store: a home that sends nothing for this long is suspected (paused, cut off): "
+	  "the other homes of its keys go on without it, and it is fenced (default: half of "
+	  "HPCT_TIMEOUT)" },
+	{ "HPCT_STORE_LEASE", HPCT_PT_STR, "1",
+	  "rootless store: seconds a key's primary home answers reads from its own copy after a "
+	  "majority of the homes last heard it; 0: every read waits for a majority (at most half "
+	  "of HPCT_STORE_SUSPECT)" },
+	{ "HPCT_STORE_UNSAFE", HPCT_PT_STR, NULL,
+	  "rootless store, for the test suite's negative controls only: no-quorum, no-fence "
+	  "(comma-separated) switch off what keeps its answers right" },
 	{ "HPCT_STORE_MAX_KEYS", HPCT_PT_INT, "1048576",
 	  "rootless store: most keys one rank's store holds, all namespaces together; a set past "
 	  "it is refused (logged naming the client and the key)" },

@@ -1,6 +1,10 @@
 /* The rootless store's requests (store.h's wire): what each does to the
  * key table, what it answers, and the GETs, WAITs and queue POPs it parks;
- * the caps' refusals logged naming the client, the key and the limit. */
+ * the caps' refusals logged naming the client, the key and the limit.
+ * Only a group's primary serves its requests (others answer where the
+ * group stands: ST_REDIRECT); a write's changes become one entry of the
+ * group (data.c), and every answer is held until the group says it may go
+ * (groups.c: the data it shows is committed and, for a read, confirmed). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,9 +49,15 @@ static void reply_with(struct ssrv *s, struct sconn *c, int32_t status, const vo
 		c->oval = sval_ref(v);
 		c->ovoff = 0;
 	}
-	/* replicas (replica.c): sent once every change made before it is on
-	 * its key's other homes; a request's answer kept for its retry */
-	c->need = s->recording ? s->fwd_issued + 1 : s->fwd_issued;
+	/* held until the data it saw is committed (and, a read, confirmed):
+	 * a write's answers get the write's opnum once it is proposed */
+	struct vr *g = sgrp_get(s, c->g, 0);
+	c->held = 1;
+	c->write = 0;
+	c->need = g ? g->opnum : 0;
+	c->asked = s->serving ? s->asked : hpct__now();
+	if (s->serving && s->nmade < (int)(sizeof(s->made) / sizeof(s->made[0])))
+		s->made[s->nmade++] = c;
 	if (s->cap.on && s->cap.c == c) {
 		size_t add = alen + blen + (v ? v->len : 0);
 		if (s->cap.len + add > s->cap.cap) {
@@ -74,6 +84,26 @@ void sreq_reply(struct ssrv *s, struct sconn *c, int32_t status, const void *a, 
                 const void *b, size_t blen)
 {
 	reply_with(s, c, status, a, alen, b, blen, NULL);
+}
+
+void sreq_answer(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen)
+{
+	int serving = s->serving;
+	s->serving = 0; /* not one of the request's answers that wait for a write */
+	reply_with(s, c, status, a, alen, NULL, 0, NULL);
+	s->serving = serving;
+	c->held = 0;
+}
+
+void sreq_redirect(struct ssrv *s, struct sconn *c, uint32_t g)
+{
+	char why[600];
+	if (hpct__store_fenced(why, sizeof(why))) {
+		sreq_answer(s, c, HPCT_EFENCED, why, strlen(why));
+		return;
+	}
+	unsigned char pos[POSITION_MAX];
+	sreq_answer(s, c, ST_REDIRECT, pos, sgrp_position(s, g, pos));
 }
 
 /* status 0, u32 length, the value */
@@ -252,12 +282,16 @@ struct listing {
 	unsigned char *p; /* NULL: only counting */
 	size_t bytes;
 	uint32_t n;
+	uint32_t g; /* the group's keys only */
+	int size;
 };
 
 static int list_one(const struct entry *e, void *arg)
 {
 	struct listing *l = arg;
 	size_t kl = strlen(e->key);
+	if (hpct__store_group_of(e->ns, e->key, kl, l->size) != l->g)
+		return 0;
 	if (l->p) {
 		hpct__put32(l->p + l->bytes, (uint32_t)kl);
 		memcpy(l->p + l->bytes + 4, e->key, kl);
@@ -269,9 +303,9 @@ static int list_one(const struct entry *e, void *arg)
 
 /* LIST: u32 n, then each key; HPCT_ENOMEM (logged) when that would pass a
  * frame or, with what is on its way already, HPCT_STORE_MAX_BYTES. */
-static void list(struct ssrv *s, struct sconn *c, uint64_t ns)
+static void list(struct ssrv *s, struct sconn *c, uint64_t ns, int count)
 {
-	struct listing l = { .bytes = 4 };
+	struct listing l = { .bytes = 4, .g = c->g, .size = s->size };
 	stab_each(&s->t, ns, list_one, &l);
 	size_t lim = HPCT_STORE_MAX_FRAME - 4;
 	int over = l.bytes > lim || s->inflight + l.bytes > s->t.max_bytes;
@@ -286,6 +320,12 @@ static void list(struct ssrv *s, struct sconn *c, uint64_t ns)
 		                        : "(with the replies on their way) HPCT_STORE_MAX_BYTES",
 		          l.bytes > lim ? lim : s->t.max_bytes, quiet ? " (and " : "", quiet,
 		          quiet ? " more refusals in the last second)" : "");
+	}
+	if (count) {
+		unsigned char b[8];
+		hpct__put64(b, l.n);
+		sreq_reply(s, c, 0, b, 8, NULL, 0);
+		return;
 	}
 	if (over || !(l.p = malloc(l.bytes))) {
 		sreq_reply(s, c, HPCT_ENOMEM, NULL, 0, NULL, 0);
@@ -317,9 +357,24 @@ static void park(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const char *key,
                  const unsigned char *p, size_t len);
 
+/* The request's group (OP_COUNT and OP_LIST name theirs): 0, or -1 when
+ * the request is malformed. */
+static int group_of(const struct ssrv *s, uint8_t op, uint64_t ns, const char *key, size_t klen,
+                    const unsigned char *f, size_t flen, uint32_t *g)
+{
+	if (op == OP_COUNT || op == OP_LIST || op == OP_WHO) {
+		if (flen != 4 || klen)
+			return -1;
+		*g = hpct__get32(f);
+		return *g < (uint32_t)s->size ? 0 : -1;
+	}
+	*g = hpct__store_group_of(ns, key, klen, s->size);
+	return 0;
+}
+
 /* One request; 0, or -1 when the connection must close (malformed).  Its
  * key is copied out, NUL-terminated (on the heap past a short one). */
-int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len)
+int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len, double now)
 {
 	if (len < HDR)
 		return -1;
@@ -337,14 +392,45 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 	const unsigned char *f = p + HDR + klen;
 	size_t flen = len - HDR - klen;
 	int rc = 0;
-	if (strlen(key) != klen)
+	uint32_t g = 0;
+	c->blocked = 0;
+	struct vr *v = NULL;
+	if (strlen(key) != klen || op < OP_SET || op > OP_WHO ||
+	    group_of(s, op, ns, key, klen, f, flen, &g) != 0) {
 		rc = -1;
-	else if (op == OP_REPL)
-		rc = srepl_apply(s, c, ns, key, f, flen);
-	else if (op == OP_DEAD || op == OP_HAVE)
-		rc = srepl_told(s, c, op, key, f, flen);
-	else if (!rid || !srepl_seen(s, c, hpct__get64(f), hpct__get64(f + 8)))
+		goto done;
+	}
+	c->g = g;
+	if (op == OP_WHO) { /* where the group stands here, at once */
+		unsigned char pos[POSITION_MAX];
+		sreq_answer(s, c, 0, pos, sgrp_position(s, g, pos));
+		goto done;
+	}
+	v = sgrp_get(s, g, 0);
+	if (!v || !vr_primary(v, &s->vw) || hpct__store_fenced(NULL, 0)) {
+		sreq_redirect(s, c, g);
+		goto done;
+	}
+	if (v->next_at) { /* a reconfiguration is pending: served once it is done */
+		c->blocked = 1;
+		goto done;
+	}
+	s->serving = 1;
+	s->asked = now;
+	s->nmade = 0;
+	sdata_begin(s);
+	if (!rid || !sdata_seen(s, c, g, hpct__get64(f), hpct__get64(f + 8)))
 		rc = serve(s, c, op, ns, key, f + (rid ? 16 : 0), flen - (rid ? 16 : 0));
+	uint64_t opnum;
+	if (sdata_end(s, g, now, &opnum) == 0)
+		for (int i = 0; i < s->nmade; i++) {
+			s->made[i]->need = opnum;
+			s->made[i]->write = 1;
+		}
+	s->serving = 0;
+	if (c->held && !vr_ready(v, &s->vw, c->need, c->asked, c->write, now))
+		vr_confirm(v, &s->vw, c->asked, now); /* a read with no lease: a quorum confirms */
+done:
 	if (key != small)
 		free(key);
 	return rc;
@@ -355,14 +441,6 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 {
 	struct entry *e = stab_get(&s->t, ns, key);
 	unsigned char b[8];
-	int have = e || op == OP_SET || op == OP_DEL || op == OP_COUNT || op == OP_LIST
-	                   ? 1
-	                   : srepl_have(s, ns, key);
-	if (have <= 0) {
-		sreq_reply(s, c, have ? HPCT_EPEERDEAD : ST_LOST, have ? ST_EXITS : NULL,
-		           have ? strlen(ST_EXITS) : 0, NULL, 0);
-		return 0;
-	}
 	switch (op) {
 	case OP_SET: {
 		if (len < 4 || hpct__get32(p) != len - 4)
@@ -446,13 +524,9 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 			stab_del(&s->t, ns, key);
 		sreq_reply(s, c, 0, b, 1, NULL, 0);
 		return 0;
-	case OP_COUNT: {
-		if (len != 0)
-			return -1;
-		hpct__put64(b, (uint64_t)stab_count(&s->t, ns));
-		sreq_reply(s, c, 0, b, 8, NULL, 0);
+	case OP_COUNT:
+		list(s, c, ns, 1);
 		return 0;
-	}
 	case OP_APPEND:
 	case OP_QPUSH: {
 		if (len < 4 || hpct__get32(p) != len - 4)
@@ -492,9 +566,7 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 		return 0;
 	}
 	case OP_LIST:
-		if (len != 0)
-			return -1;
-		list(s, c, ns);
+		list(s, c, ns, 0);
 		return 0;
 	}
 	return -1;

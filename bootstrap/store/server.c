@@ -2,10 +2,11 @@
  * the keys whose home is this rank (table.c) with the requests' semantics
  * of requests.c: the listener, non-blocking connections, the shared-secret
  * proof, the bounds on what a client can make a rank hold, and the
- * socket-free hook the fuzz target drives.  With replicas (replica.c) a
- * request's changes go to their keys' other homes by the forwarder
- * thread, and an answer is not sent (nor POLLOUT asked) until what came
- * before it is there; the thread itself never waits on another rank.
+ * socket-free hook the fuzz target drives.  The same loop carries the
+ * replication protocol (vr.c): peers' connections (peer.c) are read here,
+ * the groups' timers run here (groups.c), and an answer is not sent (nor
+ * POLLOUT asked) until its group says it may go; the thread never waits on
+ * another rank.
  *
  * What a client can make a rank hold, and for how long:
  *   - a connection that has not proved the secret (HPCT_SECRET) or, with no
@@ -67,6 +68,7 @@
 #define WINDOW         65536u /* what a read may take beyond what came */
 #define PAUSE_S        0.1    /* accepting paused on EMFILE, at most */
 #define LINGER_S       2.0    /* a leaving rank waits for its clients, at most */
+#define HANDOFF_S      1.0    /* an exiting rank waits to be replaced, at most */
 
 static struct ssrv srv = { .mu = PTHREAD_MUTEX_INITIALIZER,
 	                   .wmu = PTHREAD_MUTEX_INITIALIZER,
@@ -136,6 +138,7 @@ static void drop(int i)
 	free(c->in);
 	free(c->out);
 	free(c->key);
+	sdata_release(c->stage);
 	srv.c[i] = srv.c[--srv.nc];
 	if (i < srv.nc)
 		srv.c[i].ev = UINT32_MAX; /* a new slot: registered again (watch) */
@@ -144,25 +147,32 @@ static void drop(int i)
 
 /* Serves the first whole frame buffered: 1 served, 0 none there, -1 close
  * the connection (a frame over HPCT_STORE_MAX_FRAME, or malformed). */
-static int serve_one(struct sconn *c)
+static int serve_one(struct sconn *c, double now)
 {
 	if (c->inlen < 4)
 		return 0;
 	uint32_t fl = hpct__get32(c->in);
-	if (fl > HPCT_STORE_MAX_FRAME)
+	if (fl > HPCT_STORE_MAX_FRAME + (c->from >= 0 ? HPCT_STORE_MAX_FRAME : 0) || fl == 0)
 		return -1;
 	if (c->inlen - 4 < fl)
 		return 0;
-	if (__atomic_load_n(&srv.leaving, __ATOMIC_ACQUIRE)) { /* the cause: this rank leaves */
-		sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
+	const unsigned char *f = c->in + 4;
+	if (c->from >= 0) { /* a peer's */
+		if (speer_frame(&srv, c, f, fl, now) < 0)
+			return -1;
+	} else if (f[0] == OP_PEER && !c->served) {
+		if (speer_hello(&srv, c, f, fl) < 0)
+			return -1;
+	} else if (__atomic_load_n(&srv.leaving, __ATOMIC_ACQUIRE)) { /* the cause: this rank leaves */
+		sreq_answer(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause));
 		c->told = 1;
 	} else {
-		srepl_begin(&srv, c);
-		int r = sreq_serve(&srv, c, c->in + 4, fl);
-		srepl_end(&srv, c);
-		if (r < 0)
+		if (sreq_serve(&srv, c, f, fl, now) < 0)
 			return -1;
+		if (c->blocked) /* served later: its frame stays */
+			return 0;
 	}
+	c->served = 1;
 	c->admitted = 1; /* without a secret, a whole request admits it */
 	unreserve(c);
 	c->inlen -= 4 + (size_t)fl;
@@ -184,8 +194,9 @@ static int serve_one(struct sconn *c)
 
 static void flush(struct sconn *c)
 {
-	if (srepl_held(&srv, c)) /* its key's other homes do not have it yet */
+	if (sgrp_held(&srv, c, hpct__now())) /* its group may not answer it yet */
 		return;
+	c->held = 0;
 	while (c->fd >= 0 && pending(c)) {
 		int head = c->outoff < c->outlen;
 		const unsigned char *p = head ? c->out + c->outoff : c->oval->b + c->ovoff;
@@ -218,7 +229,7 @@ static void flush(struct sconn *c)
 /* Sends what is due and serves what came, one request at a time: a reply
  * must be gone, and a parked request answered, before the next is served.
  * -1: close the connection. */
-static int progress(struct sconn *c)
+static int progress(struct sconn *c, double now)
 {
 	for (;;) {
 		flush(c);
@@ -226,9 +237,40 @@ static int progress(struct sconn *c)
 			return -1;
 		if (pending(c) || c->parked || (!c->admitted && srv.secret))
 			return 0;
-		int r = serve_one(c);
+		int r = serve_one(c, now);
 		if (r <= 0)
 			return r;
+	}
+}
+
+/* A group moved on: answers held or parked on a group this rank is no
+ * longer the primary of become its position (the client asks the one it
+ * names); requests left for later are served; held answers that may go,
+ * go. */
+void ssrv_rescan(struct ssrv *s)
+{
+	s->rescan = 0;
+	double now = hpct__now();
+	for (int i = 0; i < s->nc; i++) {
+		struct sconn *c = &s->c[i];
+		if (c->fd < 0 && !c->fuzz)
+			continue;
+		if (c->from < 0 && (c->held || c->parked)) {
+			struct vr *v = sgrp_get(s, c->g, 0);
+			if (!v || !vr_primary(v, &s->vw) || hpct__store_fenced(NULL, 0)) {
+				if (c->held) { /* what it would have said may never be true */
+					sval_release(&s->t, c->oval);
+					c->oval = NULL;
+					c->outlen = c->outoff = 0;
+					c->held = 0;
+				}
+				if (c->parked)
+					sreq_unpark(c);
+				sreq_redirect(s, c, c->g);
+			}
+		}
+		if (progress(c, now) < 0)
+			conn_close(c);
 	}
 }
 
@@ -276,8 +318,10 @@ static int take(struct sconn *c, const unsigned char *p, size_t n)
 {
 	size_t need = c->inlen + n;
 	if (need > c->incap) {
-		size_t lim =
-		        !c->admitted && srv.secret ? WINDOW : HPCT_STORE_MAX_FRAME + 4 + WINDOW;
+		size_t lim = !c->admitted && srv.secret ? WINDOW
+		             : c->from >= 0 /* an entry: a value and an answer */
+		                     ? 2 * (size_t)HPCT_STORE_MAX_FRAME + 4 + WINDOW
+		                     : HPCT_STORE_MAX_FRAME + 4 + WINDOW;
 		size_t cap = need + need / 8;
 		if (cap > lim)
 			cap = lim;
@@ -336,7 +380,7 @@ static int on_readable(struct sconn *c, short revents)
 			if (!c->admitted)
 				continue;
 		}
-		if (progress(c) < 0)
+		if (progress(c, hpct__now()) < 0) /* the time it was read */
 			return -1;
 	}
 }
@@ -349,14 +393,16 @@ HPCT_PRIVATE int hpct__store_fuzz_one(const unsigned char *data, size_t len)
 {
 	if (!srv.t.tab && stab_init(&srv.t, 64, 16384) != 0)
 		return 0;
-	struct sconn c = { .fd = -1, .admitted = 1, .fuzz = 1 };
+	if (sgrp_solo(&srv) != 0)
+		return 0;
+	struct sconn c = { .fd = -1, .admitted = 1, .fuzz = 1, .from = -1 };
 	srv.c = &c;
 	srv.nc = 1;
 	if ((c.in = malloc(len ? len : 1))) {
 		memcpy(c.in, data, len);
 		c.inlen = len;
 		set_incap(&srv, &c, len);
-		progress(&c);
+		progress(&c, hpct__now());
 	}
 	set_incap(&srv, &c, 0);
 	set_outcap(&srv, &c, 0);
@@ -364,8 +410,10 @@ HPCT_PRIVATE int hpct__store_fuzz_one(const unsigned char *data, size_t len)
 	free(c.in);
 	free(c.out);
 	free(c.key);
+	sdata_release(c.stage);
 	srv.c = NULL;
 	srv.nc = 0;
+	sdata_install(&srv, 0, NULL); /* the kept answers too */
 	int bad = srv.t.n > srv.t.max_keys || srv.t.bytes > srv.t.max_bytes;
 	stab_clear(&srv.t);
 	return bad || srv.t.n || srv.t.bytes || srv.inflight ? -1 : 0;
@@ -464,7 +512,7 @@ static void accept_all(double now)
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		struct sconn *c = &srv.c[srv.nc++];
-		*c = (struct sconn){ .fd = fd, .admit_by = now + srv.admit_s };
+		*c = (struct sconn){ .fd = fd, .admit_by = now + srv.admit_s, .from = -1 };
 		memcpy(c->peer, peer, sizeof(peer));
 	}
 }
@@ -475,23 +523,31 @@ static void accept_all(double now)
 static void tell_leaving(void)
 {
 	char b[64];
-	while (read(srv.wake[0], b, sizeof(b)) > 0)
-		;
+	ssize_t n;
+	int leaving = 0, leave = 0;
+	while ((n = read(srv.wake[0], b, sizeof(b))) > 0) {
+		leaving |= memchr(b, 'l', (size_t)n) != NULL;
+		leave |= memchr(b, 'L', (size_t)n) != NULL;
+	}
+	if (leaving) /* the process is about to exit: its groups replace it */
+		sgrp_leaving(&srv, hpct__now());
+	if (leave) /* it exits now */
+		sgrp_leave(&srv);
 	pthread_mutex_lock(&srv.mu);
-	int leaving = srv.leaving;
+	int told_why = srv.leaving;
 	pthread_mutex_unlock(&srv.mu);
-	if (!leaving)
+	if (!told_why)
 		return;
 	int told = 0;
 	for (int i = 0; i < srv.nc; i++) {
 		struct sconn *c = &srv.c[i];
 		if (c->parked) {
-			sreq_reply(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause), NULL, 0);
+			sreq_answer(&srv, c, HPCT_EPEERDEAD, srv.cause, strlen(srv.cause));
 			sreq_unpark(c);
 			c->told = 1;
 			told++;
 		}
-		if (c->fd >= 0 && progress(c) < 0)
+		if (c->fd >= 0 && progress(c, hpct__now()) < 0)
 			conn_close(c);
 	}
 	HPCT_INFO(HPCT_SUB_NET,
@@ -524,33 +580,44 @@ static void check_clear(void)
 	pthread_mutex_unlock(&srv.mu);
 }
 
-/* At exit, with replicas (HPCT_STORE_REPLICAS > 1): this rank counts
- * itself gone, so that the keys whose first live home it is go to the
- * ranks that take its place, and the first live homes of the others
- * (where it was a later home) are told to copy theirs on (replica.c);
- * it waits until its forwarder has sent all of that (LINGER_S and
- * HPCT_TIMEOUT at most).  Until it exits it still serves: what it is
- * asked meanwhile goes to the new homes too.  Ranks that finish one
- * after another so leave every key with the ranks still running. */
+/* hand_off's wait: until done() holds, or `s` seconds passed. */
+static void linger(int (*done)(void), double s)
+{
+	double until = hpct__now() + s;
+	while (hpct__now() < until) {
+		pthread_mutex_lock(&srv.wmu);
+		int d = done();
+		pthread_mutex_unlock(&srv.wmu);
+		if (d)
+			break;
+		hpct__sleep(0.0005);
+	}
+}
+
+static int replaced(void)
+{
+	return srv.vw.leaving && sgrp_leaving(&srv, hpct__now()) == 0;
+}
+
+static int gone(void)
+{
+	return srv.vw.left && speer_flushed(&srv);
+}
+
+/* At exit: this rank asks each of its groups to replace it, and serves on
+ * as their member until each has (a configuration without it committed:
+ * sgrp_leaving on the server thread), for HANDOFF_S at most; then it says
+ * it is gone (GONE to the other members) and waits until that is sent, a
+ * tenth of a second at most (LINGER_S and HPCT_TIMEOUT cap both).  Ranks
+ * that finish one after another so leave every key with the ranks still
+ * running. */
 static void hand_off(void)
 {
-	pthread_mutex_lock(&srv.wmu);
-	if (srv.R < 2 || !srv.w) {
-		pthread_mutex_unlock(&srv.wmu);
-		return;
-	}
-	hpct__store_mark_dead(srv.w, srv.rank);
-	unsigned g = hpct__store_view(srv.w, NULL);
-	pthread_mutex_unlock(&srv.wmu);
-	ssize_t w = write(srv.wake[1], "h", 1); /* the server thread moves the keys */
 	double cap = srv.timeout_s < LINGER_S ? srv.timeout_s : LINGER_S;
-	double until = hpct__now() + cap;
-	while (w == 1 && __atomic_load_n(&srv.vgen, __ATOMIC_ACQUIRE) != g && hpct__now() < until)
-		hpct__sleep(0.0005);
-	uint64_t issued = __atomic_load_n(&srv.fwd_issued, __ATOMIC_ACQUIRE);
-	while (w == 1 && __atomic_load_n(&srv.fwd_done, __ATOMIC_ACQUIRE) < issued &&
-	       hpct__now() < until)
-		hpct__sleep(0.0005);
+	if (write(srv.wake[1], "l", 1) == 1)
+		linger(replaced, cap < HANDOFF_S ? cap : HANDOFF_S);
+	if (write(srv.wake[1], "L", 1) == 1)
+		linger(gone, cap < 0.1 ? cap : 0.1);
 }
 
 /* At exit (atexit): first the keys handed on (hand_off); then, when
@@ -596,7 +663,11 @@ static void world_end(struct hpct_world *w, void *ctx)
 
 static void world_recovered(struct hpct_world *w, void *ctx, uint64_t old_epoch)
 {
-	(void)w, (void)ctx, (void)old_epoch; /* the view is per epoch (view.c) */
+	(void)ctx, (void)old_epoch;
+	pthread_mutex_lock(&srv.wmu); /* a new epoch: its keyspace, every rank a member again */
+	srv.w = w;
+	sgrp_reset(&srv);
+	pthread_mutex_unlock(&srv.wmu);
 }
 
 static const struct hpct_world_service_ops world_ops = {
@@ -610,7 +681,7 @@ static const struct hpct_world_service_ops world_ops = {
 static uint32_t wanted(struct sconn *c)
 {
 	return (stalled(c) || c->budget_wait ? 0 : EPOLLIN) |
-	       (pending(c) && !srepl_held(&srv, c) ? EPOLLOUT : 0);
+	       (pending(c) && !sgrp_held(&srv, c, hpct__now()) ? EPOLLOUT : 0);
 }
 
 /* Registers the connection in slot i for what it waits for now; 0, or -1
@@ -634,6 +705,7 @@ static int watch(int i)
  * past any slot. */
 #define LISTENER UINT32_MAX
 #define WAKE     (UINT32_MAX - 1)
+#define CONNQ    (UINT32_MAX - 2) /* connections to peers made (peer.c) */
 
 static void *server_main(void *arg)
 {
@@ -641,10 +713,15 @@ static void *server_main(void *arg)
 	(void)arg;
 	struct epoll_event evs[64];
 	struct epoll_event wake = { .events = EPOLLIN, .data.u64 = WAKE };
+	struct epoll_event conns = { .events = EPOLLIN, .data.u64 = CONNQ };
 	epoll_ctl(srv.ep, EPOLL_CTL_ADD, srv.wake[0], &wake);
+	epoll_ctl(srv.ep, EPOLL_CTL_ADD, srv.cq[0], &conns);
 	int listening = 0; /* the listener is in the set */
+	pthread_mutex_lock(&srv.wmu); /* the world, and all the store's state */
 	for (;;) {
-		double now = hpct__now(), next = now + 3600;
+		double now = hpct__now(), next = sgrp_tick(&srv, now);
+		if (srv.rescan)
+			ssrv_rescan(&srv);
 		for (int i = 0; i < srv.nc; i++) {
 			struct sconn *c = &srv.c[i];
 			if (c->parked && c->deadline <= now) { /* its wait is over */
@@ -653,7 +730,7 @@ static void *server_main(void *arg)
 			}
 			if (c->fd >= 0 && !c->admitted && c->admit_by <= now)
 				too_slow(c);
-			if (c->fd >= 0 && progress(c) < 0)
+			if (c->fd >= 0 && progress(c, now) < 0)
 				conn_close(c);
 			if (c->parked && c->deadline < next)
 				next = c->deadline;
@@ -679,21 +756,30 @@ static void *server_main(void *arg)
 			else if (now + 0.01 < next)
 				next = now + 0.01;
 		}
-		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0; /* < 0: for ever */
+		int ms = next > now ? (int)((next - now) * 1000) + 1 : 0;
+		pthread_mutex_unlock(&srv.wmu);
+		check_clear();
 		int ne = epoll_wait(srv.ep, evs, (int)(sizeof(evs) / sizeof(evs[0])), ms);
 		if (ne < 0) {
 			if (errno != EINTR)
 				hpct__sleep(0.01);
 			ne = 0;
 		}
-		pthread_mutex_lock(&srv.wmu); /* requests may use the world */
-		int accept = 0, woken = 0;
+		pthread_mutex_lock(&srv.wmu);
+		int accept = 0, woken = 0, made = 0;
+		/* the time after the wait: what it brought was read after it (vr.h) */
+		now = hpct__now();
 		for (int k = 0; k < ne; k++) {
 			uint64_t d = evs[k].data.u64;
 			uint32_t i = (uint32_t)d;
 			accept |= d == LISTENER;
 			woken |= d == WAKE;
-			if (d == LISTENER || d == WAKE || i >= (uint32_t)srv.nc ||
+			made |= d == CONNQ;
+			if (d & PEER_TAG) {
+				speer_event(&srv, (int)(d & ~PEER_TAG), evs[k].events, now);
+				continue;
+			}
+			if (d == LISTENER || d == WAKE || d == CONNQ || i >= (uint32_t)srv.nc ||
 			    srv.c[i].fd != (int)(d >> 32))
 				continue;
 			uint32_t e = evs[k].events;
@@ -703,13 +789,12 @@ static void *server_main(void *arg)
 			if (re && on_readable(&srv.c[i], re) < 0)
 				conn_close(&srv.c[i]);
 		}
+		if (made)
+			speer_connected(&srv, hpct__now());
 		if (accept)
 			accept_all(hpct__now());
 		if (woken)
 			tell_leaving();
-		srepl_view(&srv);
-		pthread_mutex_unlock(&srv.wmu);
-		check_clear();
 	}
 	return NULL;
 }
@@ -763,12 +848,6 @@ int hpct__store_server_start(struct hpct_world *w)
 	}
 	if (rc == 0 && (rc = read_bounds()) != 0)
 		close(fd);
-	if (rc == 0 && (rc = srepl_start(&srv, w)) != 0)
-		close(fd);
-	if (rc == 0) {
-		w->svc[HPCT_WORLD_SLOT_STORE].ops = &world_ops;
-		w->svc[HPCT_WORLD_SLOT_STORE].ctx = &srv;
-	}
 	if (rc == 0 && w->topo.secret) {
 		srv.id = hpct__store_auth_id(w, w->topo.rank, w->topo.rank);
 		srv.slen = w->topo.secret_len;
@@ -778,6 +857,12 @@ int hpct__store_server_start(struct hpct_world *w)
 		} else {
 			memcpy(srv.secret, w->topo.secret, srv.slen);
 		}
+	}
+	if (rc == 0 && (rc = sgrp_start(&srv, w)) != 0)
+		close(fd);
+	if (rc == 0) {
+		w->svc[HPCT_WORLD_SLOT_STORE].ops = &world_ops;
+		w->svc[HPCT_WORLD_SLOT_STORE].ctx = &srv;
 	}
 	if (rc == 0 && pipe2(srv.wake, O_NONBLOCK | O_CLOEXEC) != 0) {
 		close(fd);

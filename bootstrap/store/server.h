@@ -1,6 +1,7 @@
 /* Inside the rootless store's server: its state and its connections,
- * shared by the event loop (server.c) and the requests' semantics
- * (requests.c).  The server thread owns all of it. */
+ * shared by the event loop (server.c), the requests' semantics
+ * (requests.c), the groups and their data (groups.c, data.c) and the
+ * peers (peer.c).  The server thread owns all of it. */
 #ifndef HPCT_STORE_SERVER_H
 #define HPCT_STORE_SERVER_H
 
@@ -13,6 +14,7 @@
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/util.h"
 #include "bootstrap/store/table.h"
+#include "bootstrap/store/vr.h"
 #include "hpct/hpct.h"
 
 #define KEY_SHOWN 100
@@ -49,21 +51,29 @@ struct sconn {
 	 * slot in srv.c with its fd as the event's data */
 	int reg;
 	uint32_t ev;
-	int told; /* answered with the cause of this rank's leaving */
-	/* replication (replica.c): its reply waits until the forwarder has
-	 * given the key's other homes every change made before it (fwd_done
-	 * >= need); a home's connection (repl) is answered at once */
+	int told;   /* answered with the cause of this rank's leaving */
+	int served; /* a frame of it was served: OP_PEER may come first only */
+	/* the request's group; its reply is held until the group's protocol
+	 * says it may go (vr_ready: the data it saw is committed and, for a
+	 * read, confirmed); blocked: not served yet (a reconfiguration is
+	 * pending); asked, when its request was read */
+	uint32_t g;
+	int held, write, blocked;
 	uint64_t need;
-	int repl;
+	double asked;
+	/* a peer's connection (OP_PEER): its rank, and the data that came
+	 * before the message it goes with */
+	int from;
+	struct vr_snap *stage;
 };
 
-struct srepl_batch;
-struct srepl_dedupe;
+struct speer;
+struct srec_table;
 
 struct ssrv {
 	pthread_mutex_t mu; /* start only: the thread owns everything else */
-	/* held while the server's and the forwarder's threads use w, which
-	 * the world's end sets NULL (it outlives no world) */
+	/* held while the server's thread uses w, which the world's end sets
+	 * NULL (it outlives no world) */
 	pthread_mutex_t wmu;
 	int started, err;
 	int rank;
@@ -99,14 +109,27 @@ struct ssrv {
 	char (*own)[HPCT_ADDRSTRLEN];
 	int nown;
 	double timeout_s; /* HPCT_TIMEOUT: the linger's cap, with LINGER_S */
-	/* replication (replica.c), with R > 1 homes a key among `size` ranks:
-	 * what a request changed (recording, dirty) goes in order to the
-	 * key's other homes by the forwarder thread (batches fwd_issued, of
-	 * which fwd_done are there); the request's id and answer (cap) too,
-	 * kept by every home (dd) for a retry */
-	int R, size;
+	struct hpct_world *w;
+	/* the groups (groups.c): the protocol's world, one state machine for
+	 * each group this rank is or was a member of (NULL: never), when the
+	 * next tick is due; rescan: connections blocked or held may go now */
+	struct vr_world vw;
+	struct vr **grp;
+	uint32_t *active;
+	int nactive, size;
+	double tick_at;
+	int rescan;
+	uint64_t job, epoch;
+	/* the request being served (requests.c): when it was read, and the
+	 * answers it made (its own, and those of requests it woke), whose
+	 * `need` is the write's opnum once proposed */
+	int serving;
+	double asked;
+	struct sconn *made[64];
+	int nmade;
+	/* what a write changed (data.c): its keys, and the answers kept for a
+	 * retry (rid: the request's id, its answer captured as it is made) */
 	int recording;
-	uint64_t fwd_issued, fwd_done; /* fwd_done: __atomic, the forwarder writes it */
 	struct {
 		uint64_t ns;
 		char *key;
@@ -120,19 +143,14 @@ struct ssrv {
 		unsigned char *b;
 		size_t len, cap;
 	} cap;
-	struct srepl_dedupe *dd;
-	/* the view (view.c) this server last moved its keys for: its
-	 * generation, its gone ranks (vdead), and the first homes whose
-	 * keys this rank holds all of (have[h]: it has been a home of
-	 * theirs since the epoch began, or their first live home sent it
-	 * them all, OP_HAVE) */
-	unsigned vgen;
-	unsigned char *vdead, *have;
-	int unheld; /* the request served (OP_DEAD, OP_HAVE) is answered at once */
-	struct hpct_world *w;
-	pthread_mutex_t fmu;
-	pthread_cond_t fcv;
-	struct srepl_batch *fhead, *ftail;
+	struct srec_table *recs;
+	/* the peers (peer.c): this rank's connections to the others' servers,
+	 * made by a thread of their own (they may block on a proof) */
+	struct speer **peers;
+	int cq[2]; /* connections made: the connector's answers */
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	int *want, nwant; /* ranks to connect to */
 };
 
 /* Buffer sizes, counted in inflight as they change. */
@@ -154,49 +172,88 @@ static inline int pending(const struct sconn *c)
 	return c->outoff < c->outlen || c->oval;
 }
 
-/* server.c: 1 when a line of this kind may go out now (*quiet_out: how
- * many were held back since the last one); "10.0.0.3:41234 (rank 7)",
- * the address and the rank it proved. */
+/* server.c: "10.0.0.3:41234 (rank 7)", the address and the rank it proved. */
 const char *ssrv_who(const struct ssrv *s, const struct sconn *c, char *buf, size_t len);
+/* server.c: every connection held or blocked is looked at again (their
+ * group moved on). */
+void ssrv_rescan(struct ssrv *s);
 
-/* requests.c: one request (the frame's body) from c: 0, or -1 when the
- * connection must close (malformed).  Its reply is queued on c, or c is
- * parked. */
-int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len);
+/* requests.c: one request (the frame's body) from c, read at `now`: 0, or
+ * -1 when the connection must close (malformed).  Its reply is queued on
+ * c (held, maybe), c is parked, or (c->blocked) it is left to serve later. */
+int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len, double now);
 void sreq_reply(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen,
                 const void *b, size_t blen);
 void sreq_unpark(struct sconn *c);
-
-/* replica.c.  srepl_start: reads HPCT_STORE_REPLICAS; with more than one,
- * hooks the table and starts the forwarder (0, or an error). */
-int srepl_start(struct ssrv *s, struct hpct_world *w);
-/* Around one request of the server thread: begin records what it
- * changes; end sends that to the keys' other homes (a batch) and sets
- * when c's answer may go. */
-void srepl_begin(struct ssrv *s, const struct sconn *c);
-void srepl_end(struct ssrv *s, struct sconn *c);
-/* A new view of the gone ranks (view.c, OP_DEAD): the keys whose homes
- * changed go to their new ones, with OP_HAVE; the first live homes of
- * the keys of a newly gone rank are told (OP_DEAD).  Cheap when the view
- * is the one it moved its keys for. */
-void srepl_view(struct ssrv *s);
-/* OP_DEAD and OP_HAVE from c (key, body p, len): 0, or -1 (malformed). */
-int srepl_told(struct ssrv *s, struct sconn *c, uint8_t op, const char *key, const unsigned char *p,
-               size_t len);
-/* For a request other than SET on `key`, which this rank does not hold:
- * 1, serve it; 0, answer ST_LOST (it holds only part of its first home's
- * keys); -1, this rank is leaving (its keys went to their next homes):
- * the client is to ask those. */
-int srepl_have(const struct ssrv *s, uint64_t ns, const char *key);
-/* 1 when c's answer must wait for the forwarder. */
-int srepl_held(const struct ssrv *s, const struct sconn *c);
-/* A request with an id (OP_RID): 1 when this home answered it before
- * (the answer is queued again), else 0 and its answer is kept once made. */
-int srepl_seen(struct ssrv *s, struct sconn *c, uint64_t cid, uint64_t seq);
-/* OP_REPL: a key's state from its first live home; 0, or -1 (malformed). */
-int srepl_apply(struct ssrv *s, struct sconn *c, uint64_t ns, const char *key,
-                const unsigned char *p, size_t len);
-/* requests.c: what a key coming into being wakes (a replicated one too). */
+/* An answer that waits for nothing (a position, a refusal, a cause). */
+void sreq_answer(struct ssrv *s, struct sconn *c, int32_t status, const void *a, size_t alen);
+/* What a key coming into being wakes (requests.c). */
 void sreq_woken(struct ssrv *s, uint64_t ns, const char *key);
+/* c's reply is the group's position here (ST_REDIRECT): its primary
+ * changed, or this rank is fenced (HPCT_EFENCED with why). */
+void sreq_redirect(struct ssrv *s, struct sconn *c, uint32_t g);
+
+/* groups.c.  sgrp_start: the protocol's world from the settings, a group
+ * for each group of which this rank is a configuration-0 member; 0 or an
+ * error.  sgrp_get: group g (create: made OUT when missing; NULL for
+ * want of memory). */
+int sgrp_start(struct ssrv *s, struct hpct_world *w);
+struct vr *sgrp_get(struct ssrv *s, uint32_t g, int create);
+/* Timers of every group; the time of the next. */
+double sgrp_tick(struct ssrv *s, double now);
+/* 1 when c's reply must wait for its group (vr_ready says not yet). */
+int sgrp_held(struct ssrv *s, const struct sconn *c, double now);
+/* g's position here, as ST_REDIRECT carries it, in buf: its length. */
+size_t sgrp_position(struct ssrv *s, uint32_t g, unsigned char *buf);
+/* This rank is about to exit: each group asked to replace it
+ * (vr_leaving, once); how many groups still have it as a member. */
+int sgrp_leaving(struct ssrv *s, double now);
+/* This rank exits: every group is left (vr_leave) and the peers told. */
+void sgrp_leave(struct ssrv *s);
+/* The world moved to a new epoch: every group, key and peer forgotten. */
+void sgrp_reset(struct ssrv *s);
+/* A world of this rank alone, one group it is the primary of, no peer:
+ * the fuzz target's (server.c).  0, or -1 for want of memory. */
+int sgrp_solo(struct ssrv *s);
+
+/* data.c: a write's changes (what the table's hook recorded since
+ * sdata_begin, and the answer kept for its retry) as one entry, proposed
+ * to g's members: 0 and its opnum; 1 when nothing changed; -1 when g
+ * took no operation (the caller checked it would: logged). */
+void sdata_begin(struct ssrv *s);
+int sdata_end(struct ssrv *s, uint32_t g, double now, uint64_t *opnum_out);
+/* A request with an id (OP_RID): 1 when group g answered it before (the
+ * answer is queued again), else 0 and its answer is kept once made. */
+int sdata_seen(struct ssrv *s, struct sconn *c, uint32_t g, uint64_t cid, uint64_t seq);
+/* vr_io's apply, install and release; the data of group g streamed to a
+ * peer (OP_P_KEY and OP_P_REC frames), counted in *keys and *recs. */
+void sdata_apply(struct ssrv *s, uint32_t g, const void *entry, size_t len);
+void sdata_install(struct ssrv *s, uint32_t g, struct vr_snap *snap);
+void sdata_release(struct vr_snap *snap);
+int sdata_stream(struct ssrv *s, uint32_t g, int (*put)(void *arg, const unsigned char *f,
+                                                        size_t len),
+                 void *arg);
+/* A frame of data from a peer (OP_P_KEY, OP_P_REC) into *stage (made when
+ * NULL): 0, or -1 (malformed, or no memory). */
+int sdata_stage(struct vr_snap **stage, uint8_t op, const unsigned char *p, size_t len);
+/* Answers kept for retries older than the store could be asked again go. */
+void sdata_expire(struct ssrv *s, double now);
+/* The dirty list's and the records' memory (sgrp_reset, the fuzz hook). */
+void sdata_clear(struct ssrv *s);
+
+/* peer.c: the message to rank `to` (vr_io's send); a peer's frame (after
+ * OP_PEER) from c, read at `now`: 0, or -1 to close c; a peer's
+ * connection's events (server.c's loop: its epoll data is PEER_TAG | rank). */
+void speer_send(struct ssrv *s, int to, const struct vr_msg *m);
+int speer_frame(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len, double now);
+int speer_hello(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t len);
+void speer_event(struct ssrv *s, int rank, uint32_t events, double now);
+/* Connections the connector thread made: taken into the loop. */
+void speer_connected(struct ssrv *s, double now);
+int speer_start(struct ssrv *s);
+/* Every peer's output sent (1), or still some (0). */
+int speer_flushed(struct ssrv *s);
+void speer_close_all(struct ssrv *s);
+#define PEER_TAG (1ull << 62)
 
 #endif

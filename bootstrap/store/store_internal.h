@@ -21,86 +21,58 @@ enum {
 	OP_CHECK,
 	OP_WAIT,
 	OP_DEL,
-	OP_COUNT,
+	OP_COUNT, /* body: u32 group */
 	OP_APPEND, /* 9 */
 	OP_QPUSH,
 	OP_QPOP,
 	OP_QLEN,
-	OP_LIST, /* 13 */
-	OP_REPL, /* a key's state, from its first live home to the others */
-	OP_DEAD, /* u32 n, n x u32: ranks the sender found gone (view.c); its
-	          * key, when not empty, a rank x in decimal: the answer's list
-	          * is then followed by one byte, 1 when the answering process
-	          * reached x's store once (client.c's said_dead) */
-	OP_HAVE, /* u32 h: the sender, first live home of the keys whose
-	          * first home is h, sent this rank all of them (replica.c) */
+	OP_LIST, /* 13; body: u32 group */
+	OP_WHO,  /* body: u32 group: where this rank stands in it (a POSITION) */
+	/* a peer's connection (another rank's server to this one): its first
+	 * frame, then the protocol's messages (peer.c) */
+	OP_PEER = 32, /* u32 from, u64 job, u64 epoch, u32 size */
+	OP_P_KEY,     /* a key of the data that follows: u32 group, u64 ns, u32 klen, key,
+	               * u32 vlen, value */
+	OP_P_REC,     /* an answer kept for a retry: u32 group, u64 cid, u64 seq, i32 status,
+	               * u32 len, answer */
+	OP_P_MSG,     /* a message of vr.h (peer.c's encoding) */
 };
 
-/* A home's answer to a request on a key it does not hold, when it became
- * the key's first live home without being sent the keys of its ranks
- * (every home they had is gone): the key may have been lost.  The client
- * names the homes (client.c). */
-#define ST_LOST (-1099)
-/* The cause a home that is exiting (server.c's hand_off) answers with. */
-#define ST_EXITS "its process exits, its keys handed on"
+/* A client's request reached a rank that is not its group's primary now:
+ * the answer is a POSITION, what that rank knows of the group (the client
+ * asks the primary it names, or another member).  WHO's answer is one too,
+ * with status 0:
+ *   u32 group, u32 cfg, u32 view, u8 status (enum vr_status), u8 n,
+ *   n x u32 members, i32 primary (-1: none known), u32 ms since it heard
+ *   the primary (UINT32_MAX: never) */
+#define ST_REDIRECT (-1100)
+#define POSITION_MAX (4 * 4 + 2 + 4 * 8 + 8)
 
 /* On a write's op: u64 client id and u64 sequence follow the key, so that
- * a home answers a retry (after the first home died) with the first
- * answer instead of doing it twice. */
+ * a group answers a retry (at its next primary) with the first answer
+ * instead of doing it twice. */
 #define OP_RID 0x80u
 #define HDR    13 /* op, namespace, key length */
 
-/* The key's first home (hpct__store_home); its others follow it around
- * the ranks: home + 1, ..., home + R - 1 (mod size). */
-static inline int hpct__store_home_of(uint64_t ns, const char *key, size_t klen, int size)
+/* The group of a key: its hash over the ranks (hpct__store_home). */
+static inline uint32_t hpct__store_group_of(uint64_t ns, const char *key, size_t klen, int size)
 {
-	return (int)(hpct__hash(key, klen, ns ^ 0x73746f7265ull) % (uint64_t)size);
+	return (uint32_t)(hpct__hash(key, klen, ns ^ 0x73746f7265ull) % (uint64_t)size);
 }
 
-/* The first R live ranks from h0 on (h0, h0 + 1, ... mod size), not
- * marked in dead (may be NULL: none gone), in homes: how many (< R when
- * fewer are left). */
-static inline int hpct__store_window(const unsigned char *dead, int size, int h0, int R, int *homes)
-{
-	int n = 0;
-	for (int k = 0; k < size && n < R; k++) {
-		int r = (h0 + k) % size;
-		if (!dead || !dead[r])
-			homes[n++] = r;
-	}
-	return n;
-}
-
-/* This process's view of the gone ranks (view.c), per world and epoch:
- * hpct__store_dead, 1 when rank is; hpct__store_mark_dead, 1 when that is
- * news; hpct__store_view, the generation (it changes with every change
- * of the view) and a copy in dead_out (size bytes; may be NULL);
- * hpct__store_live_homes, hpct__store_window in the view. */
-int hpct__store_dead(const struct hpct_world *w, int rank);
-int hpct__store_mark_dead(const struct hpct_world *w, int rank);
-unsigned hpct__store_view(const struct hpct_world *w, unsigned char *dead_out);
-int hpct__store_live_homes(const struct hpct_world *w, int h0, int R, int *homes);
-void hpct__store_view_child(void);
-/* The gone ranks as OP_DEAD carries them, u32 n and n x u32, from dead
- * (size bytes; NULL: none), malloc'd with its length in *len; NULL for
- * want of memory. */
-unsigned char *hpct__store_dead_encode(const unsigned char *dead, int size, size_t *len);
-/* Such a list (p, len) counted gone in w's view (w may be NULL: only
- * checked), all but `keep` (a rank known to run; -1: none): 0, or -1 when
- * it is malformed (a count or a rank out of 0..size-1), nothing marked. */
-int hpct__store_dead_merge(const struct hpct_world *w, int size, const unsigned char *p, size_t len,
-                           int keep);
-/* 1 when this process reached `rank`'s store once in w (client.c). */
-int hpct__store_was_reached(const struct hpct_world *w, int rank);
-
-/* HPCT_STORE_REPLICAS (default 2), at most the world's size, in *r_out:
- * 0, or HPCT_EBADENV naming the variable and its value (client.c). */
-int hpct__store_replicas(const struct hpct_world *w, int *r_out);
-/* One key's state (OP_REPL), OP_HAVE or OP_DEAD to `home` (the
- * forwarder's handle, replica.c): 0, or the failure (HPCT_EPEERDEAD:
- * that home is gone). */
-int hpct__store_forward(struct hpct_store *s, int home, uint8_t op, uint64_t ns, const char *key,
-                        const void *body, size_t len);
+/* The settings of the store's replication (HPCT_STORE_REPLICAS, _SUSPECT,
+ * _LEASE, _UNSAFE) for world w: 0, or HPCT_EBADENV naming the variable. */
+struct hpct_store_cfg {
+	int R;
+	double suspect, lease;
+	int unsafe;
+};
+int hpct__store_cfg(const struct hpct_world *w, struct hpct_store_cfg *out);
+/* Group g's members at configuration 0 (vr.h's placement): how many. */
+int hpct__store_config0(const struct hpct_world *w, uint32_t g, int *out);
+/* 1 when this process's rank is fenced (groups.c), the line saying who
+ * counted it gone and what to do in buf (may be NULL). */
+int hpct__store_fenced(char *buf, size_t len);
 
 /* The store address of world rank `rank`: its node, its world port plus
  * HPCT_STORE_PORT_OFFSET (client.c). */

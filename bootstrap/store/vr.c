@@ -11,9 +11,24 @@
 #define NEVER   1e300
 #define MARGIN  0.9 /* of the lease: clocks whose rates differ by 10% */
 #define BIT(i)  (1u << (i))
-#define GONE_SUSPECT 1
-#define GONE_LEFT    2
-#define GONE_FENCED  3
+/* what this rank knows of another (vr_world.gone), weakest first: a later
+ * kind replaces an earlier one */
+#define GONE_LEAVING 1 /* it exits once its groups have replaced it */
+#define GONE_SUSPECT 2
+#define GONE_LEFT    3
+#define GONE_FENCED  4
+
+/* rank r said it exits (leaving, or left) */
+static int exits(const struct vr_world *w, int r)
+{
+	return w->gone[r] == GONE_LEAVING || w->gone[r] == GONE_LEFT;
+}
+
+/* rank r is dead or suspected: not one that is leaving, which still serves */
+static int is_dead(const struct vr_world *w, int r)
+{
+	return w->gone[r] > GONE_LEAVING;
+}
 
 static int idx_of(const struct vr *v, int rank)
 {
@@ -388,7 +403,7 @@ static void reconfigure(struct vr *v, struct vr_world *w, double now, int out, c
 	for (int i = 0; i < v->n; i++)
 		if (v->members[i] != out && i != me)
 			keep[nk++] = v->members[i];
-	if (!w->gone[out])
+	if (!w->gone[out] && out != w->self)
 		w->gone[out] = GONE_SUSPECT; /* not placed again */
 	v->next_n = vr_place(w, v->g, keep, nk, v->next);
 	if (v->next_n == 0) { /* the last member leaves: nothing to hand on */
@@ -436,11 +451,11 @@ static void reconfigured(struct vr *v, struct vr_world *w, double now)
 			struct vr_msg m = base(v, w, VR_REJECT);
 			with_members(&m, v);
 			m.status = VR_NORMAL;
-			m.flags = VR_F_REMOVED | (w->gone[old[i]] == GONE_LEFT ? VR_F_LEFT : 0);
+			m.flags = VR_F_REMOVED | (exits(w, old[i]) ? VR_F_LEFT : 0);
 			snprintf(m.why, sizeof(m.why), "%s", v->next_why);
 			send(w, old[i], &m);
 		}
-	if (v->removing >= 0)
+	if (v->removing >= 0 && v->removing != w->self)
 		gone_why(w, v->removing, w->gone[v->removing] ? w->gone[v->removing] : GONE_SUSPECT,
 		         v->next_why);
 	v->removing = -1;
@@ -464,7 +479,7 @@ static void reconfigured(struct vr *v, struct vr_world *w, double now)
 static uint32_t next_view(const struct vr *v, const struct vr_world *w, uint32_t from)
 {
 	uint32_t nv = from + 1;
-	for (int k = 0; k < v->n && w->gone[v->members[nv % (uint32_t)v->n]]; k++)
+	for (int k = 0; k < v->n && is_dead(w, v->members[nv % (uint32_t)v->n]); k++)
 		nv++;
 	return nv;
 }
@@ -546,6 +561,16 @@ static void check_dvc(struct vr *v, struct vr_world *w, double now)
 		v->next_n = v->best_next_n;
 		memcpy(v->next, v->best_next, sizeof(v->next));
 	}
+	/* the last primary this member knew took no part: replaced at once
+	 * rather than after HPCT_STORE_SUSPECT, so that a second failure
+	 * soon after the first finds the group whole again */
+	int was = v->members[v->log_view % (uint32_t)v->n], wi = idx_of(v, was);
+	if (was != w->self && !(v->dvc & BIT(wi)) && !w->gone[was]) {
+		char why[160];
+		snprintf(why, sizeof(why), "rank %d, primary of view %u, took no part in the view "
+		         "change to view %u (it died, paused or was cut off)", was, v->log_view, v->view);
+		gone_why(w, was, GONE_SUSPECT, why);
+	}
 	v->status = VR_NORMAL;
 	v->log_view = v->view;
 	v->data_cfg = v->cfg;
@@ -592,7 +617,7 @@ static void reject(struct vr *v, struct vr_world *w, double now, int to)
 		m.flags = w->left ? VR_F_LEFT : 0;
 		snprintf(m.why, sizeof(m.why), "%.150s", w->fence_why);
 	} else if (i < 0) {
-		m.flags = VR_F_REMOVED | (w->gone[to] == GONE_LEFT ? VR_F_LEFT : 0);
+		m.flags = VR_F_REMOVED | (exits(w, to) ? VR_F_LEFT : 0);
 		snprintf(m.why, sizeof(m.why), "%s", why_of(w, to));
 	}
 	send(w, to, &m);
@@ -760,7 +785,7 @@ static void on_reject(struct vr *v, struct vr_world *w, double now, const struct
 	 * begin, so acking the old one commits nothing a later one lacks). */
 	if (order(v, m) < 0 && v->status == VR_CHANGE && m->cfg == v->cfg &&
 	    m->status == VR_NORMAL && m->view >= v->log_view && v->dvc_max <= m->view &&
-	    !w->gone[m->members[m->view % (uint32_t)m->n]] && !(m->flags & VR_F_REMOVED)) {
+	    !is_dead(w, m->members[m->view % (uint32_t)m->n]) && !(m->flags & VR_F_REMOVED)) {
 		note(v, w, "view change to view %u abandoned: view %u goes on (rank %d says)",
 		     v->view, m->view, m->from);
 		behind(v, w, now, m);
@@ -891,6 +916,12 @@ static void on_gone(struct vr *v, struct vr_world *w, double now, const struct v
 {
 	int left = m->flags & VR_F_LEFT;
 	char why[160];
+	if (m->flags & VR_F_LEAVING) { /* it serves on until it is replaced */
+		snprintf(why, sizeof(why), "rank %d said it exits", m->from);
+		gone_why(w, m->from, GONE_LEAVING, why);
+		vr_tick(v, w, now);
+		return;
+	}
 	if (left)
 		snprintf(why, sizeof(why), "rank %d said it exits", m->from);
 	else
@@ -966,6 +997,10 @@ static void suspect(struct vr *v, const char *fmt, ...)
 static int to_replace(const struct vr *v, const struct vr_world *w, double now, char *buf,
                       size_t len)
 {
+	if (w->leaving && v->n > 1) { /* a group of one has no one to hand on to */
+		snprintf(buf, len, "rank %d exits", w->self);
+		return w->self;
+	}
 	for (int i = 0; i < v->n; i++) {
 		int r = v->members[i];
 		if (r == w->self)
@@ -975,9 +1010,16 @@ static int to_replace(const struct vr *v, const struct vr_world *w, double now, 
 			snprintf(buf, len, "%s", why_of(w, r));
 			return r;
 		}
+		if (w->gone[r] == GONE_LEAVING) {
+			snprintf(buf, len, "rank %d said it exits", r);
+			return r;
+		}
 		if (w->gone[r]) {
-			snprintf(buf, len, "rank %d saw rank %d's connection break after it was reached "
-			         "(it died or exited)", w->self, r);
+			if (why_of(w, r)[0])
+				snprintf(buf, len, "%s", why_of(w, r));
+			else
+				snprintf(buf, len, "rank %d saw rank %d's connection break after it "
+				         "was reached (it died or exited)", w->self, r);
 			return r;
 		}
 		if (w->reached[r] && now - last >= w->suspect) {
@@ -1028,7 +1070,7 @@ double vr_tick(struct vr *v, struct vr_world *w, double now)
 	case VR_NOSTATE:
 		if (v->status == VR_NOSTATE)
 			need(v, w, now);
-		if (p >= 0 && w->gone[p] && !v->suspect)
+		if (p >= 0 && is_dead(w, p) && !v->suspect)
 			suspect(v, "rank %d's connection broke after it was reached", p);
 		if (p >= 0 && (v->heard > 0 || w->reached[p])) {
 			double last = v->heard > v->since ? v->heard : v->since;
@@ -1047,7 +1089,7 @@ double vr_tick(struct vr *v, struct vr_world *w, double now)
 		break;
 	case VR_CHANGE: {
 		int np = vr_primary_of(v);
-		if (now - v->change_since >= w->change || (np >= 0 && w->gone[np])) {
+		if (now - v->change_since >= w->change || (np >= 0 && is_dead(w, np))) {
 			change(v, w, now, next_view(v, w, v->view));
 		} else if (now - v->svc_at >= w->beat) {
 			svc_all(v, w, now);
@@ -1086,6 +1128,20 @@ void vr_peer_up(struct vr *v, struct vr_world *w, double now, int rank)
 		v->need_at = 0;
 		need(v, w, now);
 	}
+}
+
+void vr_leaving(struct vr *v, struct vr_world *w, double now)
+{
+	w->leaving = 1;
+	if (v->status == VR_OUT)
+		return;
+	struct vr_msg m = base(v, w, VR_GONE);
+	m.flags = VR_F_LEAVING;
+	snprintf(m.why, sizeof(m.why), "rank %d exits", w->self);
+	for (int i = 0; i < v->n; i++)
+		if (v->members[i] != w->self)
+			send(w, v->members[i], &m);
+	vr_tick(v, w, now);
 }
 
 void vr_leave(struct vr *v, struct vr_world *w)

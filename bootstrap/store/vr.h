@@ -56,7 +56,11 @@
  * members, REJECTs the removed one, and the group goes on in configuration
  * cfg + 1, view 0.  A new view's primary finishes a pending one it finds.
  *
- * Leaving.  A rank that exits says so (GONE, left) and goes.  In a
+ * Leaving.  A rank that exits first asks to be replaced (GONE, leaving)
+ * and serves on as a member until a configuration without it commits
+ * (its own, where it is primary), so that ranks exiting one after another
+ * hand every group on; then, or when its time is up, it says it is gone
+ * (GONE, left) and goes.  In a
  * configuration of two members, one that left or was fenced counts for
  * the other in every quorum: it never acts again, and every operation
  * that committed is on the other (a quorum of two is both), so the last
@@ -108,6 +112,7 @@ enum { VR_ENTRY_DATA = 0, VR_ENTRY_CONFIG = 1 };
 #define VR_F_REMOVED 1 /* REJECT: the configuration named leaves you out */
 #define VR_F_LEFT    2 /* REJECT: ... because you left; GONE: I left, not fenced */
 #define VR_F_BEAT    4 /* PREPARE: no entry, a beat */
+#define VR_F_LEAVING 8 /* GONE: I exit once a configuration without me commits */
 
 /* What the layer above keeps of a group's data: received with a message
  * (DVC, STARTVIEW, STATE, NEWCFG) and given back through vr_io.install
@@ -185,7 +190,8 @@ struct vr_world {
 		char why[160];
 	} why[16];
 	int nwhy;
-	int fenced, left; /* this rank: fenced; exiting (vr_leave) */
+	/* this rank: fenced; exiting (vr_leaving), gone (vr_leave) */
+	int fenced, leaving, left;
 	char fence_why[300];
 	struct vr_io io;
 };
@@ -272,6 +278,10 @@ double vr_tick(struct vr *v, struct vr_world *w, double now);
 void vr_peer_down(struct vr *v, struct vr_world *w, double now, int rank, int dead);
 /* A connection to `rank` is up (again): what it lost is sent again. */
 void vr_peer_up(struct vr *v, struct vr_world *w, double now, int rank);
+/* This rank is about to exit: GONE (leaving) to the other members; it
+ * serves on until a configuration without it commits (OUT), which its
+ * primary, or itself if primary, proposes. */
+void vr_leaving(struct vr *v, struct vr_world *w, double now);
 /* This rank exits: GONE (left) to the other members, which replace it at
  * once (a primary's backups begin a view change with no promise to keep),
  * and the group is OUT here. */

@@ -44,7 +44,9 @@ extern "C" {
 	X(ENOMEM, -1012, "out of memory")                                    \
 	X(ESTATE, -1013, "call not valid in this state")                     \
 	X(ENONCCL, -1014, "NCCL is missing or its version is not supported") \
-	X(ENCCL, -1015, "NCCL returned an error")
+	X(ENCCL, -1015, "NCCL returned an error")                            \
+	X(EFENCED, -1016, "this rank was counted gone by its peers: fenced")  \
+	X(ENOQUORUM, -1017, "too few of a key's homes answer to serve it safely")
 
 enum hpct_error {
 #define HPCT_ERROR_ENUM(name, value, msg) HPCT_##name = (value),
