@@ -444,7 +444,15 @@ static int give_up(struct hpct_store *s, const char *what, const char *key, uint
 		u += (size_t)snprintf(said + u, sizeof(said) - u, "%srank %d at %s %s",
 		                      i ? "; " : "", nt->rank[i],
 		                      addr_of(s, nt->rank[i], text, sizeof(text)), nt->text[i]);
-	found(s, NULL, said, also, sizeof(also));
+	/* a home that took no connection: a cause this rank passes on */
+	char dead[HPCT_ADDRSTRLEN + 96] = "";
+	for (int i = 0; i < nt->n && !dead[0]; i++)
+		if (strstr(nt->text[i], "refused a connection"))
+			snprintf(dead, sizeof(dead),
+			         "rank %d at %s took no connection after a wait passed: it died or "
+			         "never started",
+			         nt->rank[i], addr_of(s, nt->rank[i], text, sizeof(text)));
+	found(s, dead[0] ? dead : NULL, said, also, sizeof(also));
 	return hpct__fail(HPCT_ENOQUORUM, HPCT_SUB_NET,
 	                  "store: %s: %s%s%s (group %u: ranks %s, configuration %u, view %u) had no "
 	                  "answer within %.1f s: %s; too few of its homes answer to serve it "
