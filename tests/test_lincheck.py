@@ -168,7 +168,21 @@ class Bad(unittest.TestCase):
         self.assertEqual(verdict(hist), "violation")
 
 
+    def test_duplicate_add_found_by_the_search(self):
+        # a set on the key keeps the counter detector out: the search must find it
+        h = [op(0, "set", 0, 1, "0"), op(0, "add", 2, 3, 1, 1), op(1, "add", 4, 5, 1, 1)]
+        self.assertEqual(verdict(h), "violation")
+
+
 class Cap(unittest.TestCase):
+    def test_raised_ops_do_not_blow_up_a_good_history(self):
+        # 30 raised sets pending through 2000 sequential, explained ops
+        h = [op(100 + p, "set", 0.5, 1, "lost%d" % p, ok=False) for p in range(30)]
+        for i in range(2000):
+            h.append(op(i % 3, "set" if i % 2 == 0 else "get", 2 + i, 2.5 + i, "v%d" % (i // 2),
+                        None if i % 2 == 0 else "v%d" % (i // 2)))
+        self.assertEqual(verdict(h, max_steps=200_000), "ok")
+
     def test_cap_says_unknown(self):
         # many concurrent raised adds and a read no subset explains, with a tiny cap
         h = [op(p, "add", 0, 1, 1 << p, ok=False) for p in range(14)] + [op(99, "get", 2, 3, ret="0.5")]

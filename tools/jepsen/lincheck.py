@@ -141,46 +141,62 @@ def _unlift(n):
         n.next.prev = n
 
 
+def _candidates(head):
+    """The ops that may go next: every call before the first return still
+    in the list.  Determinate ones first: an indeterminate op is needed
+    only where a determinate one cannot be explained without it, and trying
+    those first keeps a linearizable history's search near linear."""
+    det, ind = [], []
+    n = head.next
+    while n is not None and n.call:
+        (det if n.match else ind).append(n)
+        n = n.next
+    return det + ind, n
+
+
 def check_key(ops, max_steps=2_000_000, deadline=None):
     """WGL on one key's ops.  Returns (verdict, detail): verdict is
-    "ok", "violation" or "unknown"; for a violation, detail names the op
-    whose return no order reached and the longest prefix found."""
+    "ok", "violation" or "unknown"; for a violation, detail (a list of
+    lines) names what no order explains."""
     ops = [o for o in ops if o["ok"] or o["f"] not in READS]
+    sure = certain_anomalies(ops)
+    if sure:
+        return "violation", sure
     head = _build(ops)
     returns = sum(1 for o in ops if o["ok"])
     state, linearized, done = None, 0, 0
     stack, cache, steps = [], set(), 0
     best = (-1, None, None)  # (ops linearized, the order, the op it stuck on)
-    entry = head.next
+    cands, stuck = _candidates(head)
+    i = 0
     while done < returns:
         steps += 1
         if steps > max_steps or (deadline and steps % 4096 == 0 and time.monotonic() > deadline):
-            return "unknown", "search cap reached after %d steps" % steps
-        if entry.call:
-            legal, new = Model.step(state, entry.op)
-            bit = 1 << entry.idx
+            return "unknown", "search cap reached after %d steps (%d ops)" % (steps, len(ops))
+        if i < len(cands):
+            n = cands[i]
+            i += 1
+            legal, new = Model.step(state, n.op)
+            bit = 1 << n.idx
             if legal and (linearized | bit, new) not in cache:
                 cache.add((linearized | bit, new))
-                stack.append((entry, state))
+                stack.append((cands, i, state, n))
                 state, linearized = new, linearized | bit
-                if entry.match:
-                    done += 1
-                _lift(entry)
-                entry = head.next
-            else:
-                entry = entry.next
-        else:
-            # an op returned before it could be linearized: undo the last choice
-            if len(stack) > best[0]:
-                best = (len(stack), [e.op for e, _ in stack], entry.op)
-            if not stack:
-                return "violation", _explain(best, ops)
-            top, state = stack.pop()
-            linearized &= ~(1 << top.idx)
-            if top.match:
-                done -= 1
-            _unlift(top)
-            entry = top.next
+                done += n.match is not None
+                _lift(n)
+                cands, stuck = _candidates(head)
+                i = 0
+            continue
+        # every candidate tried: the op returning next cannot be reached
+        # from here; undo the last choice
+        if len(stack) > best[0]:
+            best = (len(stack), [e[3].op for e in stack[-3:]], stuck.op if stuck else None)
+        if not stack:
+            return "violation", _explain(best, ops)
+        cands, i, state, n = stack.pop()
+        linearized &= ~(1 << n.idx)
+        done -= n.match is not None
+        _unlift(n)
     return "ok", "%d ops" % len(ops)
 
 
@@ -191,20 +207,22 @@ def fmt(op):
 
 
 def _explain(best, ops):
-    n, order, stuck = best
-    lines = []
-    lines += anomalies(ops)
+    n, last, stuck = best
+    lines = anomalies(ops)
     if stuck is not None:
-        last = order[-3:] if order else []
         lines.append("no order of the ops reaches the return of %s; the longest "
                      "linearizable prefix has %d ops, ending: %s"
                      % (fmt(stuck), n, "; ".join(fmt(o) for o in last) or "(none)"))
     return lines
 
 
-def anomalies(ops):
-    """Readable names for the usual anomalies (what the search proved, said
-    the way a person looks for it); the verdict itself is the search's."""
+def certain_anomalies(ops):
+    """Anomalies that no linearization has, found without the search (which
+    may blow up on a badly broken history, where raised ops multiply the
+    orders to try), said the way a person looks for them:
+    - on a counter (only adds of d > 0 and gets), each ok add answers a
+      distinct value, and a read after every ok add ended is at least their sum;
+    - on a queue whose items are pushed once each, no item is popped twice."""
     out = []
     adds = [o for o in ops if o["f"] == "add"]
     if adds and all(o["f"] in ("add", "get") for o in ops) and all(int(o["arg"]) > 0 for o in adds):
@@ -215,24 +233,35 @@ def anomalies(ops):
         dups = {v: l for v, l in seen.items() if len(l) > 1}
         for v in sorted(dups)[:5]:
             out.append("add answered %s %d times: %s" % (v, len(dups[v]), "; ".join(fmt(o) for o in dups[v][:3])))
-        if len(dups) > 5:
-            out.append("... %d values answered more than once in all" % len(dups))
-        # acknowledged adds lost: a read, after every ok add ended, lower than their sum
+        if dups:
+            out.append("%d values answered more than once, %d adds in all"
+                       % (len(dups), sum(len(l) for l in dups.values())))
         acked = [o for o in adds if o["ok"]]
         if acked:
             floor = sum(int(o["arg"]) for o in acked)
             last = max(o["end"] for o in acked)
-            for o in ops:
-                if o["f"] == "get" and o["ok"] and o["start"] > last and int(o["ret"]) < floor:
-                    out.append("acknowledged adds lost: %s after adds summing to %d" % (fmt(o), floor))
-                    break
+            low = [o for o in ops if o["f"] == "get" and o["ok"] and o["start"] > last and int(o["ret"]) < floor]
+            if low:
+                out.append("acknowledged adds lost: %s after ok adds summing to %d (%d such reads)"
+                           % (fmt(low[0]), floor, len(low)))
+    pushed = {}
+    for o in ops:
+        if o["f"] == "queue_push":
+            pushed[o["arg"]] = pushed.get(o["arg"], 0) + 1
     pops = {}
     for o in ops:
         if o["f"] == "queue_pop" and o["ok"] and o["ret"] is not None:
             pops.setdefault(o["ret"], []).append(o)
-    for v, l in list(pops.items()):
-        if len(l) > 1:
+    for v, l in pops.items():
+        if len(l) > max(1, pushed.get(v, 0)):
             out.append("queue item %s popped %d times: %s" % (json.dumps(v), len(l), "; ".join(fmt(o) for o in l[:3])))
+    return out
+
+
+def anomalies(ops):
+    """The certain anomalies, and hints that name what the search found no
+    order for (two compare_sets that both won from the same value)."""
+    out = certain_anomalies(ops)
     wins = {}
     for o in ops:
         if o["f"] == "compare_set" and o["ok"] and o["arg"][0] != o["arg"][1] and o["ret"] == o["arg"][1]:
