@@ -175,6 +175,16 @@ class Bad(unittest.TestCase):
 
 
 class Cap(unittest.TestCase):
+    def test_raised_ops_do_not_blow_up_a_violation(self):
+        # 10 raised sets early, 600 ops, then a stale read: proven, not "unknown"
+        h = [op(100 + p, "set", 0.5, 1, "lost%d" % p, ok=False) for p in range(10)]
+        h += [op(100 + p, "get", 1.5 + p * 0.01, 1.505 + p * 0.01, ret="lost%d" % p) for p in range(10)]
+        for i in range(600):
+            h.append(op(i % 3, "set" if i % 2 == 0 else "get", 2 + i, 2.5 + i, "v%d" % (i // 2),
+                        None if i % 2 == 0 else "v%d" % (i // 2)))
+        h.append(op(9, "get", 1000, 1001, ret="v3"))
+        self.assertEqual(verdict(h, max_steps=100_000), "violation")
+
     def test_raised_ops_do_not_blow_up_a_good_history(self):
         # 30 raised sets pending through 2000 sequential, explained ops
         h = [op(100 + p, "set", 0.5, 1, "lost%d" % p, ok=False) for p in range(30)]
