@@ -362,9 +362,9 @@ static unsigned char *frame(struct hpct_store *s, uint8_t op, const char *key, u
 	return f;
 }
 
-/* Asks the members of g other than `busy` where it stands (WHO): 1 when
- * one named a later position than this process knew, in *rt. */
-static int who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
+/* Asks the members of g other than `busy` where it stands (WHO): the
+ * latest position this process knows (its other requests' too) in *rt. */
+static void who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
 {
 	unsigned char body[4], *f, *rep;
 	size_t flen, rl;
@@ -373,7 +373,7 @@ static int who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
 	s->ns = 0;
 	f = frame(s, OP_WHO, "", 0, body, 4, NULL, 0, &flen);
 	s->ns = ns;
-	int later = 0, n = rt->n, m[VR_MAX];
+	int n = rt->n, m[VR_MAX];
 	memcpy(m, rt->m, sizeof(m));
 	for (int i = 0; f && i < n; i++) {
 		int r = m[i], st;
@@ -386,11 +386,10 @@ static int who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
 			continue;
 		}
 		if (st == 0)
-			later |= route_learn(s, g, rep, rl, rt);
+			route_learn(s, g, rep, rl, rt);
 		free(rep);
 	}
 	free(f);
-	return later;
 }
 
 /* ---- a request, followed ------------------------------------------------ */
@@ -545,7 +544,9 @@ int hpct__store_rpc(struct hpct_store *s, const char *what, uint8_t op, const ch
 		double until = now + s->slice < deadline ? now + s->slice : deadline;
 		int r = hpct__sock_wait(s->fd[target], POLLIN, until);
 		if (r == 0) { /* no answer yet: where does the group stand? */
-			if (who(s, g, target, &rt) && rt.primary >= 0 && rt.primary != target) {
+			/* (what another request of this process learned counts too) */
+			who(s, g, target, &rt);
+			if (rt.primary >= 0 && rt.primary != target && rt.status == VR_NORMAL) {
 				note(&nt, target, "did not answer, and the group moved on without it");
 				hang_up(s, target); /* its answer, if any, is not waited for */
 				sent = 0;
@@ -646,7 +647,8 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 				uint32_t g = hpct__store_group_of(s->ns, keys[i], strlen(keys[i]),
 				                                  s->w->topo.size);
 				route_get(s, g, &rt);
-				if (who(s, g, r, &rt) && rt.primary != r)
+				who(s, g, r, &rt);
+				if (rt.primary >= 0 && rt.primary != r && rt.status == VR_NORMAL)
 					break; /* it moved on without r: alone, below */
 			}
 		}

@@ -1,11 +1,14 @@
-/* The rootless store: a key-value store with no server to reach.  Every
- * rank serves the keys whose hash falls to it (and, with replicas, those
- * of the ranks just before it), from a thread listening at
- * its store port (its world port + HPCT_STORE_PORT_OFFSET: by default
- * -HPCT_PORT_RANGE, the range just below hpct's, or +2 x HPCT_PORT_RANGE,
- * after NCCL's, when there is no room below 1024), and asks a key's home
- * rank directly.  What
- * PyTorch's TCPStore commands become under the shim (bootstrap/shim/torch_store.c).
+/* The rootless store: a key-value store with no server to reach.  Keys
+ * fall by hash into one group per rank; each group lives on
+ * HPCT_STORE_REPLICAS ranks (default 3) kept by Viewstamped Replication
+ * (vr.h): its primary orders every operation, a quorum holds each before
+ * it is answered, and a group without a quorum refuses (HPCT_ENOQUORUM).
+ * Every rank serves its groups from a thread listening at its store port
+ * (its world port + HPCT_STORE_PORT_OFFSET: by default -HPCT_PORT_RANGE,
+ * the range just below hpct's, or +2 x HPCT_PORT_RANGE, after NCCL's, when
+ * there is no room below 1024); a client asks the group's primary directly.
+ * What PyTorch's TCPStore commands become under the shim:
+ * bootstrap/shim/torch_commands.c.  The model: docs/store.md.
  *
  * Keys live in namespaces (a u64 the caller derives from job, epoch and
  * incarnation): a namespace never sees another's keys.  Values are bytes;
@@ -27,16 +30,15 @@
  *     QPOP   i64 wait ms                reply: status, u32 length, item
  *     QLEN   -                          reply: status, i64 items
  *     LIST   - (empty key)              reply: status, u32 n, n x (u32 length, key)
- *     REPL   the key's state (replica.c) reply: status
+ *     WHO    u32 group (empty key)     reply: status, POSITION
  *   reply: i32 status (0, HPCT_ETIMEDOUT, HPCT_EINVAL, HPCT_ENOMEM,
- *   HPCT_EPROTO) + fields; the ops are numbered 1 (SET) to 14 (REPL) in
- *   this order.  A write's op may carry OP_RID (0x80): u64 client id and
- *   u64 sequence then follow the key, and a home answers a retry of the
- *   same id with the first answer.
- * Each key lives on HPCT_STORE_REPLICAS homes (default 2): the rank its
- *   hash gives and the ranks after it.  A client asks the first of them
- *   not found gone; that home sends what each write changed to the others
- *   before any answer made after it goes out (replica.c).
+ *   HPCT_EPROTO, HPCT_EFENCED + why, or ST_REDIRECT + POSITION: not this
+ *   group's primary, where it stands here) + fields; the ops are numbered
+ *   1 (SET) to 14 (WHO) in this order (COUNT and LIST carry a u32 group
+ *   after the empty key).  A write's op may carry OP_RID (0x80): u64
+ *   client id and u64 sequence then follow the key, and the group answers
+ *   a retry of the same id with the first answer.  The ranks' own
+ *   messages (OP_PEER and after, store_internal.h) share the port.
  * HPCT_EPEERDEAD + text answers any request, parked or
  *   new, of a rank exiting after it found a peer dead: the text names
  *   that peer ("rank 2 at host:port closed its connection: ..."), so that
