@@ -250,7 +250,7 @@ int bench_nvrx_main(int argc, char **argv)
 	printf("hpct-bench nvrx: %d ranks of NVRx 0.4.1's in-process restart (%s), one killed; "
 	       "from the kill to the last survivor's new process group; rootless with "
 	       "HPCT_STORE_REPLICAS=%s\n",
-	       n, py, replicas && *replicas ? replicas : "2 (the default)");
+	       n, py, replicas && *replicas ? replicas : "3 (the default)");
 	fflush(stdout);
 	bench_progress_start("hpct-bench");
 	for (int rep = 0; rep < repeat; rep++)

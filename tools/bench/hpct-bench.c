@@ -8,7 +8,7 @@
  *              --repeat 5 [--nodes K] [--json FILE] [--timeout S]
  *   hpct-bench --scenario nccl-root --ranks 64,256,1024 --nccl LIB,LIB
  *   hpct-bench --scenario torch --torch 1.13,2.13 --path stock,rootless --reinit
- *              [--launch direct,torchrun] [--replicas 1,2] [--store-ops K]
+ *              [--launch direct,torchrun] [--replicas 1,3] [--store-ops K]
  *   hpct-bench --scenario nvrx [--ranks 4] [--repeat 3]   (bench_nvrx.c)
  *   hpct-bench --scenario nccl-init [--ranks 8,16,32,64]  (bench_nccl_init.c) */
 #include <errno.h>
@@ -62,7 +62,7 @@ static void usage(FILE *f)
 	        "                  server the store; and/or torchrun's workers, its agent's "
 	        "store;\n"
 	        "                  default both)\n"
-	        "                  [--replicas 1,2] (torch: a rootless row per "
+	        "                  [--replicas 1,3] (torch: a rootless row per "
 	        "HPCT_STORE_REPLICAS)\n"
 	        "                  [--store-ops K] (torch: then K SET/GET/ADD/WAIT a rank, "
 	        "timed)\n"
