@@ -86,9 +86,11 @@ check_ranks() { # name n expect_shim log
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
 per_torch=16
-echo "1..$((2 * per_torch + 2))"
+echo "1..$((3 * per_torch + 3))"
 
-py213=${HPCT_TORCH_PYTHON_2_13:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.13.0/bin/python}
+cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
+py213=${HPCT_TORCH_PYTHON_2_13:-$cache/venv-torch-2.13.0/bin/python}
+py215=${HPCT_TORCH_PYTHON_2_15:-$cache/venv-torch-2.15.0/bin/python}
 
 # four ranks of a rootless job started by hand (no launcher), output in
 # $dir/<tag><rank>, pids in pids; VAR=VALUE arguments are added to their
@@ -323,15 +325,51 @@ torch_suite() { # label python
 	fi
 }
 
+# torch_at VERSION PYTHON: the suite on that torch, or its tests listed as
+# skips when PYTHON has no such torch; 0 when it ran
+torch_at() {
+	local v=$1 py=$2 got i
+	if got=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#"$v"}" != "$got" ]; then
+		torch_suite "$v" "$py"
+		return 0
+	fi
+	for ((i = 0; i < per_torch; i++)); do
+		skip "torch $v: no interpreter at $py (tools/scripts/torch-venv.sh $v makes it)"
+	done
+	return 1
+}
 torch_suite 1.13 /usr/bin/python3
 py213_ok=0
-if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
-	py213_ok=1
-	torch_suite 2.13 "$py213"
-else
-	for ((i = 0; i < per_torch; i++)); do
-		skip "torch 2.13: no interpreter at $py213 (tools/scripts/torch-venv.sh 2.13 makes it)"
-	done
+torch_at 2.13 "$py213" && py213_ok=1
+py215_ok=0
+torch_at 2.15 "$py215" && py215_ok=1
+
+# the rule for a torch newer than any hpct was checked with: torch 2.15
+# whose version.py says 2.16.0 (a copy of its package folder, every entry
+# a link to 2.15's but version.py, first on PYTHONPATH), which the shim
+# serves on 2.15's protocol, each rank saying so in one line; its
+# connections speak that protocol, so the job runs as 2.15's does
+if want newer 2.15 1; then
+	name="torch 2.15 calling itself 2.16.0: served on 2.15's protocol, one line a rank, N=4, 2 incarnations"
+	if [ "$py215_ok" = 1 ]; then
+		site=$("$py215" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+		mkdir -p "$dir/newer/torch"
+		for f in "$site"/torch/*; do
+			[ "${f##*/}" = version.py ] || ln -s "$f" "$dir/newer/torch/"
+		done
+		sed "s/^__version__ = .*/__version__ = '2.16.0'/" "$site/torch/version.py" >"$dir/newer/torch/version.py"
+		next_port
+		PYTHONPATH=$dir/newer JOB_HOLD_MASTER=1 JOB_INCARNATIONS=2 timeout 300 "$run" -n 4 --rootless \
+			--master-port "$port" -- "$py215" "$job" >"$dir/newer.log" 2>&1
+		lines=$(grep -c "^hpct: torch 2.16.0 at $dir/newer/torch is newer than the releases hpct was checked with (torch 1.13 and 2.4 to 2.15): its TCPStore is served on the newest one's protocol" "$dir/newer.log")
+		if [ "$lines" != 4 ]; then
+			not_ok "$name" "$lines ranks said so, not 4" "$(grep -v 'HPCT WARN store: wait' "$dir/newer.log" | tail -8)"
+		else
+			check_ranks "$name" 4 yes "$dir/newer.log"
+		fi
+	else
+		skip "$name: no torch 2.15 at $py215"
+	fi
 fi
 
 # the benchmark of the issue, smallest size: both paths, both torches, both

@@ -7,7 +7,7 @@
  * hpct_preload_store_routed().  Each case is one process (the shim decides
  * once per process), ports from slot k of this program's range: MASTER_PORT
  * at its start, then hpct's store (4 ports) and world (HPCT_PORT_BASE, 4
- * ports); slots 0-9, and 10-33 for ranks started together.  Paths from
+ * ports); slots 0-9 and 31-33, and 10-30 for ranks started together.  Paths from
  * the environment:
  * HPCT_TORCH_FAKE_RANK, HPCT_TORCH_FAKE_LIB (libtorch_fake.so),
  * HPCT_TORCH_FAKE_C (the module), HPCT_PRELOAD (and HPCT_PRELOAD_FIRST,
@@ -39,7 +39,8 @@ struct rank_case {
 	const char *from;     /* "lib" (libtorch_fake.so), "self", "parent" */
 	const char *rootless; /* HPCT_USE_ROOTLESS, NULL: unset */
 	int rank;             /* RANK=0 and friends, or no rank variable at all */
-	const char *proto;    /* what to ask a served connection: "2" or "1.13" */
+	const char *proto;    /* what to ask a served connection: "2", "1.13", or
+	                       * what it must refuse: "2-unknown-op", "2-no-validate" */
 };
 
 struct outcome {
@@ -263,7 +264,7 @@ static void expect_unknown(const struct rank_case *c)
 	char want[1024];
 	snprintf(want, sizeof(want),
 	         "hpct: torch %s at %s/torch: its TCPStore protocol is not one hpct serves "
-	         "(torch 1.13 and 2.4 to 2.14): PyTorch keeps its own TCPStore\n",
+	         "(torch 1.13 and 2.4 to 2.15): PyTorch keeps its own TCPStore\n",
 	         c->version, o.dir);
 	cr_expect_str_eq(o.err, want, "torch %s: stderr", c->version);
 }
@@ -278,9 +279,63 @@ static void expect_served(const struct rank_case *c)
 	cr_expect_null(strstr(o.err, "PyTorch keeps"), "torch %s: stderr:\n%s", c->version, o.err);
 }
 
-Test(torch_fake, unknown_2_99_passed)
+/* A torch newer than every release known: served on the newest protocol,
+ * one line saying so, and `warn` (a refusal: a part of its line) among
+ * what it logged, or none. */
+static void expect_newer(const struct rank_case *c, const char *warn)
 {
-	expect_unknown(&(struct rank_case){ 0, "2.99.0", "lib", "1", 1, "2" });
+	struct outcome o;
+	run(c, &o);
+	cr_expect_str_eq(o.out, "listener=0 answered=1 routed=1\n", "torch %s (%s): %s", c->version,
+	                 c->proto, o.err);
+	char want[1024];
+	snprintf(want, sizeof(want),
+	         "hpct: torch %s at %s/torch is newer than the releases hpct was checked with "
+	         "(torch 1.13 and 2.4 to 2.15): its TCPStore is served on the newest one's "
+	         "protocol while its connections speak it (a connection that does not is closed, "
+	         "saying so; HPCT_USE_ROOTLESS=0 keeps PyTorch's own)\n",
+	         c->version, o.dir);
+	cr_expect(strncmp(o.err, want, strlen(want)) == 0, "torch %s: stderr, not first:\n%s\n%s",
+	          c->version, want, o.err);
+	if (warn)
+		cr_expect_not_null(strstr(o.err, warn), "torch %s (%s): stderr, without '%s':\n%s",
+		                   c->version, c->proto, warn, o.err);
+	else
+		cr_expect_null(strstr(o.err, "WARN"), "torch %s: stderr:\n%s", c->version, o.err);
+}
+
+Test(torch_fake, newer_2_99_served_with_a_line)
+{
+	expect_newer(&(struct rank_case){ 0, "2.99.0", "lib", "1", 1, "2" }, NULL);
+}
+
+/* A command no known torch has: the connection closed at once (PyTorch's
+ * client raises), said with what to do. */
+Test(torch_fake, newer_unknown_command_closed)
+{
+	expect_newer(&(struct rank_case){ 32, "3.0.0", "lib", "1", 1, "2-unknown-op" },
+	             "sent command 40, which torch newer than 2.15 (served on 2.4-2.15's protocol)'s "
+	             "TCPStore protocol does not have: connection closed (this torch's TCPStore "
+	             "protocol is not the one hpct knows: HPCT_USE_ROOTLESS=0 runs PyTorch's own "
+	             "store");
+}
+
+/* A handshake other than 2.x's (VALIDATE first): closed, said. */
+Test(torch_fake, newer_other_handshake_closed)
+{
+	expect_newer(&(struct rank_case){ 33, "2.16.0a0+git1234", "lib", "1", 1, "2-no-validate" },
+	             "began with command 13, not VALIDATE as torch newer than 2.15");
+}
+
+/* A known release is held to its own table as strictly. */
+Test(torch_fake, known_unknown_command_closed)
+{
+	struct outcome o;
+	run(&(struct rank_case){ 31, "2.15.0+cu132", "lib", "1", 1, "2-unknown-op" }, &o);
+	cr_expect_str_eq(o.out, "listener=0 answered=1 routed=1\n", "%s", o.err);
+	cr_expect_not_null(strstr(o.err, "sent command 40, which torch 2.4-2.15's TCPStore protocol "
+	                                 "does not have: connection closed\n"),
+	                   "stderr:\n%s", o.err);
 }
 
 Test(torch_fake, unknown_2_2_passed)
@@ -346,7 +401,7 @@ Test(torch_fake, child_of_rank_passed)
  * are all served: none takes a sibling's look at the parent for a mark. */
 Test(torch_fake, ranks_started_together_served)
 {
-	enum { N = 24 };
+	enum { N = 21 }; /* slots 10-30 */
 	struct outcome *o = calloc(N, sizeof(*o));
 	cr_assert(o);
 	pid_t kids[N];

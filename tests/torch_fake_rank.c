@@ -1,7 +1,7 @@
 /* torch_fake_rank: a PyTorch rank's first TCPStore connection, without
  * torch, for tests/test_torch_fake.c (run under libhpct_preload.so).
  *
- *   torch_fake_rank lib|self|parent PORT /path/torch/_C.<...>.so /path/libtorch_fake.so 2|1.13
+ *   torch_fake_rank lib|self|parent PORT /path/torch/_C.<...>.so /path/libtorch_fake.so PROTO
  *
  * Listens on 127.0.0.1:PORT itself (MASTER_PORT: where a TCPStore server
  * would be), loads the fake _C module (for the version the shim reads) and
@@ -9,7 +9,9 @@
  * from this program (self).  A connection that did not reach its own
  * listener is asked something in the store protocol given: 2 (VALIDATE,
  * then PING, whose nonce must come back) or 1.13 (GETNUMKEYS, whose i64
- * must come back).  Prints one line:
+ * must come back); or told something it must refuse by closing the
+ * connection at once: 2-unknown-op (VALIDATE, then command 40, which no
+ * torch has), 2-no-validate (PING before VALIDATE).  Prints one line:
  *
  *   listener=<0|1> answered=<0|1> routed=<hpct_preload_store_routed()>
  *
@@ -66,14 +68,39 @@ static int read_all(int fd, void *buf, size_t n, long until)
 	return 0;
 }
 
+/* 1 when the server closes fd before the deadline, sending nothing: an
+ * EOF, or a reset where it closed with the rest of a request unread. */
+static int closed_on(int fd, long until)
+{
+	char b;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	long left = until - now_ms();
+	if (left <= 0 || poll(&p, 1, (int)left) != 1)
+		return 0;
+	ssize_t r = read(fd, &b, 1);
+	return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
 /* Asks the store a question whose answer this client can check. */
 static int ask(int fd, const char *proto)
 {
 	long until = now_ms() + DEADLINE_MS;
 	unsigned char req[10];
 	size_t len;
+	uint32_t magic = 0x3C85F7CEu;
+	if (strcmp(proto, "2-unknown-op") == 0) {
+		req[0] = 0; /* VALIDATE */
+		memcpy(req + 1, &magic, 4);
+		req[5] = 40; /* no torch's command */
+		return write(fd, req, 6) == 6 && closed_on(fd, until);
+	}
+	if (strcmp(proto, "2-no-validate") == 0) {
+		req[0] = 13; /* PING first */
+		memcpy(req + 1, &magic, 4);
+		return write(fd, req, 5) == 5 && closed_on(fd, until);
+	}
 	if (strcmp(proto, "2") == 0) {
-		uint32_t magic = 0x3C85F7CEu, nonce = 0x5eed1234u;
+		uint32_t nonce = 0x5eed1234u;
 		req[0] = 0; /* VALIDATE, no reply */
 		memcpy(req + 1, &magic, 4);
 		req[5] = 13; /* PING: the nonce comes back */
@@ -96,9 +123,10 @@ int main(int argc, char **argv)
 {
 	if (argc != 6 ||
 	    (strcmp(argv[1], "lib") && strcmp(argv[1], "self") && strcmp(argv[1], "parent")) ||
-	    (strcmp(argv[5], "2") && strcmp(argv[5], "1.13")))
-		return fail("usage",
-		            "torch_fake_rank lib|self|parent PORT _C.so libtorch_fake.so 2|1.13");
+	    (strcmp(argv[5], "2") && strcmp(argv[5], "1.13") && strcmp(argv[5], "2-unknown-op") &&
+	     strcmp(argv[5], "2-no-validate")))
+		return fail("usage", "torch_fake_rank lib|self|parent PORT _C.so libtorch_fake.so "
+		                     "2|1.13|2-unknown-op|2-no-validate");
 	int port = atoi(argv[2]);
 
 	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -1,7 +1,8 @@
 /* libhpct_preload.so: under LD_PRELOAD with HPCT_USE_ROOTLESS=1, an
  * unmodified program's NCCL ids are derived and its roots gone (the NCCL
  * half, preload_nccl.c), and a PyTorch rank's TCPStore connections are
- * served in the process, for torch 1.13 and 2.4 to 2.14 alike (the
+ * served in the process, for torch 1.13 and 2.4 to 2.15 alike, and newer
+ * ones whose connections speak 2.15's protocol (the
  * PyTorch half: torch_route.c decides, torch_socket.c takes libtorch's
  * connections, torch_store.c serves them).  This file: the process both
  * halves share.

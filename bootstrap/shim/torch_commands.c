@@ -501,9 +501,9 @@ static int do_validate(struct conn *c)
 		return rc;
 	if (magic != MAGIC) {
 		HPCT_WARN(HPCT_SUB_NET,
-		          "torch store: client %s: VALIDATE with magic 0x%08x, not 0x%08x: "
-		          "connection closed",
-		          c->peer, magic, MAGIC);
+		          "torch store: client %s: VALIDATE with magic 0x%08x, not 0x%08x (torch "
+		          "%s): connection closed%s",
+		          c->peer, magic, MAGIC, c->p->name, hpct__torch_proto_advice(c->p));
 		return HPCT_EPROTO;
 	}
 	return 0;
@@ -594,8 +594,8 @@ static int refuse(struct conn *c, enum op op, unsigned code)
 	else
 		hpct__log(HPCT_LOG_WARN, HPCT_SUB_NET,
 		          "torch store: client %s sent command %u, which torch %s's TCPStore "
-		          "protocol does not have: connection closed",
-		          c->peer, code, c->p->name);
+		          "protocol does not have: connection closed%s",
+		          c->peer, code, c->p->name, hpct__torch_proto_advice(c->p));
 	return HPCT_EPROTO;
 }
 

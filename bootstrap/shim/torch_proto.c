@@ -71,47 +71,76 @@ static const struct hpct_torch_proto proto_113 = {
 	.interrupted = interrupted_113,
 };
 
+/* 2.4 to 2.15's commands (2.15's QueryType and magic are 2.13's, read
+ * from its wheel's c10d/store/TCPStoreBackend.hpp) */
+#define OPS_2                                                                              \
+	{ [0] = OP_VALIDATE, [1] = OP_SET,     [2] = OP_CAS,     [3] = OP_GET,     [4] = OP_ADD,   \
+	  [5] = OP_CHECK,    [6] = OP_WAIT,    [7] = OP_NUMKEYS, [8] = OP_DELETE,  [9] = OP_APPEND, \
+	  [10] = OP_MGET,    [11] = OP_MSET,   [12] = OP_CANCEL, [13] = OP_PING,   [14] = OP_QPUSH, \
+	  [15] = OP_QPOP,    [16] = OP_QLEN,   [17] = OP_LIST,   [18] = OP_BARRIER }
+
 static const struct hpct_torch_proto proto_2 = {
-	.name = "2.4-2.14",
-	.ops = { [0] = OP_VALIDATE,
-	         [1] = OP_SET,
-	         [2] = OP_CAS,
-	         [3] = OP_GET,
-	         [4] = OP_ADD,
-	         [5] = OP_CHECK,
-	         [6] = OP_WAIT,
-	         [7] = OP_NUMKEYS,
-	         [8] = OP_DELETE,
-	         [9] = OP_APPEND,
-	         [10] = OP_MGET,
-	         [11] = OP_MSET,
-	         [12] = OP_CANCEL,
-	         [13] = OP_PING,
-	         [14] = OP_QPUSH,
-	         [15] = OP_QPOP,
-	         [16] = OP_QLEN,
-	         [17] = OP_LIST,
-	         [18] = OP_BARRIER },
+	.name = "2.4-2.15",
+	.ops = OPS_2,
 	.validates = 1,
 	.barrier_shortcut = 0,
 	.gloo_imported = 0,
 	.interrupted = interrupted_2,
 };
 
-/* torch versions -> protocols: 1.13.x, and 2.4 (VALIDATE, every 2.x
- * command above; 2.14's QueryType and magic are 2.13's, read from its
- * c10d/store/TCPStoreBackend.hpp) through 2.14, the newest checked here.  2.0-2.3 sent a
- * magic with every request: not served. */
+/* A torch newer than every release hpct was checked with: served on the
+ * newest known protocol while its connections speak it.  Each one's
+ * handshake (VALIDATE and its magic first) and every command are checked
+ * against that table, and one that does not match is closed, naming the
+ * command: PyTorch's client raises at once, never a hang or a guess. */
+static const struct hpct_torch_proto proto_newer = {
+	.name = "newer than 2.15 (served on 2.4-2.15's protocol)",
+	.ops = OPS_2,
+	.validates = 1,
+	.barrier_shortcut = 0,
+	.gloo_imported = 0,
+	.newer = 1,
+	.interrupted = interrupted_2,
+};
+
+/* torch releases -> protocols, oldest first: 1.13.x, and 2.4 (VALIDATE,
+ * every 2.x command above) through 2.15, the newest checked here.  2.0-2.3
+ * sent a magic with every request, and 1.12 and older had no CANCEL of a
+ * WAIT: not served.  Anything newer than the last row: proto_newer. */
+static const struct {
+	int major, lo, hi;
+	const struct hpct_torch_proto *proto;
+} releases[] = {
+	{ 1, 13, 13, &proto_113 },
+	{ 2, 4, 15, &proto_2 },
+};
+#define NRELEASES (sizeof(releases) / sizeof(releases[0]))
+
 const struct hpct_torch_proto *hpct__torch_proto_for(const char *version)
 {
 	int major = 0, minor = 0;
 	if (!version || sscanf(version, "%d.%d", &major, &minor) != 2)
 		return NULL;
-	if (major == 1 && minor == 13)
-		return &proto_113;
-	if (major == 2 && minor >= 4 && minor <= 14)
-		return &proto_2;
+	for (size_t i = 0; i < NRELEASES; i++)
+		if (major == releases[i].major && minor >= releases[i].lo && minor <= releases[i].hi)
+			return releases[i].proto;
+	const int newest_major = releases[NRELEASES - 1].major, newest = releases[NRELEASES - 1].hi;
+	if (major > newest_major || (major == newest_major && minor > newest))
+		return &proto_newer;
 	return NULL;
+}
+
+int hpct__torch_proto_newer(const struct hpct_torch_proto *p)
+{
+	return p->newer;
+}
+
+const char *hpct__torch_proto_advice(const struct hpct_torch_proto *p)
+{
+	return p->newer ? " (this torch's TCPStore protocol is not the one hpct knows: "
+	                  "HPCT_USE_ROOTLESS=0 runs PyTorch's own store, and a newer hpct may "
+	                  "know it)"
+	                : "";
 }
 
 int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *p)
@@ -121,7 +150,7 @@ int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *p)
 
 const char *hpct__torch_protos_known(void)
 {
-	return "1.13 and 2.4 to 2.14";
+	return "1.13 and 2.4 to 2.15";
 }
 
 /* ------------------------------------------------------------ wire */

@@ -13,7 +13,10 @@
  *     started by one (an ancestor process holds the rank marker, an
  *     abstract socket named by its pid and start time);
  *   - a torch whose protocol hpct knows (torch/version.py beside the
- *     torch/_C module in this process, else libtorch_cpu's soname);
+ *     torch/_C module in this process, else libtorch_cpu's soname), or
+ *     one newer than every release known: served on the newest protocol,
+ *     said in one line, each connection's handshake and commands checked
+ *     against it (torch_proto.c);
  *   - a node list to derive the world from (hpct__rootless_possible).
  * Then the world is made (shared with the NCCL half), the store served,
  * and on torch 1.13 Gloo's connectFullMesh in libtorch_cpu redirected to
@@ -206,6 +209,14 @@ static const struct hpct_torch_proto *torch_proto(char *ver, size_t vlen, char *
 		         "torch %s%s%s: its TCPStore protocol is not one hpct serves (torch %s)",
 		         ver[0] ? ver : "of unknown version", where[0] ? " at " : "", where,
 		         hpct__torch_protos_known());
+	else if (hpct__torch_proto_newer(proto))
+		/* one line a process: served, on trial (each connection checked) */
+		fprintf(stderr,
+		        "hpct: torch %s at %s is newer than the releases hpct was checked with "
+		        "(torch %s): its TCPStore is served on the newest one's protocol while its "
+		        "connections speak it (a connection that does not is closed, saying so; "
+		        "HPCT_USE_ROOTLESS=0 keeps PyTorch's own)\n",
+		        ver, where, hpct__torch_protos_known());
 	return proto;
 }
 

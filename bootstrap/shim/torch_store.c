@@ -180,7 +180,7 @@ int hpct__torch_ensure_store(struct conn *c, int begins)
 }
 
 /* PyTorch's own keys: under "default_pg/", the prefix init_process_group
- * puts on its store (1.13 to 2.14), at the start or past a user's prefix
+ * puts on its store (1.13 to 2.15), at the start or past a user's prefix
  * (NVRx's "<iteration>/default_pg/...").  They live per incarnation, so a
  * second init_process_group never reads the first's (stock does whenever
  * rank 0's server outlives the first: pytorch#55967); no framework reads
@@ -314,9 +314,8 @@ static void *serve(void *arg)
 		if (first && c->p->validates && op != OP_VALIDATE) {
 			HPCT_WARN(HPCT_SUB_NET,
 			          "torch store: client %s began with command %u, not VALIDATE as "
-			          "torch "
-			          "%s does: connection closed",
-			          c->peer, code, c->p->name);
+			          "torch %s does: connection closed%s",
+			          c->peer, code, c->p->name, hpct__torch_proto_advice(c->p));
 			break;
 		}
 		first = 0;

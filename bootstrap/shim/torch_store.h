@@ -1,6 +1,6 @@
 /* PyTorch's TCPStore served inside a rank (torch_store.c; its wire and
  * protocol tables torch_proto.c, its commands torch_commands.c): the wire
- * protocol of torch 1.13 and of 2.4 to 2.14 answered on a loopback
+ * protocol of torch 1.13 and of 2.4 to 2.15 (and newer, checked) answered on a loopback
  * listener of this process, each command done on hpct's rootless store
  * (keys on their home ranks).  torch_socket.c sends a rank's store
  * connections here; nothing reaches MASTER_ADDR:MASTER_PORT. */
@@ -15,12 +15,16 @@
 struct hpct_torch_proto;
 
 /* The protocol of a torch version ("1.13.1", "2.13.0+cpu"), or NULL when
- * hpct does not know it. */
+ * hpct does not serve it (older than 1.13, 2.0 to 2.3, no version).  A
+ * version newer than every release hpct knows gets the newest protocol,
+ * checked on each connection (hpct__torch_proto_newer says so). */
 const struct hpct_torch_proto *hpct__torch_proto_for(const char *version);
+/* 1 for that newer torch's protocol. */
+int hpct__torch_proto_newer(const struct hpct_torch_proto *proto);
 /* Does that torch's libtorch import Gloo's connectFullMesh (1.13), so that
  * hpct's Gloo connect can take its place? */
 int hpct__torch_proto_gloo_imported(const struct hpct_torch_proto *proto);
-/* "1.13", "2.4-2.14": the versions hpct serves, for messages. */
+/* "1.13 and 2.4 to 2.15": the versions hpct serves, for messages. */
 const char *hpct__torch_protos_known(void);
 
 /* Starts the listener and its thread (once): clients of protocol `proto`

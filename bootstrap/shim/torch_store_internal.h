@@ -60,10 +60,16 @@ struct hpct_torch_proto {
 	/* libtorch imports Gloo's connectFullMesh (Debian's 1.13 and its
 	 * libgloo.so.0): hpct's Gloo connect can take its GOT slot */
 	int gloo_imported;
+	/* a torch newer than every release hpct knows, on the newest table */
+	int newer;
 	/* the client spoke during a WAIT: 1 when it canceled (the reply is
 	 * sent), 0 when the WAIT is dropped unanswered, <0 on error */
 	int (*interrupted)(struct conn *c);
 };
+
+/* What a refused connection's line adds for a newer torch: that its
+ * protocol changed, and what to do ("" for a known one). */
+const char *hpct__torch_proto_advice(const struct hpct_torch_proto *p);
 
 /* the keys of a request, in its order */
 struct keys {

@@ -5,7 +5,9 @@
 # torch 2.13.0 from PyPI in a venv in a cache outside the tree (HPCT_CACHE,
 # default ~/.cache/hpct), made once and reused when present; 2.14 the CUDA
 # build of torch 2.14.1 in another (its ProcessGroupNCCL, run through the
-# stand-in driver of tests/standin where no GPU is).  Only those pinned
+# stand-in driver of tests/standin where no GPU is); 2.15 torch 2.15.0's
+# (CUDA 13.2; its nccl2 backend), its NVIDIA libraries hard-linked with
+# 2.14.1's where the versions agree (hpct_venv_share).  Only those pinned
 # versions: a plain `pip install torch` takes whatever CUDA build is newest.
 
 # hpct_venv_make LABEL DIR: makes the venv DIR unless it is there
@@ -57,6 +59,41 @@ hpct_venv_pip() {
 	return 1
 }
 
+# hpct_venv_share CACHE DIR: the files of DIR's NVIDIA wheels (nvidia/*)
+# that another torch venv in CACHE holds at the same version become one
+# file (hard links): pip installs each venv's copy, and 2.14.1 and 2.15.0
+# share NCCL 2.30.7, cuSPARSELt and nvJitLink (about 500 MB).
+hpct_venv_share() {
+	local cache=$1 dir=$2
+	"$dir/bin/python" - "$cache" "$dir" <<-'EOF' || true
+		import filecmp, glob, os, sys
+		cache, mine = sys.argv[1], os.path.realpath(sys.argv[2])
+		def dists(venv):
+		    return {os.path.basename(d): d for d in glob.glob(venv + "/lib/python*/site-packages/nvidia_*.dist-info")}
+		ours = dists(mine)
+		saved = 0
+		for other in glob.glob(cache + "/venv-*"):
+		    other = os.path.realpath(other)
+		    if other == mine:
+		        continue
+		    for name, d in dists(other).items():
+		        if name not in ours:
+		            continue  # another version, or not there
+		        site_o, site_m = os.path.dirname(d), os.path.dirname(ours[name])
+		        for line in open(os.path.join(d, "RECORD")):
+		            rel = line.split(",")[0]
+		            a, b = os.path.join(site_o, rel), os.path.join(site_m, rel)
+		            if (rel.startswith("nvidia/") and os.path.isfile(a) and os.path.isfile(b)
+		                    and not os.path.samefile(a, b) and filecmp.cmp(a, b, shallow=False)):
+		                tmp = b + ".hpct-link"
+		                os.link(a, tmp)
+		                os.replace(tmp, b)
+		                saved += os.path.getsize(a)
+		print("hpct: %s: %d MB of NVIDIA libraries shared with the other torch venvs (hard links)"
+		      % (mine, saved >> 20), file=sys.stderr)
+	EOF
+}
+
 # hpct_torch_python VERSION: prints the interpreter (1.13, 2.13 or 2.13.0).
 # Returns 1 with a line on stderr naming the version and the cause; returns
 # 2 when pip could not reach the registry (a skip, not a failure).
@@ -67,8 +104,9 @@ hpct_torch_python() {
 	1.13) want=1.13 ;;
 	2.13 | 2.13.0) want=2.13 full=2.13.0 build="CPU build" ;;
 	2.14 | 2.14.1) want=2.14 full=2.14.1 build="CUDA 13 build, about 5.5 GB: its NCCL 2.30.7" ;;
+	2.15 | 2.15.0) want=2.15 full=2.15.0 build="CUDA 13.2 build, about 5.4 GB: its NCCL 2.30.7" ;;
 	*)
-		echo "hpct: torch $ver: want 1.13 (Debian's python3-torch), 2.13 or 2.14 (a venv)" >&2
+		echo "hpct: torch $ver: want 1.13 (Debian's python3-torch), 2.13, 2.14 or 2.15 (a venv)" >&2
 		return 1
 		;;
 	esac
@@ -103,7 +141,11 @@ hpct_torch_python() {
 	esac
 	hpct_venv_make "torch $full" "$dir" || return 1
 	echo "hpct: torch $full: installing it ($build) and numpy into $dir" >&2
-	hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
+	# a machine's pip configuration may cap torch below the release wanted
+	# (this kind's caps it at 2.14.1): the pinned version is asked for
+	# exactly, so the venv's install ignores it
+	PIP_CONFIG_FILE=/dev/null hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
+	hpct_venv_share "$cache" "$dir"
 	got=$("$py" -c 'import torch; print(torch.__version__)' 2>&1) || {
 		echo "hpct: torch $full: installed, but $py cannot import it: $(echo "$got" | tail -n 1)" >&2
 		return 1
@@ -147,7 +189,7 @@ hpct_frameworks_python() {
 # run, not sourced: print the interpreter for $1
 if [ -n "${BASH_SOURCE:-}" ] && [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	. "$(dirname "$0")/debian-deps.sh"
-	case ${1:?usage: tools/scripts/torch-venv.sh 1.13|2.13|2.14|frameworks} in
+	case ${1:?usage: tools/scripts/torch-venv.sh 1.13|2.13|2.14|2.15|frameworks} in
 	frameworks) hpct_frameworks_python ;;
 	*) hpct_torch_python "$1" ;;
 	esac
