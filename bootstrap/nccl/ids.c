@@ -229,6 +229,7 @@ int hpct__nccl_comm_init_ids(const struct hpct_nccl_lib *l, struct hpct_world *w
                              int rank, int nid, hpct_nccl_id *ids, void *config, void **comm_out)
 {
 	struct hpct_nccl_comm c;
+	hpct__nccl_result_clear(); /* and hpct__nccl_init_pending's answer */
 	ids_comm(w, ids, nid, nranks, rank, &c);
 	enum hpct_nccl_tier tier = hpct__nccl_tier_for(l, w);
 	/* Tier 2 derives where every comm rank is: only when the comm is the

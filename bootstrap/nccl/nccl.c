@@ -439,6 +439,7 @@ HPCT_API int hpct_nccl_derive_ids(hpct_group *g, uint64_t key, hpct_nccl_id *ids
  * failed before NCCL was called): the preload shim returns it as NCCL
  * would have. */
 static _Thread_local int last_nccl_result;
+static _Thread_local int init_pending; /* NCCL answered ncclInProgress */
 
 int hpct__nccl_last_result(void)
 {
@@ -493,6 +494,12 @@ static int nccl_failed(const struct hpct_nccl_lib *l, const struct hpct_nccl_com
 void hpct__nccl_result_clear(void)
 {
 	last_nccl_result = 0;
+	init_pending = 0;
+}
+
+int hpct__nccl_init_pending(void)
+{
+	return init_pending;
 }
 
 int hpct__nccl_config_blocks(const void *config)
@@ -533,6 +540,7 @@ int hpct__nccl_init_call(const struct hpct_nccl_lib *l, const struct hpct_nccl_c
 	int res = nid ? l->init_rank_scalable(comm, c->nranks, c->rank, nid, ids, config)
 	              : l->init_rank_config(comm, c->nranks, ids[0], c->rank, config);
 	hpct__nccl_watch_stop(w);
+	init_pending = res == NCCL_IN_PROGRESS;
 	return res;
 }
 

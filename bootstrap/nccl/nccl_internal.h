@@ -136,6 +136,10 @@ HPCT_PRIVATE int hpct__nccl_last_result(void);
  * hpct__nccl_last_result and logged naming rank, comm and NCCL's words
  * (HPCT_ENCCL). */
 void hpct__nccl_result_clear(void);
+/* 1 when the last init call of this thread got ncclInProgress from NCCL (a
+ * non-blocking config): its caller must be told so, not ncclSuccess, and
+ * poll ncclCommGetAsyncError as it would on NCCL's own. */
+HPCT_PRIVATE int hpct__nccl_init_pending(void);
 /* NCCL's init for c: ncclCommInitRankScalable with nid ids, or (nid 0)
  * ncclCommInitRankConfig with ids[0]; a blocking one under a watch
  * (watch.c) that makes it fail past HPCT_TIMEOUT; `roots`, when this

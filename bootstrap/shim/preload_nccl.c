@@ -158,8 +158,11 @@ static int init(void **comm, int nranks, int rank, int nid, hpct_nccl_id *ids, v
 	int rc = hpct__nccl_comm_init_ids(&real, (struct hpct_world *)hpct_preload_world(), nranks,
 	                                  rank, nid, ids, config, comm);
 	hpct_preload_world_unlock();
+	/* a non-blocking config: NCCL's ncclInProgress, as NCCL would answer
+	 * (nccl2's reconfigure then polls; told ncclSuccess, it used the
+	 * communicator before its init ended) */
 	if (rc == 0)
-		return NCCL_SUCCESS;
+		return hpct__nccl_init_pending() ? NCCL_IN_PROGRESS : NCCL_SUCCESS;
 	/* NCCL's own answer when it gave one; else what hpct's failure is to
 	 * NCCL (logged, with the culprit named) */
 	int res = hpct__nccl_last_result();

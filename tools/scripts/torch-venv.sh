@@ -159,28 +159,51 @@ hpct_torch_python() {
 	esac
 }
 
-# hpct_frameworks_python: prints the interpreter of a venv (in the cache,
-# made once) holding torch 2.13.0 (CPU) and the recovery frameworks the
-# tests run: torchft 0.2.0 (its lighthouse binary ships in the wheel) and
-# NVIDIA Resiliency Extension 0.4.1 (--no-deps: its pynvml wants a GPU's
-# driver only when asked; 0.7.0 needs Python 3.12).  Returns as
-# hpct_torch_python.
+# hpct_frameworks_python [2.13|2.15]: prints the interpreter of a venv (in
+# the cache, made once) holding the recovery frameworks the tests run over
+# that torch (2.13 by default): torchft 0.2.0 (its lighthouse binary ships
+# in the wheel) and NVIDIA Resiliency Extension 0.4.1 (--no-deps: its
+# pynvml wants a GPU's driver only when asked; 0.7.0 needs Python 3.12).
+# 2.13: torch 2.13.0 (CPU) installed in it; 2.15: torch 2.15.0 is the one
+# of hpct_torch_python's venv, on its path (a .pth file: nothing of its
+# 5.4 GB copied), the frameworks beside it.  Returns as hpct_torch_python.
 hpct_frameworks_python() {
-	local cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
-	local dir py
-	dir=$cache/venv-frameworks-2.13.0
+	local ver=${1:-2.13} cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
+	local dir py torch_py="" site site_here
+	case $ver in
+	2.13) ;;
+	2.15) torch_py=$(hpct_torch_python 2.15) || return ;;
+	*)
+		echo "hpct: frameworks over torch $ver: want 2.13 or 2.15" >&2
+		return 1
+		;;
+	esac
+	dir=$cache/venv-frameworks-$ver.0
 	py=$dir/bin/python
 	if "$py" -c 'import torch, torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
 		echo "$py"
 		return 0
 	fi
-	hpct_venv_make frameworks "$dir" || return 1
-	echo "hpct: frameworks: installing torch 2.13.0 (CPU), torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 into $dir" >&2
-	hpct_venv_pip frameworks "$dir" torch==2.13.0 numpy torchft==0.2.0 psutil packaging pyyaml \
-		defusedxml nvidia-ml-py || return
-	hpct_venv_pip frameworks "$dir" --no-deps nvidia-resiliency-ext==0.4.1 || return
+	hpct_venv_make "frameworks $ver" "$dir" || return 1
+	if [ -n "$torch_py" ]; then
+		site=$("$torch_py" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') &&
+			site_here=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+			echo "$site" >"$site_here/hpct-torch-$ver.pth" || {
+			echo "hpct: frameworks $ver: cannot put torch $ver's $site on $dir's path" >&2
+			rm -rf "$dir"
+			return 1
+		}
+		echo "hpct: frameworks: installing torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 into $dir, over torch 2.15.0 of $site" >&2
+		PIP_CONFIG_FILE=/dev/null hpct_venv_pip "frameworks $ver" "$dir" torchft==0.2.0 psutil \
+			packaging pyyaml defusedxml nvidia-ml-py || return
+	else
+		echo "hpct: frameworks: installing torch 2.13.0 (CPU), torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 into $dir" >&2
+		hpct_venv_pip "frameworks $ver" "$dir" torch==2.13.0 numpy torchft==0.2.0 psutil packaging \
+			pyyaml defusedxml nvidia-ml-py || return
+	fi
+	hpct_venv_pip "frameworks $ver" "$dir" --no-deps nvidia-resiliency-ext==0.4.1 || return
 	"$py" -c 'import torch, torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null || {
-		echo "hpct: frameworks: installed, but $py cannot import torch, torchft and nvidia_resiliency_ext.inprocess" >&2
+		echo "hpct: frameworks $ver: installed, but $py cannot import torch, torchft and nvidia_resiliency_ext.inprocess" >&2
 		return 1
 	}
 	echo "$py"
@@ -189,8 +212,8 @@ hpct_frameworks_python() {
 # run, not sourced: print the interpreter for $1
 if [ -n "${BASH_SOURCE:-}" ] && [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	. "$(dirname "$0")/debian-deps.sh"
-	case ${1:?usage: tools/scripts/torch-venv.sh 1.13|2.13|2.14|2.15|frameworks} in
-	frameworks) hpct_frameworks_python ;;
+	case ${1:?usage: tools/scripts/torch-venv.sh 1.13|2.13|2.14|2.15|frameworks [2.13|2.15]} in
+	frameworks) hpct_frameworks_python "${2:-2.13}" ;;
 	*) hpct_torch_python "$1" ;;
 	esac
 fi
