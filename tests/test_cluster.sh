@@ -14,13 +14,14 @@
 #   torchrun across the 4 nodes (torch 2.13), 4 workers a node, the PyTorch
 #   job under the shim: c10d (the workers rootless), static (the agent's
 #   store kept, said), and a killed worker restarted by --max-restarts (the
-#   restart benchmark's hpct run: tools/cluster/bench-torchrun-cluster).
+#   restart benchmark's hpct run: tools/cluster/bench-torchrun-cluster);
+#   c10d and the killed worker again on torch 2.15.
 # Needs root; a listed skip otherwise, or without Slurm or Open MPI.
 # Usage: test_cluster.sh CLUSTER RANK RANK_MPI PRELOAD JOB_PY
 set -u
 cluster_tool=$(realpath "$1") rank=$(realpath "$2") rank_mpi=$(realpath "$3") preload=$4 job=$(realpath "$5")
 . "$(dirname "$0")/tap.sh"
-plan=17
+plan=19
 echo "1..$plan"
 skip_all() {
 	while [ $n_test -lt $plan ]; do skip "$1"; done
@@ -233,7 +234,7 @@ torchrun_job() { # tag workers-a-node rdzv-args...
 	for k in 1 2 3 4; do
 		HPCT_USE_ROOTLESS=1 LD_PRELOAD="$preload" HPCT_HOSTS=n1,n2,n3,n4 OMP_NUM_THREADS=1 \
 			JOB_SHOW_SHIM=1 JOB_NO_CHILDREN=1 HPCT_DEBUG=INFO HPCT_DEBUG_SUBSYS=INIT HPCT_TIMEOUT=60 \
-			on "n$k" timeout 300 "$py213" -m torch.distributed.run --nnodes 4 \
+			on "n$k" timeout 300 "${tr_py:-$py213}" -m torch.distributed.run --nnodes 4 \
 			--nproc-per-node "$nproc" "${@/@NODE_RANK@/$((k - 1))}" "$job" >"$dir/$tag.n$k" 2>&1 &
 		pids+=($!)
 	done
@@ -299,6 +300,25 @@ else
 		ok "torchrun --max-restarts 1, a worker killed: all 16 train again in one new world ($(grep -E '^hpct +1' "$dir/bench" | awk '{print $3}') s)"
 	else
 		not_ok "torchrun --max-restarts 1, a worker killed: all 16 train again in one new world" "$(tail -12 "$dir/bench")"
+	fi
+fi
+
+# torch 2.15 (the newest): c10d and a killed worker restarted, as 2.13's
+py215=${HPCT_TORCH_PYTHON_2_15:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.15.0/bin/python}
+if [ ! -x "$py215" ]; then
+	skip "torchrun across nodes: no torch 2.15 ($py215)"
+	skip "torchrun across nodes: no torch 2.15 ($py215)"
+else
+	rc=$(tr_py=$py215 JOB_HOLD_MASTER=1 torchrun_job c10d15 4 --rdzv-backend c10d --rdzv-endpoint n1:29503 --rdzv-id c10d15-$$)
+	torchrun_verdict "torch 2.15: torchrun c10d across 4 nodes (16 workers): the agents' rendezvous and the workers rootless" \
+		c10d15 "$rc" 16 yes "HPCT INFO rootless: rank [0-9]* of 16 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'c10d15-$$@" \
+		10.78.0.1:29503
+	bench_tool=$(dirname "$cluster_tool")/bench-torchrun-cluster
+	if "$bench_tool" --preload "$preload" --python "$py215" --reps 1 --paths hpct >"$dir/bench15" 2>&1 &&
+		grep -Eq '^hpct +1 +[0-9.]+ ' "$dir/bench15"; then
+		ok "torch 2.15: torchrun --max-restarts 1, a worker killed: all 16 train again in one new world ($(grep -E '^hpct +1' "$dir/bench15" | awk '{print $3}') s)"
+	else
+		not_ok "torch 2.15: torchrun --max-restarts 1, a worker killed: all 16 train again in one new world" "$(tail -12 "$dir/bench15")"
 	fi
 fi
 

@@ -15,13 +15,18 @@
 #     Wrapper's, the job's and the monitors' stores are one keyspace), with
 #     rank 2 killed (as stock), and with rank 0 killed, which stock cannot
 #     survive (its store dies with rank 0): every key is on two ranks.
-# Usage: test_frameworks.sh PRELOAD HPCT_RUN; the Python of a venv with
-# torch 2.13.0, torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 in
-# HPCT_FRAMEWORKS_PYTHON (tools/scripts/torch-venv.sh frameworks), else the cache's.
+# Each over torch 2.13 (CPU) and torch 2.15 (CUDA 13.2, its CPU side: the
+# oldest and the newest torch both frameworks install on).
+# Usage: test_frameworks.sh PRELOAD HPCT_RUN; the Pythons of venvs with
+# torchft 0.2.0 and nvidia-resiliency-ext 0.4.1 over torch 2.13.0 and 2.15.0
+# in HPCT_FRAMEWORKS_PYTHON and HPCT_FRAMEWORKS_PYTHON_2_15
+# (tools/scripts/torch-venv.sh frameworks 2.13|2.15), else the cache's.
 # TAP on stdout.
 set -u
 preload=$1
-py=${HPCT_FRAMEWORKS_PYTHON:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-frameworks-2.13.0/bin/python}
+cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
+py213=${HPCT_FRAMEWORKS_PYTHON:-$cache/venv-frameworks-2.13.0/bin/python}
+py215=${HPCT_FRAMEWORKS_PYTHON_2_15:-$cache/venv-frameworks-2.15.0/bin/python}
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 pids=()
@@ -33,12 +38,7 @@ cleanup() {
 trap cleanup EXIT
 . "$here/tap.sh"
 
-echo "1..8"
-if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
-	for i in 1 2 3 4 5 6 7 8; do skip "no torchft and NVRx at $py (tools/scripts/torch-venv.sh frameworks)"; done
-	exit 0
-fi
-lighthouse=$(dirname "$py")/torchft_lighthouse
+echo "1..16"
 export OMP_NUM_THREADS=1 HPCT_TIMEOUT=60
 
 # torchft: lighthouse, then two groups; group $1 exits at step 20 in its
@@ -85,17 +85,6 @@ torchft_verdict() { # tag exiting_group name
 	fi
 }
 
-port=29640
-for path in stock hpct; do
-	for ex in 1 0; do
-		what="group 1 restarted"
-		[ "$ex" = 0 ] && what="the primary group (0) restarted"
-		torchft_run "tf-$path-$ex" "$ex" "$path" "$port"
-		port=$((port + 4))
-		torchft_verdict "tf-$path-$ex" "$ex" "torchft 0.2.0, $path: two replica groups, $what, both reach step 60"
-	done
-done
-
 # NVRx: four ranks started by hand, rank 0's Wrapper store the server at
 # MASTER_PORT; output in $dir/<tag><rank>
 nvrx_run() { # tag path(stock|hpct) port VAR=VALUE...
@@ -128,12 +117,35 @@ nvrx_verdict() { # tag name size ranks...
 	fi
 }
 
-nvrx_run nv-stock-2 stock 29670 JOB_KILL_RANK=2
-nvrx_verdict nv-stock-2 "NVRx 0.4.1, stock: rank 2 killed, the 3 survivors restart in-process and finish" 3 0 1 3
-nvrx_run nv-hpct hpct 29671
-nvrx_verdict nv-hpct "NVRx 0.4.1, hpct: the Wrapper's, the job's and the monitors' stores are one keyspace, all 4 finish" 4 0 1 2 3
-nvrx_run nv-hpct-2 hpct 29672 JOB_KILL_RANK=2
-nvrx_verdict nv-hpct-2 "NVRx 0.4.1, hpct: rank 2 killed, the 3 survivors restart in-process and finish (as stock)" 3 0 1 3
-nvrx_run nv-hpct-0 hpct 29673 JOB_KILL_RANK=0
-nvrx_verdict nv-hpct-0 "NVRx 0.4.1, hpct: rank 0 killed (stock cannot: its store dies with it), the 3 survivors restart in-process and finish" 3 1 2 3
+# frameworks_suite TORCH PY PORT: the 8 tests over that torch, PY its
+# venv's Python, ports from PORT (40 of them)
+frameworks_suite() {
+	local v=$1 i path ex what port=$3
+	py=$2
+	if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
+		for i in 1 2 3 4 5 6 7 8; do skip "torch $v: no torchft and NVRx at $py (tools/scripts/torch-venv.sh frameworks $v)"; done
+		return
+	fi
+	lighthouse=$(dirname "$py")/torchft_lighthouse
+	for path in stock hpct; do
+		for ex in 1 0; do
+			what="group 1 restarted"
+			[ "$ex" = 0 ] && what="the primary group (0) restarted"
+			torchft_run "tf-$path-$ex" "$ex" "$path" "$port"
+			port=$((port + 4))
+			torchft_verdict "tf-$path-$ex" "$ex" "torch $v, torchft 0.2.0, $path: two replica groups, $what, both reach step 60"
+		done
+	done
+	nvrx_run nv-stock-2 stock $((port + 20)) JOB_KILL_RANK=2
+	nvrx_verdict nv-stock-2 "torch $v, NVRx 0.4.1, stock: rank 2 killed, the 3 survivors restart in-process and finish" 3 0 1 3
+	nvrx_run nv-hpct hpct $((port + 21))
+	nvrx_verdict nv-hpct "torch $v, NVRx 0.4.1, hpct: the Wrapper's, the job's and the monitors' stores are one keyspace, all 4 finish" 4 0 1 2 3
+	nvrx_run nv-hpct-2 hpct $((port + 22)) JOB_KILL_RANK=2
+	nvrx_verdict nv-hpct-2 "torch $v, NVRx 0.4.1, hpct: rank 2 killed, the 3 survivors restart in-process and finish (as stock)" 3 0 1 3
+	nvrx_run nv-hpct-0 hpct $((port + 23)) JOB_KILL_RANK=0
+	nvrx_verdict nv-hpct-0 "torch $v, NVRx 0.4.1, hpct: rank 0 killed (stock cannot: its store dies with it), the 3 survivors restart in-process and finish" 3 1 2 3
+}
+
+frameworks_suite 2.13 "$py213" 29640
+frameworks_suite 2.15 "$py215" 29680
 exit $failed

@@ -5,7 +5,8 @@
 # torch 2.13 (HPCT_TORCH_PYTHON_2_13, else the cache tools/scripts/torch-venv.sh
 # fills) and Debian's 1.13: no fault (2 seeds), rank 0 and rank 2 SIGKILLed,
 # rank 2 and rank 0 SIGSTOPped for 10 s (HPCT_TIMEOUT=4), rank 2 exiting
-# cleanly mid-run; PyTorch's own store once (the harness against stock).
+# cleanly mid-run; PyTorch's own store once (the harness against stock);
+# torch 2.15 (HPCT_TORCH_PYTHON_2_15): no fault, rank 0 killed, rank 0 paused.
 # As root, on a cluster of 4 network namespaces (tools/cluster/cluster): a
 # node cut off for 6 s and a node's link slowed (tbf, no netem here).
 # Negative control: the partition (the pause without root) with
@@ -60,7 +61,7 @@ runs() { # label py
 	jep "torch $t: rank 2 exits mid-run" exit "$py" --fault exit:2 --seconds 8 --timeout 4
 }
 
-echo "1..18"
+echo "1..21"
 if got=$("$py213" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.13}" != "$got" ]; then
 	runs 2.13 "$py213"
 	jep "torch 2.13: stock (PyTorch's own store in rank 0), no fault" stock "$py213" --mode stock \
@@ -72,6 +73,19 @@ if got=$("$py113" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ 
 	runs 1.13 "$py113"
 else
 	for i in 1 2 3 4 5 6 7; do skip "torch 1.13: $py113 has no torch 1.13 (python3-torch)"; done
+fi
+
+# torch 2.15, the newest (its CUDA build, on the CPU): one run of each kind
+# of fault that takes a home away (a kill, a pause of rank 0 past the
+# timeout), beside no fault; the rest on 2.13 and 1.13 above
+py215=${HPCT_TORCH_PYTHON_2_15:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.15.0/bin/python}
+if got=$("$py215" -c 'import torch; print(torch.__version__)' 2>/dev/null) && [ "${got#2.15}" != "$got" ]; then
+	jep "torch 2.15: no fault, seed 1" none "$py215" --fault none --seconds 5 --seed 1
+	jep "torch 2.15: rank 0 SIGKILLed" kill "$py215" --fault kill:0 --seconds 8 --timeout 4
+	jep "torch 2.15: rank 0 SIGSTOPped 10 s, HPCT_TIMEOUT=4" pause "$py215" --fault pause:0:10 --seconds 16 \
+		--fault-at 0.2 --timeout 4
+else
+	for i in 1 2 3; do skip "torch 2.15: no venv at $py215 (tools/scripts/torch-venv.sh 2.15)"; done
 fi
 
 # the cluster: root and network namespaces

@@ -1,7 +1,8 @@
 #!/bin/bash
 # An unmodified PyTorch job (tests/torch/job.py: no hpct import) under one
-# libhpct_preload.so, with Debian's torch 1.13 and with torch 2.13.0 (a CPU
-# venv: HPCT_TORCH_PYTHON_2_13, else the cache tools/scripts/torch-venv.sh fills),
+# libhpct_preload.so, with Debian's torch 1.13, torch 2.13.0 (a CPU venv:
+# HPCT_TORCH_PYTHON_2_13) and torch 2.15.0 (its CUDA 13.2 build, run on the
+# CPU: HPCT_TORCH_PYTHON_2_15), else the cache tools/scripts/torch-venv.sh fills,
 # as a user runs it: through hpct-run --rootless and through
 # python3 -m torch.distributed.run, N = 2, 4, 8, three incarnations of
 # init -> collectives, subgroups, object collectives, the store -> destroy,
@@ -13,13 +14,16 @@
 # others fail, naming it, within HPCT_TIMEOUT; a rank killed while a forked
 # child of it lives on is answered for by its keys' other homes at once.
 # TAP output.
+# Then torch 2.15 calling itself 2.16.0 (a copy of its package folder, links
+# but version.py): served on 2.15's protocol, one line a rank (the rule for
+# releases hpct has not seen).
 # Last, hpct-bench --scenario torch --reinit prints a row per torch,
 # launch (direct, and under the release's own torchrun), path and phase.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 # TORCH_TESTS=TAG,... runs only those parts (the others are listed as
 # skips, so the plan stays the same): reuse, hpct-run, tcp, store, secret,
-# torchrun, stock, killed-init, killed-fork, bench; TORCH_VERSIONS=1.13,2.13
-# the torches (both by default).  Unset, everything runs.
+# torchrun, stock, killed-init, killed-fork, newer, bench; TORCH_VERSIONS=
+# 1.13,2.13,2.15 the torches (all by default).  Unset, everything runs.
 set -u
 run=$1
 preload=$2

@@ -170,6 +170,7 @@ static const struct torch_release {
 } torch_releases[] = {
 	{ "1.13", "1.13", "HPCT_TORCH_PYTHON_1_13", NULL },
 	{ "2.13", "2.13.0", "HPCT_TORCH_PYTHON_2_13", "venv-torch-2.13.0" },
+	{ "2.15", "2.15.0", "HPCT_TORCH_PYTHON_2_15", "venv-torch-2.15.0" },
 };
 
 void bench_cache_python(const char *venv, char *buf, size_t len)
@@ -192,7 +193,7 @@ int bench_torch_find(const char *arg, struct bench_torch *out)
 		    strcmp(arg, torch_releases[i].full) == 0)
 			t = &torch_releases[i];
 	if (!t) {
-		fprintf(stderr, "hpct-bench: --torch %s: want 1.13 (Debian's) or 2.13\n", arg);
+		fprintf(stderr, "hpct-bench: --torch %s: want 1.13 (Debian's), 2.13 or 2.15\n", arg);
 		return -1;
 	}
 	const char *env = getenv(t->env);

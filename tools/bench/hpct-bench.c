@@ -54,7 +54,7 @@ static void usage(FILE *f)
 	        "                  from the survivors or from a file; --ranks 16 by default)\n"
 	        "                  [--nccl LIBNCCL[,LIBNCCL..]] (nccl-root: one table over "
 	        "releases)\n"
-	        "                  [--torch 1.13,2.13] [--reinit] (torch: the releases, "
+	        "                  [--torch 1.13,2.13,2.15] [--reinit] (torch: the releases, "
 	        "and a second\n"
 	        "                  incarnation after destroy_process_group)\n"
 	        "                  [--launch direct,torchrun] (torch: ranks started together, "
