@@ -99,12 +99,13 @@ hpct_venv_share() {
 # 2 when pip could not reach the registry (a skip, not a failure).
 hpct_torch_python() {
 	local ver=$1 cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
-	local want full py dir got build
+	local want full py dir got build uncap=""
 	case $ver in
 	1.13) want=1.13 ;;
 	2.13 | 2.13.0) want=2.13 full=2.13.0 build="CPU build" ;;
 	2.14 | 2.14.1) want=2.14 full=2.14.1 build="CUDA 13 build, about 5.5 GB: its NCCL 2.30.7" ;;
-	2.15 | 2.15.0) want=2.15 full=2.15.0 build="CUDA 13.2 build, about 5.4 GB: its NCCL 2.30.7" ;;
+	2.15 | 2.15.0) want=2.15 full=2.15.0 build="CUDA 13.2 build, about 5.4 GB: its NCCL 2.30.7"
+		uncap=/dev/null ;;
 	*)
 		echo "hpct: torch $ver: want 1.13 (Debian's python3-torch), 2.13, 2.14 or 2.15 (a venv)" >&2
 		return 1
@@ -142,9 +143,13 @@ hpct_torch_python() {
 	hpct_venv_make "torch $full" "$dir" || return 1
 	echo "hpct: torch $full: installing it ($build) and numpy into $dir" >&2
 	# a machine's pip configuration may cap torch below the release wanted
-	# (this kind's caps it at 2.14.1): the pinned version is asked for
-	# exactly, so the venv's install ignores it
-	PIP_CONFIG_FILE=/dev/null hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
+	# (this kind's caps it at 2.14.1, and points pip at the files of 2.13.0
+	# and 2.14.1 on its disk): only 2.15's install ignores it
+	if [ -n "$uncap" ]; then
+		PIP_CONFIG_FILE=$uncap hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
+	else
+		hpct_venv_pip "torch $full" "$dir" "torch==$full" numpy || return
+	fi
 	hpct_venv_share "$cache" "$dir"
 	got=$("$py" -c 'import torch; print(torch.__version__)' 2>&1) || {
 		echo "hpct: torch $full: installed, but $py cannot import it: $(echo "$got" | tail -n 1)" >&2
