@@ -266,6 +266,18 @@ torchrun_verdict() { # name tag rc workers served line [endpoint]
 	[ -z "${7:-}" ] || bad="$bad$(agents_served "$2" "$7")"
 	verdict "$1" "$bad" "$dir/$2"
 }
+# restarted LABEL PY TAG: a worker killed under torchrun --max-restarts 1
+# (tools/cluster/bench-torchrun-cluster's hpct run, torch at PY, its output
+# in $dir/TAG): all 16 train again in one new world
+restarted() {
+	local name="${1}torchrun --max-restarts 1, a worker killed: all 16 train again in one new world"
+	if "$(dirname "$cluster_tool")/bench-torchrun-cluster" --preload "$preload" --python "$2" \
+		--reps 1 --paths hpct >"$dir/$3" 2>&1 && grep -Eq '^hpct +1 +[0-9.]+ ' "$dir/$3"; then
+		ok "$name ($(grep -E '^hpct +1' "$dir/$3" | awk '{print $3}') s)"
+	else
+		not_ok "$name" "$(tail -12 "$dir/$3")"
+	fi
+}
 if [ ! -x "$py213" ]; then
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
@@ -294,13 +306,7 @@ else
 		static "$rc" 16 no "hpct: torchrun's agent holds this job's store (TORCHELASTIC_USE_AGENT_STORE=True)" \
 		10.78.0.1:29501
 	# a worker killed, torchrun restarts them all: the benchmark's hpct run
-	bench_tool=$(dirname "$cluster_tool")/bench-torchrun-cluster
-	if "$bench_tool" --preload "$preload" --python "$py213" --reps 1 --paths hpct >"$dir/bench" 2>&1 &&
-		grep -Eq '^hpct +1 +[0-9.]+ ' "$dir/bench"; then
-		ok "torchrun --max-restarts 1, a worker killed: all 16 train again in one new world ($(grep -E '^hpct +1' "$dir/bench" | awk '{print $3}') s)"
-	else
-		not_ok "torchrun --max-restarts 1, a worker killed: all 16 train again in one new world" "$(tail -12 "$dir/bench")"
-	fi
+	restarted "" "$py213" bench
 fi
 
 # torch 2.15 (the newest): c10d and a killed worker restarted, as 2.13's
@@ -313,13 +319,7 @@ else
 	torchrun_verdict "torch 2.15: torchrun c10d across 4 nodes (16 workers): the agents' rendezvous and the workers rootless" \
 		c10d15 "$rc" 16 yes "HPCT INFO rootless: rank [0-9]* of 16 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'c10d15-$$@" \
 		10.78.0.1:29503
-	bench_tool=$(dirname "$cluster_tool")/bench-torchrun-cluster
-	if "$bench_tool" --preload "$preload" --python "$py215" --reps 1 --paths hpct >"$dir/bench15" 2>&1 &&
-		grep -Eq '^hpct +1 +[0-9.]+ ' "$dir/bench15"; then
-		ok "torch 2.15: torchrun --max-restarts 1, a worker killed: all 16 train again in one new world ($(grep -E '^hpct +1' "$dir/bench15" | awk '{print $3}') s)"
-	else
-		not_ok "torch 2.15: torchrun --max-restarts 1, a worker killed: all 16 train again in one new world" "$(tail -12 "$dir/bench15")"
-	fi
+	restarted "torch 2.15: " "$py215" bench15
 fi
 
 [ $n_test = $plan ] || not_ok "the plan" "$n_test tests run, $plan planned"

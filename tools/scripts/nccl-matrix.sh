@@ -141,6 +141,7 @@ hpct_nccl_matrix() {
 			[ $rc -eq 0 ] || [ $f -gt 0 ] || failed=$((failed + 1))
 			[ $rc -eq 0 ] || sed -n '/^Summary of Failures/,$p; /-------- 8< --------/,/^$/p' "$out" | tail -n 80
 			rm -f "$out"
+			! declare -F note_fails >/dev/null || note_fails "nccl $v" "$dir/meson-logs/matrix-$v.txt"
 			log=$dir/meson-logs/matrix-$v.json
 			# a program whose every test skipped is listed: the release
 			# lacks what it tests (the table's cell says what)
