@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,11 +168,17 @@ struct route {
 	int m[VR_MAX];
 };
 
+/* and the ranks whose store this process's clients reached (seen), the
+ * ones this rank's server has not been told of yet in fresh (nfresh;
+ * pending: there are some) */
 static struct {
 	pthread_mutex_t mu;
 	uint64_t job, epoch;
 	int size;
 	struct route *r;
+	unsigned char *seen;
+	int *fresh, nfresh;
+	atomic_int pending;
 } routes = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 void hpct__store_route_child(void)
@@ -186,15 +193,58 @@ static struct route *table(const struct hpct_world *w)
 	if (!routes.r || routes.job != w->topo.job || routes.epoch != w->topo.epoch ||
 	    routes.size != w->topo.size) {
 		struct route *r = calloc((size_t)w->topo.size, sizeof(*r));
-		if (!r)
+		unsigned char *seen = calloc((size_t)w->topo.size, 1);
+		int *fresh = malloc((size_t)w->topo.size * sizeof(int));
+		if (!r || !seen || !fresh) {
+			free(r);
+			free(seen);
+			free(fresh);
 			return NULL;
+		}
 		free(routes.r);
+		free(routes.seen);
+		free(routes.fresh);
 		routes.r = r;
+		routes.seen = seen;
+		routes.fresh = fresh;
+		routes.nfresh = 0;
+		atomic_store(&routes.pending, 0);
 		routes.job = w->topo.job;
 		routes.epoch = w->topo.epoch;
 		routes.size = w->topo.size;
 	}
 	return routes.r;
+}
+
+/* A client of this process reached rank r's store: it had started. */
+static void reached(const struct hpct_world *w, int r)
+{
+	pthread_mutex_lock(&routes.mu);
+	if (table(w) && !routes.seen[r]) {
+		routes.seen[r] = 1;
+		routes.fresh[routes.nfresh++] = r;
+		atomic_store(&routes.pending, 1);
+	}
+	pthread_mutex_unlock(&routes.mu);
+}
+
+int hpct__store_reached_take(uint64_t job, uint64_t epoch, int size, int *out, int max)
+{
+	if (!atomic_load(&routes.pending))
+		return 0;
+	int n = 0;
+	pthread_mutex_lock(&routes.mu);
+	if (routes.r && routes.job == job && routes.epoch == epoch && routes.size == size) {
+		n = routes.nfresh < max ? routes.nfresh : max;
+		routes.nfresh -= n;
+		memcpy(out, routes.fresh + routes.nfresh, (size_t)n * sizeof(int));
+	} else {
+		routes.nfresh = 0; /* another world's: not this server's */
+	}
+	if (routes.nfresh == 0)
+		atomic_store(&routes.pending, 0);
+	pthread_mutex_unlock(&routes.mu);
+	return n;
 }
 
 static void route_get(const struct hpct_store *s, uint32_t g, struct route *out)
@@ -295,6 +345,7 @@ static int ensure(struct hpct_store *s, int r, double deadline)
 	if (fd < 0)
 		return fd;
 	s->fd[r] = fd;
+	reached(s->w, r);
 	return 0;
 }
 
@@ -362,34 +413,74 @@ static unsigned char *frame(struct hpct_store *s, uint8_t op, const char *key, u
 	return f;
 }
 
-/* Asks the members of g other than `busy` where it stands (WHO): the
- * latest position this process knows (its other requests' too) in *rt. */
-static void who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
+/* WHO of group g at rank r (s->mu held), by `until`: 0 and its POSITION
+ * in *rep (malloc'd), or the failure (the connection is hung up). */
+static int who_at(struct hpct_store *s, uint32_t g, int r, double until, unsigned char **rep,
+                  size_t *rl)
 {
-	unsigned char body[4], *f, *rep;
-	size_t flen, rl;
+	unsigned char body[4], *f;
+	size_t flen;
 	hpct__put32(body, g);
 	uint64_t ns = s->ns;
 	s->ns = 0;
 	f = frame(s, OP_WHO, "", 0, body, 4, NULL, 0, &flen);
 	s->ns = ns;
+	if (!f)
+		return HPCT_ENOMEM;
+	int st = 0, rc = ensure(s, r, until);
+	if (rc == 0 && ((rc = hpct__sock_send_all(s->fd[r], f, flen, until)) != 0 ||
+	                (rc = answer(s, r, until, &st, rep, rl)) != 0))
+		hang_up(s, r);
+	free(f);
+	if (rc == 0 && st != 0) {
+		free(*rep);
+		*rep = NULL;
+		rc = st;
+	}
+	return rc;
+}
+
+/* Asks the members of g other than `busy` where it stands (WHO): the
+ * latest position this process knows (its other requests' too) in *rt. */
+static void who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
+{
 	int n = rt->n, m[VR_MAX];
 	memcpy(m, rt->m, sizeof(m));
-	for (int i = 0; f && i < n; i++) {
-		int r = m[i], st;
-		double until = hpct__now() + WHO_S;
-		if (r == busy || ensure(s, r, until) != 0)
-			continue;
-		if (hpct__sock_send_all(s->fd[r], f, flen, until) != 0 ||
-		    answer(s, r, until, &st, &rep, &rl) != 0) {
-			hang_up(s, r);
-			continue;
-		}
-		if (st == 0)
+	for (int i = 0; i < n; i++) {
+		unsigned char *rep;
+		size_t rl;
+		if (m[i] != busy && who_at(s, g, m[i], hpct__now() + WHO_S, &rep, &rl) == 0) {
 			route_learn(s, g, rep, rl, rt);
-		free(rep);
+			free(rep);
+		}
 	}
-	free(f);
+}
+
+_Static_assert(sizeof(((struct hpct_store_pos *)0)->members) / sizeof(int) == VR_MAX,
+               "hpct_store_pos holds a configuration");
+
+int hpct__store_position(struct hpct_store *s, int rank, uint32_t g, struct hpct_store_pos *out)
+{
+	if (rank < 0 || rank >= s->w->topo.size || g >= (uint32_t)s->w->topo.size)
+		return HPCT_EINVAL;
+	unsigned char *p = NULL;
+	size_t len = 0;
+	pthread_mutex_lock(&s->mu);
+	int rc = who_at(s, g, rank, hpct__now() + hpct__store_cap(s, -1), &p, &len);
+	pthread_mutex_unlock(&s->mu);
+	if (rc)
+		return rc;
+	if (len < 14 || hpct__get32(p) != g || p[13] > VR_MAX || len != 22 + 4 * (size_t)p[13]) {
+		free(p);
+		return HPCT_EPROTO;
+	}
+	*out = (struct hpct_store_pos){ .cfg = hpct__get32(p + 4), .view = hpct__get32(p + 8),
+		                        .status = p[12], .n = p[13] };
+	for (int i = 0; i < out->n; i++)
+		out->members[i] = (int)hpct__get32(p + 14 + 4 * i);
+	out->primary = (int32_t)hpct__get32(p + 14 + 4 * out->n);
+	free(p);
+	return 0;
 }
 
 /* ---- a request, followed ------------------------------------------------ */

@@ -125,6 +125,18 @@ HPCT_PRIVATE int hpct__store_wait_quiet(struct hpct_store *s, const char *const 
  * "3 (host:port), ..." in buf (the first 8); how many.  Probes for 0.3 s
  * at most. */
 HPCT_PRIVATE int hpct__store_unreachable(struct hpct_store *s, char *buf, size_t len);
+/* Where group g stands at rank `rank` (its WHO, asked of that rank alone):
+ * the configuration and view it is in, its status there (vr.h's enum
+ * vr_status: 0 normal, 1 waiting for its data, 2 in a view change, 3 not
+ * a member), the members and the primary it knows (-1: none).  0, or the
+ * failure to ask. */
+struct hpct_store_pos {
+	uint32_t cfg, view;
+	int status, n, primary;
+	int members[8];
+};
+HPCT_PRIVATE int hpct__store_position(struct hpct_store *s, int rank, uint32_t g,
+                                      struct hpct_store_pos *out);
 HPCT_PRIVATE int hpct__store_delete(struct hpct_store *s, const char *key, int *existed_out);
 /* Keys of the namespace, summed over every rank. */
 HPCT_PRIVATE int hpct__store_num_keys(struct hpct_store *s, int64_t *n_out);

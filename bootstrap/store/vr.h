@@ -181,8 +181,9 @@ struct vr_world {
 	int *node_first, *node_ranks; /* CSR: node k's ranks node_ranks[node_first[k]..[k+1]) */
 	/* ranks this rank counts gone (a hint for placement and view changes:
 	 * 1 suspected or dead, 2 left, 3 fenced), and ranks whose store this
-	 * rank reached once (one never reached may not have started yet: it
-	 * is never suspected), both set by the layer above as well */
+	 * rank reached once, its server or its clients (one never reached may
+	 * not have started yet: it is never suspected), both set by the layer
+	 * above as well */
 	unsigned char *gone, *reached;
 	/* why a rank went, for the REJECTs that tell it (the latest few) */
 	struct {
