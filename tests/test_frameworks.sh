@@ -117,10 +117,11 @@ nvrx_verdict() { # tag name size ranks...
 	fi
 }
 
-# frameworks_suite TORCH PY PORT: the 8 tests over that torch, PY its
-# venv's Python, ports from PORT (40 of them)
+# frameworks_suite TORCH PY PORT STOCK: the 8 tests over that torch, PY its
+# venv's Python, ports from PORT (40 of them); STOCK 0: the stock runs
+# (for comparison) are skips, run on the other torch
 frameworks_suite() {
-	local v=$1 i path ex what port=$3
+	local v=$1 i path ex what port=$3 stock=$4
 	py=$2
 	if ! "$py" -c 'import torchft, nvidia_resiliency_ext.inprocess' 2>/dev/null; then
 		for i in 1 2 3 4 5 6 7 8; do skip "torch $v: no torchft and NVRx at $py (tools/scripts/torch-venv.sh frameworks $v)"; done
@@ -131,13 +132,22 @@ frameworks_suite() {
 		for ex in 1 0; do
 			what="group 1 restarted"
 			[ "$ex" = 0 ] && what="the primary group (0) restarted"
+			if [ "$path.$stock" = stock.0 ]; then
+				skip "torch $v, torchft 0.2.0, stock: $what: stock runs on torch 2.15 (for comparison)"
+				port=$((port + 4))
+				continue
+			fi
 			torchft_run "tf-$path-$ex" "$ex" "$path" "$port"
 			port=$((port + 4))
 			torchft_verdict "tf-$path-$ex" "$ex" "torch $v, torchft 0.2.0, $path: two replica groups, $what, both reach step 60"
 		done
 	done
-	nvrx_run nv-stock-2 stock $((port + 20)) JOB_KILL_RANK=2
-	nvrx_verdict nv-stock-2 "torch $v, NVRx 0.4.1, stock: rank 2 killed, the 3 survivors restart in-process and finish" 3 0 1 3
+	if [ "$stock" = 1 ]; then
+		nvrx_run nv-stock-2 stock $((port + 20)) JOB_KILL_RANK=2
+		nvrx_verdict nv-stock-2 "torch $v, NVRx 0.4.1, stock: rank 2 killed, the 3 survivors restart in-process and finish" 3 0 1 3
+	else
+		skip "torch $v, NVRx 0.4.1, stock: rank 2 killed: stock runs on torch 2.15 (for comparison)"
+	fi
 	nvrx_run nv-hpct hpct $((port + 21))
 	nvrx_verdict nv-hpct "torch $v, NVRx 0.4.1, hpct: the Wrapper's, the job's and the monitors' stores are one keyspace, all 4 finish" 4 0 1 2 3
 	nvrx_run nv-hpct-2 hpct $((port + 22)) JOB_KILL_RANK=2
@@ -146,6 +156,7 @@ frameworks_suite() {
 	nvrx_verdict nv-hpct-0 "torch $v, NVRx 0.4.1, hpct: rank 0 killed (stock cannot: its store dies with it), the 3 survivors restart in-process and finish" 3 1 2 3
 }
 
-frameworks_suite 2.13 "$py213" 29640
-frameworks_suite 2.15 "$py215" 29680
+# under the shim on both; stock, for comparison, on the newest
+frameworks_suite 2.13 "$py213" 29640 0
+frameworks_suite 2.15 "$py215" 29680 1
 exit $failed

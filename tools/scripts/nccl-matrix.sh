@@ -21,8 +21,8 @@ declare -A hpct_nccl_tests=(
 # Real NCCL ranks through the stand-in driver (tests/standin): every test of
 # nccl-ranks on a representative few (the oldest and its 64-byte wire, the
 # first of Tier 2 and the 172-byte one, the first of the 176-byte one and
-# of ncclCommGrow, the newest; the default release runs them in the build's
-# own run, and torch-nccl runs PyTorch 2.14's 2.30.7), the shim's PyTorch
+# of ncclCommGrow, the newest; and the default release, nccl_release; and
+# torch-nccl runs PyTorch 2.14's and 2.15's 2.30.7), the shim's PyTorch
 # pattern to Init COMPLETE (nccl-ranks-core) on the rest: all of them on
 # every release would not fit the suite's time.
 hpct_nccl_ranks_full=${HPCT_NCCL_RANKS_FULL:-2.19.3 2.23.4 2.29.3 2.32.3}
@@ -98,12 +98,12 @@ for line in open(sys.argv[1]):
 EOF
 }
 
-# hpct_nccl_matrix BUILDDIR DEFAULT_RELEASE: runs the columns' tests against
-# each release but DEFAULT_RELEASE (whose results come from the build's own
-# run, meson-logs/testlog.json), adds to passed/failed/skipped like
-# run_suite, and prints the table.
+# hpct_nccl_matrix BUILDDIR: runs the columns' tests against each release
+# (the build's own, nccl_release, too: the -Werror build runs the nccl
+# suite only here), adds to passed/failed/skipped like run_suite, and
+# prints the table.
 hpct_nccl_matrix() {
-	local dir=$1 default=$2 v home rc code out log tests col row
+	local dir=$1 v home rc code out log tests col row
 	local rows="" k=0 nrel
 	nrel=$(echo $hpct_nccl_releases | wc -w)
 	for v in $hpct_nccl_releases; do
@@ -111,46 +111,42 @@ hpct_nccl_matrix() {
 		code=$(hpct_nccl_code "$v")
 		tests=""
 		for col in "${hpct_nccl_columns[@]}"; do tests="$tests $(hpct_nccl_col_tests "$col" "$v")"; done
-		if [ "$v" = "$default" ]; then
-			log=$dir/meson-logs/testlog.json
-		else
-			rc=0
-			home=$(hpct_nccl_home "$v") || rc=$?
-			if [ $rc -eq 2 ]; then
-				rows="$rows$(printf '%-8s %s' "$v" "not run: PyPI could not be reached")
+		rc=0
+		home=$(hpct_nccl_home "$v") || rc=$?
+		if [ $rc -eq 2 ]; then
+			rows="$rows$(printf '%-8s %s' "$v" "not run: PyPI could not be reached")
 "
-				skips="$skips  nccl matrix: NCCL $v: PyPI could not be reached
+			skips="$skips  nccl matrix: NCCL $v: PyPI could not be reached
 "
-				skipped=$((skipped + 1))
-				continue
-			elif [ $rc -ne 0 ]; then
-				rows="$rows$(printf '%-8s %s' "$v" "FAILED: no wheel (see above)")
+			skipped=$((skipped + 1))
+			continue
+		elif [ $rc -ne 0 ]; then
+			rows="$rows$(printf '%-8s %s' "$v" "FAILED: no wheel (see above)")
 "
-				failed=$((failed + 1))
-				continue
-			fi
-			echo "== nccl suite against NCCL $v (release $k of $nrel; $home) =="
-			out=$(mktemp)
-			rc=0
-			HPCT_NCCL_LIB=$home/lib/libnccl.so.2 HPCT_NCCL_EXPECT_VERSION=$code \
-				meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 \
-				--logbase "matrix-$v" $tests >"$out" 2>&1 || rc=$?
-			grep -E '^ *[0-9]+/[0-9]+ |^Ok:|^Fail:' "$out" || true
-			count_run "$out"
-			passed=$((passed + p)) failed=$((failed + f)) programs=$((programs + n))
-			[ $rc -eq 0 ] || [ $f -gt 0 ] || failed=$((failed + 1))
-			[ $rc -eq 0 ] || sed -n '/^Summary of Failures/,$p; /-------- 8< --------/,/^$/p' "$out" | tail -n 80
-			rm -f "$out"
-			! declare -F note_fails >/dev/null || note_fails "nccl $v" "$dir/meson-logs/matrix-$v.txt"
-			log=$dir/meson-logs/matrix-$v.json
-			# a program whose every test skipped is listed: the release
-			# lacks what it tests (the table's cell says what)
-			for t in $(hpct_nccl_skipped "$log"); do
-				skips="$skips  nccl matrix: NCCL $v: $t: every test skipped (the release lacks what it tests)
-"
-				skipped=$((skipped + 1))
-			done
+			failed=$((failed + 1))
+			continue
 		fi
+		echo "== nccl suite against NCCL $v (release $k of $nrel; $home) =="
+		out=$(mktemp)
+		rc=0
+		HPCT_NCCL_LIB=$home/lib/libnccl.so.2 HPCT_NCCL_EXPECT_VERSION=$code \
+			meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 \
+			--logbase "matrix-$v" $tests >"$out" 2>&1 || rc=$?
+		grep -E '^ *[0-9]+/[0-9]+ |^Ok:|^Fail:' "$out" || true
+		count_run "$out"
+		passed=$((passed + p)) failed=$((failed + f)) programs=$((programs + n))
+		[ $rc -eq 0 ] || [ $f -gt 0 ] || failed=$((failed + 1))
+		[ $rc -eq 0 ] || sed -n '/^Summary of Failures/,$p; /-------- 8< --------/,/^$/p' "$out" | tail -n 80
+		rm -f "$out"
+		! declare -F note_fails >/dev/null || note_fails "nccl $v" "$dir/meson-logs/matrix-$v.txt"
+		log=$dir/meson-logs/matrix-$v.json
+		# a program whose every test skipped is listed: the release
+		# lacks what it tests (the table's cell says what)
+		for t in $(hpct_nccl_skipped "$log"); do
+			skips="$skips  nccl matrix: NCCL $v: $t: every test skipped (the release lacks what it tests)
+"
+			skipped=$((skipped + 1))
+		done
 		row=$(printf '%-8s' "$v")
 		for col in "${hpct_nccl_columns[@]}"; do
 			row="$row $(printf '%-22s' "$(hpct_nccl_cell "$col" "$code" "$v"): $(hpct_nccl_status "$log" "$col" "$v")")"
