@@ -3,11 +3,11 @@
 # (tools/jepsen/hpct-jepsen, tools/jepsen/lincheck.py): 4 ranks of real
 # PyTorch on this host, 3 client threads each, under the preload, with
 # torch 2.13 (HPCT_TORCH_PYTHON_2_13, else the cache tools/scripts/torch-venv.sh
-# fills), Debian's 1.13 and 2.15 (HPCT_TORCH_PYTHON_2_15): on 1.13 and 2.15,
-# the oldest and the newest, no fault, rank 0 and rank 2 SIGKILLed, rank 2
-# and rank 0 SIGSTOPped for 10 s (HPCT_TIMEOUT=4), rank 2 exiting cleanly
-# mid-run; on 2.13, rank 0 SIGKILLed and PyTorch's own store once (the
-# harness against stock).
+# fills), Debian's 1.13 and 2.15 (HPCT_TORCH_PYTHON_2_15): on 1.13, the
+# oldest, no fault, rank 0 and rank 2 SIGKILLed, rank 2 and rank 0
+# SIGSTOPped for 10 s (HPCT_TIMEOUT=4), rank 2 exiting cleanly mid-run; on
+# 2.15, the newest, no fault, rank 0 killed, rank 0 paused; on 2.13, rank 0
+# SIGKILLed and PyTorch's own store once (the harness against stock).
 # As root, on a cluster of 4 network namespaces (tools/cluster/cluster): a
 # node cut off for 6 s and a node's link slowed (tbf, no netem here).
 # Negative control: the partition (the pause without root) with
@@ -69,16 +69,20 @@ has() {
 	return 1
 }
 
-# every run on the oldest torch (Debian's 1.13) and the newest (2.15, its
-# CUDA build on the CPU); on 2.13, whose wire is 2.15's, a kill beside
-# PyTorch's own store (and the cluster's runs below)
+# every run on the oldest torch (Debian's 1.13); on the newest (2.15, its
+# CUDA build on the CPU, slower to start) rank 0 killed and paused beside
+# no fault; on 2.13, whose wire is 2.15's, a kill beside PyTorch's own
+# store (and the cluster's runs below)
 py215=${HPCT_TORCH_PYTHON_2_15:-${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}/venv-torch-2.15.0/bin/python}
-echo "1..17"
+echo "1..14"
 if has 1.13 "$py113" 6; then
 	runs 1.13 "$py113"
 fi
-if has 2.15 "$py215" 6; then
-	runs 2.15 "$py215"
+if has 2.15 "$py215" 3; then
+	jep "torch 2.15: no fault" none "$py215" --fault none --seconds 5 --seed 1
+	jep "torch 2.15: rank 0 SIGKILLed" kill "$py215" --fault kill:0 --seconds 8 --timeout 4
+	jep "torch 2.15: rank 0 SIGSTOPped 10 s, HPCT_TIMEOUT=4" pause "$py215" --fault pause:0:10 --seconds 16 \
+		--fault-at 0.2 --timeout 4
 fi
 if has 2.13 "$py213" 2; then
 	jep "torch 2.13: rank 0 SIGKILLed" kill "$py213" --fault kill:0 --seconds 8 --timeout 4

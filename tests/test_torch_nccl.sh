@@ -150,8 +150,12 @@ nccl_suite() {
 			"every id derived and the comm is the world: Tier 2 over it, in place of the $((n / 2)) roots"
 	done
 	# shrink_group after a rank is SIGKILLed: survivors' sizes and ranks
-	job k3 4 shrink --rootless --keep-going
-	check_shrink "torch $v $class shrink_group after rank 3 is SIGKILLed, under the shim: 3 survivors, nothing on MASTER_PORT" k3 4 3 shrunk
+	if [ "$v" != 2.15.0 ]; then
+		skip "torch $v $class shrink_group after rank 3 is SIGKILLed: on torch 2.15.0 (rank 0's, the harder, here)"
+	else
+		job k3 4 shrink --rootless --keep-going
+		check_shrink "torch $v $class shrink_group after rank 3 is SIGKILLed, under the shim: 3 survivors, nothing on MASTER_PORT" k3 4 3 shrunk
+	fi
 	job k0 4 shrink --rootless --keep-going -- JOB_VICTIM=0
 	check_shrink "torch $v $class shrink_group after rank 0 is SIGKILLed, under the shim: the survivors shrink and finish" k0 4 0 shrunk
 	# stock, for comparison (on the newest torch): the same job reaches Init

@@ -21,15 +21,16 @@ declare -A hpct_nccl_tests=(
 # Real NCCL ranks through the stand-in driver (tests/standin): every test of
 # nccl-ranks on a representative few (the oldest and its 64-byte wire, the
 # first of Tier 2 and the 172-byte one, the first of the 176-byte one and
-# of ncclCommGrow, the newest; and the default release, nccl_release; and
-# torch-nccl runs PyTorch 2.14's and 2.15's 2.30.7), the shim's PyTorch
+# of ncclCommGrow, the newest; the ASan build runs them all with the
+# default release, and torch-nccl PyTorch 2.14's and 2.15's 2.30.7), the
+# shim's PyTorch
 # pattern to Init COMPLETE (nccl-ranks-core) on the rest: all of them on
 # every release would not fit the suite's time.
 hpct_nccl_ranks_full=${HPCT_NCCL_RANKS_FULL:-2.19.3 2.23.4 2.29.3 2.32.3}
 
 # hpct_nccl_col_tests COLUMN RELEASE: the meson tests of a column there
 hpct_nccl_col_tests() {
-	if [ "$1" = ranks ] && [[ " $hpct_nccl_ranks_full ${nccl_release:-} " != *" $2 "* ]]; then
+	if [ "$1" = ranks ] && [[ " $hpct_nccl_ranks_full " != *" $2 "* ]]; then
 		echo nccl-ranks-core
 	else
 		echo "${hpct_nccl_tests[$1]}"
