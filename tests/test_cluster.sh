@@ -12,10 +12,10 @@
 #   blocks and --map-by node, with MPI_Init after hpct (PMIx shared), one
 #   node, and mpirun inside a Slurm allocation;
 #   torchrun across the 4 nodes, 4 workers a node, the PyTorch job under
-#   the shim: on torch 2.13, c10d with its endpoint where nothing listens
-#   and static (the agent's store kept, said); on torch 2.15, the newest,
-#   c10d (the workers rootless) and a killed worker restarted by
-#   --max-restarts (the restart benchmark's hpct run:
+#   the shim: on torch 2.13, c10d (the workers rootless), c10d with its
+#   endpoint where nothing listens and static (the agent's store kept,
+#   said); on torch 2.15, the newest, c10d and a killed worker restarted
+#   by --max-restarts (the restart benchmark's hpct run:
 #   tools/cluster/bench-torchrun-cluster).
 # Needs root; a listed skip otherwise, or without Slurm or Open MPI.
 # Usage: test_cluster.sh CLUSTER RANK RANK_MPI PRELOAD JOB_PY
@@ -285,9 +285,14 @@ if [ ! -x "$py213" ]; then
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
 	skip "torchrun across nodes: no torch 2.13 ($py213)"
 else
-	# c10d with its endpoint on n1, and a killed worker restarted: on torch
-	# 2.15, the newest, below (2.13's wire is 2.15's)
-	skip "torch 2.13: torchrun c10d across 4 nodes (16 workers): on torch 2.15, the newest, below"
+	# c10d: the agents' rendezvous store served in every agent (n1's own
+	# listener at the endpoint reached by none); the workers make their own
+	# store (the shim asks the agents so), served in every worker:
+	# rootless, nothing on MASTER_PORT
+	rc=$(JOB_HOLD_MASTER=1 torchrun_job c10d 4 --rdzv-backend c10d --rdzv-endpoint n1:29500 --rdzv-id c10d-$$)
+	torchrun_verdict "torchrun c10d across 4 nodes (16 workers): the agents' rendezvous and the workers rootless" \
+		c10d "$rc" 16 yes "HPCT INFO rootless: rank [0-9]* of 16 listening on 10\.78\.0\.[1-4]:[0-9]* over tcp (node [0-3] n[1-4], job 'c10d-$$@" \
+		10.78.0.1:29500
 	# the endpoint a name where nothing listens (ctl, no agent): stock
 	# agents would find no store there; these meet all the same
 	rc=$(torchrun_job noroot 1 --rdzv-backend c10d --rdzv-endpoint ctl:29502 --rdzv-id noroot-$$)
