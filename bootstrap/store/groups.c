@@ -265,10 +265,6 @@ struct vr *sgrp_get(struct ssrv *s, uint32_t g, int create)
 
 double sgrp_tick(struct ssrv *s, double now)
 {
-	int r[64], n;
-	while ((n = hpct__store_reached_take(s->job, s->epoch, s->size, r, 64)) > 0)
-		for (int i = 0; i < n; i++)
-			vr_reached(&s->vw, r[i], now);
 	if (now < s->tick_at)
 		return s->tick_at;
 	double next = now + 3600;

@@ -345,7 +345,7 @@ int speer_hello(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t 
 		return -1;
 	}
 	c->from = from;
-	vr_reached(&s->vw, from, hpct__now());
+	s->vw.reached[from] = 1;
 	return 0;
 }
 
@@ -387,7 +387,7 @@ void speer_connected(struct ssrv *s, double now)
 		p->state = P_UP;
 		p->reached = 1;
 		p->backoff = 0.01;
-		vr_reached(&s->vw, p->rank, now);
+		s->vw.reached[p->rank] = 1;
 		for (int i = 0; i < s->nactive; i++)
 			vr_peer_up(s->grp[s->active[i]], &s->vw, now, p->rank);
 		s->rescan = 1;

@@ -19,7 +19,6 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,17 +167,11 @@ struct route {
 	int m[VR_MAX];
 };
 
-/* and the ranks whose store this process's clients reached (seen), the
- * ones this rank's server has not been told of yet in fresh (nfresh;
- * pending: there are some) */
 static struct {
 	pthread_mutex_t mu;
 	uint64_t job, epoch;
 	int size;
 	struct route *r;
-	unsigned char *seen;
-	int *fresh, nfresh;
-	atomic_int pending;
 } routes = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 void hpct__store_route_child(void)
@@ -193,22 +186,10 @@ static struct route *table(const struct hpct_world *w)
 	if (!routes.r || routes.job != w->topo.job || routes.epoch != w->topo.epoch ||
 	    routes.size != w->topo.size) {
 		struct route *r = calloc((size_t)w->topo.size, sizeof(*r));
-		unsigned char *seen = calloc((size_t)w->topo.size, 1);
-		int *fresh = malloc((size_t)w->topo.size * sizeof(int));
-		if (!r || !seen || !fresh) {
-			free(r);
-			free(seen);
-			free(fresh);
+		if (!r)
 			return NULL;
-		}
 		free(routes.r);
-		free(routes.seen);
-		free(routes.fresh);
 		routes.r = r;
-		routes.seen = seen;
-		routes.fresh = fresh;
-		routes.nfresh = 0;
-		atomic_store(&routes.pending, 0);
 		routes.job = w->topo.job;
 		routes.epoch = w->topo.epoch;
 		routes.size = w->topo.size;
@@ -216,36 +197,6 @@ static struct route *table(const struct hpct_world *w)
 	return routes.r;
 }
 
-/* A client of this process reached rank r's store: it had started. */
-static void reached(const struct hpct_world *w, int r)
-{
-	pthread_mutex_lock(&routes.mu);
-	if (table(w) && !routes.seen[r]) {
-		routes.seen[r] = 1;
-		routes.fresh[routes.nfresh++] = r;
-		atomic_store(&routes.pending, 1);
-	}
-	pthread_mutex_unlock(&routes.mu);
-}
-
-int hpct__store_reached_take(uint64_t job, uint64_t epoch, int size, int *out, int max)
-{
-	if (!atomic_load(&routes.pending))
-		return 0;
-	int n = 0;
-	pthread_mutex_lock(&routes.mu);
-	if (routes.r && routes.job == job && routes.epoch == epoch && routes.size == size) {
-		n = routes.nfresh < max ? routes.nfresh : max;
-		routes.nfresh -= n;
-		memcpy(out, routes.fresh + routes.nfresh, (size_t)n * sizeof(int));
-	} else {
-		routes.nfresh = 0; /* another world's: not this server's */
-	}
-	if (routes.nfresh == 0)
-		atomic_store(&routes.pending, 0);
-	pthread_mutex_unlock(&routes.mu);
-	return n;
-}
 
 static void route_get(const struct hpct_store *s, uint32_t g, struct route *out)
 {
@@ -345,7 +296,6 @@ static int ensure(struct hpct_store *s, int r, double deadline)
 	if (fd < 0)
 		return fd;
 	s->fd[r] = fd;
-	reached(s->w, r);
 	return 0;
 }
 
@@ -479,6 +429,7 @@ int hpct__store_position(struct hpct_store *s, int rank, uint32_t g, struct hpct
 	for (int i = 0; i < out->n; i++)
 		out->members[i] = (int)hpct__get32(p + 14 + 4 * i);
 	out->primary = (int32_t)hpct__get32(p + 14 + 4 * out->n);
+	out->heard_ms = hpct__get32(p + 18 + 4 * out->n);
 	free(p);
 	return 0;
 }

@@ -128,12 +128,14 @@ HPCT_PRIVATE int hpct__store_unreachable(struct hpct_store *s, char *buf, size_t
 /* Where group g stands at rank `rank` (its WHO, asked of that rank alone):
  * the configuration and view it is in, its status there (vr.h's enum
  * vr_status: 0 normal, 1 waiting for its data, 2 in a view change, 3 not
- * a member), the members and the primary it knows (-1: none).  0, or the
- * failure to ask. */
+ * a member), the members and the primary it knows (-1: none), and how
+ * long since it heard that primary.  0, or the failure to ask. */
 struct hpct_store_pos {
 	uint32_t cfg, view;
 	int status, n, primary;
 	int members[8];
+	uint32_t heard_ms; /* since it last heard its primary (0: it is the
+	                    * primary; UINT32_MAX: never) */
 };
 HPCT_PRIVATE int hpct__store_position(struct hpct_store *s, int rank, uint32_t g,
                                       struct hpct_store_pos *out);

@@ -84,12 +84,6 @@ struct hpct_auth_id hpct__store_auth_id(const struct hpct_world *w, int client, 
  * home that left (client.c), as "rank 2 at host:port closed its
  * connection: ..." in buf: 1, or 0 when none. */
 int hpct__store_first_dead(char *buf, size_t len);
-/* Ranks whose store this process's clients reached since the last call
- * (route.c), of world (job, epoch, size): at most max in out, how many.
- * A store that took a connection had started: this rank's server counts
- * it reached (vr.h), so that it is suspected once silent, even when it
- * died before the server's own connection to it was made. */
-int hpct__store_reached_take(uint64_t job, uint64_t epoch, int size, int *out, int max);
 /* The local addresses of this process's own connections to its own
  * rank's store (client.c), "host:port" each, at most max: the ones a
  * leaving server does not wait for. */

@@ -143,8 +143,7 @@ int vr_world_init(struct vr_world *w, int self, int size, int R, int nnodes, con
 		w->R = VR_MAX;
 	w->gone = calloc((size_t)size, 1);
 	w->reached = calloc((size_t)size, 1);
-	w->reached_at = calloc((size_t)size, sizeof(double));
-	if (!w->gone || !w->reached || !w->reached_at)
+	if (!w->gone || !w->reached)
 		goto fail;
 	if (nnodes > 1 && node_of && local_of) {
 		w->nnodes = nnodes;
@@ -172,23 +171,13 @@ fail:
 	return -1;
 }
 
-void vr_reached(struct vr_world *w, int rank, double now)
-{
-	if (rank < 0 || rank >= w->size || !w->reached || w->reached[rank])
-		return;
-	w->reached[rank] = 1;
-	w->reached_at[rank] = now;
-}
-
 void vr_world_free(struct vr_world *w)
 {
 	free(w->gone);
 	free(w->reached);
-	free(w->reached_at);
 	free(w->node_first);
 	free(w->node_ranks);
 	w->gone = w->reached = NULL;
-	w->reached_at = NULL;
 	w->node_first = w->node_ranks = NULL;
 }
 

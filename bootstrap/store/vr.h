@@ -181,12 +181,9 @@ struct vr_world {
 	int *node_first, *node_ranks; /* CSR: node k's ranks node_ranks[node_first[k]..[k+1]) */
 	/* ranks this rank counts gone (a hint for placement and view changes:
 	 * 1 suspected or dead, 2 left, 3 fenced), and ranks whose store this
-	 * rank reached once, its server or its clients (one never reached may
-	 * not have started yet: it is never suspected), both set by the layer
-	 * above as well (vr_reached); when each was first reached: its
-	 * silence counts from then, not from before it started */
+	 * rank reached once (one never reached may not have started yet: it
+	 * is never suspected), both set by the layer above as well */
 	unsigned char *gone, *reached;
-	double *reached_at;
 	/* why a rank went, for the REJECTs that tell it (the latest few) */
 	struct {
 		int rank;
@@ -246,9 +243,6 @@ struct vr {
 int vr_world_init(struct vr_world *w, int self, int size, int R, int nnodes, const int *node_of,
                   const int *local_of);
 void vr_world_free(struct vr_world *w);
-/* Rank `rank` was reached (a message from it, a connection to its store)
- * at `now`. */
-void vr_reached(struct vr_world *w, int rank, double now);
 /* A majority of n members (1 under VR_UNSAFE_QUORUM). */
 int vr_quorum(const struct vr_world *w, int n);
 

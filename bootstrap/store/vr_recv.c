@@ -343,7 +343,8 @@ static void on_gone(struct vr *v, struct vr_world *w, double now, const struct v
 
 void vr_recv(struct vr *v, struct vr_world *w, double now, const struct vr_msg *m)
 {
-	vr_reached(w, m->from, now);
+	if (m->from >= 0 && m->from < w->size)
+		w->reached[m->from] = 1;
 	if (w->fenced || w->left) {
 		vr__release(w, m->snap);
 		if (m->type != VR_GONE && m->type != VR_REJECT)
@@ -411,11 +412,7 @@ static int to_replace(const struct vr *v, const struct vr_world *w, double now, 
 		int r = v->members[i];
 		if (r == w->self)
 			continue;
-		/* silent since its last ACK, the view's start, or its first
-		 * reach: a rank that started late is not silent from before */
 		double last = v->last_ack[i] > v->since ? v->last_ack[i] : v->since;
-		if (w->reached_at[r] > last)
-			last = w->reached_at[r];
 		if (w->gone[r] == GONE_LEFT || w->gone[r] == GONE_FENCED) {
 			snprintf(buf, len, "%s", vr__why_of(w, r));
 			return r;
@@ -484,8 +481,6 @@ double vr_tick(struct vr *v, struct vr_world *w, double now)
 			suspect(v, "rank %d's connection broke after it was reached", p);
 		if (p >= 0 && (v->heard > 0 || w->reached[p])) {
 			double last = v->heard > v->since ? v->heard : v->since;
-			if (w->reached_at[p] > last)
-				last = w->reached_at[p];
 			if (now - last >= w->suspect)
 				suspect(v, "nothing from rank %d for %.1f s (HPCT_STORE_SUSPECT)", p,
 				        now - last);
