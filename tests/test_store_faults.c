@@ -201,9 +201,8 @@ static int replaced_2(void *arg)
 	for (uint32_t g = 0; g < 4; g++) {
 		struct hpct_store_pos p[4], *last = NULL;
 		for (int r = 0; r < 4; r++) {
-			p[r].status = -1; /* not asked (rank 2), or no answer */
 			if (r == 2 || hpct__store_position(s, r, g, &p[r]) != 0)
-				p[r].status = -1;
+				p[r].status = -1; /* not asked (rank 2), or no answer */
 			else if (p[r].status != VR_OUT && (!last || p[r].cfg > last->cfg))
 				last = &p[r];
 		}

@@ -197,7 +197,6 @@ static struct route *table(const struct hpct_world *w)
 	return routes.r;
 }
 
-
 static void route_get(const struct hpct_store *s, uint32_t g, struct route *out)
 {
 	pthread_mutex_lock(&routes.mu);
@@ -216,19 +215,37 @@ static void route_get(const struct hpct_store *s, uint32_t g, struct route *out)
 	}
 }
 
+_Static_assert(sizeof(((struct hpct_store_pos *)0)->members) / sizeof(int) == VR_MAX,
+               "hpct_store_pos holds a configuration");
+
+/* A POSITION (store_internal.h) of group g, read into *out: 0, or -1
+ * when it is not one. */
+static int pos_read(uint32_t g, const unsigned char *p, size_t len, struct hpct_store_pos *out)
+{
+	if (len < 14 || hpct__get32(p) != g || p[13] > VR_MAX || len != 22 + 4 * (size_t)p[13])
+		return -1;
+	*out = (struct hpct_store_pos){ .cfg = hpct__get32(p + 4), .view = hpct__get32(p + 8),
+		                        .status = p[12], .n = p[13] };
+	for (int i = 0; i < out->n; i++)
+		out->members[i] = (int)hpct__get32(p + 14 + 4 * i);
+	out->primary = (int32_t)hpct__get32(p + 14 + 4 * out->n);
+	out->heard_ms = hpct__get32(p + 18 + 4 * out->n);
+	return 0;
+}
+
 /* A POSITION (store_internal.h) of group g; what this process knows of g
  * afterwards in *out: 1 when the position was later than what it knew. */
 static int route_learn(const struct hpct_store *s, uint32_t g, const unsigned char *p,
                        size_t len, struct route *out)
 {
-	if (len < 14 || hpct__get32(p) != g || p[13] > VR_MAX || len != 22 + 4 * (size_t)p[13])
+	struct hpct_store_pos pos;
+	if (pos_read(g, p, len, &pos) != 0)
 		return 0;
-	struct route n = { .cfg = hpct__get32(p + 4), .view = hpct__get32(p + 8), .status = p[12],
-		           .n = p[13], .known = 1 };
+	struct route n = { .cfg = pos.cfg, .view = pos.view, .status = (uint8_t)pos.status,
+		           .n = pos.n, .primary = pos.primary, .known = 1 };
 	for (int i = 0; i < n.n; i++)
-		if ((n.m[i] = (int)hpct__get32(p + 14 + 4 * i)) >= s->w->topo.size)
+		if ((n.m[i] = pos.members[i]) >= s->w->topo.size)
 			return 0;
-	n.primary = (int32_t)hpct__get32(p + 14 + 4 * n.n);
 	if (n.primary >= s->w->topo.size || n.status == VR_OUT || n.n == 0)
 		return 0;
 	pthread_mutex_lock(&routes.mu);
@@ -406,9 +423,6 @@ static void who(struct hpct_store *s, uint32_t g, int busy, struct route *rt)
 	}
 }
 
-_Static_assert(sizeof(((struct hpct_store_pos *)0)->members) / sizeof(int) == VR_MAX,
-               "hpct_store_pos holds a configuration");
-
 int hpct__store_position(struct hpct_store *s, int rank, uint32_t g, struct hpct_store_pos *out)
 {
 	if (rank < 0 || rank >= s->w->topo.size || g >= (uint32_t)s->w->topo.size)
@@ -420,18 +434,9 @@ int hpct__store_position(struct hpct_store *s, int rank, uint32_t g, struct hpct
 	pthread_mutex_unlock(&s->mu);
 	if (rc)
 		return rc;
-	if (len < 14 || hpct__get32(p) != g || p[13] > VR_MAX || len != 22 + 4 * (size_t)p[13]) {
-		free(p);
-		return HPCT_EPROTO;
-	}
-	*out = (struct hpct_store_pos){ .cfg = hpct__get32(p + 4), .view = hpct__get32(p + 8),
-		                        .status = p[12], .n = p[13] };
-	for (int i = 0; i < out->n; i++)
-		out->members[i] = (int)hpct__get32(p + 14 + 4 * i);
-	out->primary = (int32_t)hpct__get32(p + 14 + 4 * out->n);
-	out->heard_ms = hpct__get32(p + 18 + 4 * out->n);
+	rc = pos_read(g, p, len, out) != 0 ? HPCT_EPROTO : 0;
 	free(p);
-	return 0;
+	return rc;
 }
 
 /* ---- a request, followed ------------------------------------------------ */
