@@ -104,6 +104,7 @@ enum hpct_world_slot_id {
 	HPCT_WORLD_SLOT_XCHG,  /* xchg/service.c */
 	HPCT_WORLD_SLOT_NCCL,  /* nccl/domain.c */
 	HPCT_WORLD_SLOT_STORE, /* store/server.c: the store's server forgets the world */
+	HPCT_WORLD_SLOT_LINES, /* store/lines.c: the store clients' connections */
 	HPCT_WORLD_SLOTS,
 };
 

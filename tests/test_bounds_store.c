@@ -177,11 +177,11 @@ static int prove(struct ctx *x, int fd)
 static const char *at0(const char *key)
 {
 	static char buf[256];
-	if (hpct__store_group_of(NS, key, strlen(key), 2) == 0)
+	if (hpct__store_group_of(key, strlen(key), 2) == 0)
 		return key;
 	for (int k = 1;; k++) {
 		snprintf(buf, sizeof(buf), "%.200s.%d", key, k);
-		if (hpct__store_group_of(NS, buf, strlen(buf), 2) == 0)
+		if (hpct__store_group_of(buf, strlen(buf), 2) == 0)
 			return buf;
 	}
 }

@@ -19,13 +19,15 @@
 # TAP output.
 # Then torch 2.15 calling itself 2.16.0 (a copy of its package folder, links
 # but version.py): served on 2.15's protocol, one line a rank (the rule for
-# releases hpct has not seen).
+# releases hpct has not seen); and 32 ranks of 1.13 (tests/torch/conns.py)
+# under strace: the store's sockets at each rank, and each re-init's
+# connects against the first's.
 # Last, hpct-bench --scenario torch --reinit prints a row per torch,
 # launch (direct, and under the release's own torchrun), path and phase.
 # Usage: test_torch.sh HPCT_RUN PRELOAD JOB_PY HPCT_BENCH
 # TORCH_TESTS=TAG,... runs only those parts (the others are listed as
 # skips, so the plan stays the same): reuse, hpct-run, tcp, store, secret,
-# torchrun, stock, killed-init, killed-fork, newer, bench; TORCH_VERSIONS=
+# torchrun, stock, killed-init, killed-fork, newer, conns, bench; TORCH_VERSIONS=
 # 1.13,2.13,2.15 the torches (all by default).  Unset, everything runs.
 set -u
 run=$1
@@ -93,7 +95,7 @@ check_ranks() { # name n expect_shim log
 
 export HPCT_TIMEOUT=60 OMP_NUM_THREADS=1 JOB_SHOW_SHIM=1
 per_torch=16
-echo "1..$((3 * per_torch + 3))"
+echo "1..$((3 * per_torch + 5))"
 
 cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
 py213=${HPCT_TORCH_PYTHON_2_13:-$cache/venv-torch-2.13.0/bin/python}
@@ -396,6 +398,69 @@ if want newer 2.15 1; then
 		fi
 	else
 		skip "$name: no torch 2.15 at $py215"
+	fi
+fi
+
+# the served store's connections, at 32 ranks of 1.13 (its Gloo's pairs
+# are hpct's, kept across inits: what is left to count is the store's and
+# PyTorch's own), three incarnations, each rank under strace (connect
+# only): a rank holds one connection to each store it asks, whichever
+# TCPStore or process group asks, so its store sockets stay within 2N + 12
+# (its lines out, one per rank; those of the others in; its server's
+# links to the members of its three groups, both ways), and each re-init
+# (destroy, init again, in the same processes) makes at most a quarter of
+# the first incarnation's connects
+if want conns 1.13 2; then
+	n=32 name="torch 1.13: N=32, 3 incarnations"
+	next_port
+	JOB_INCARNATIONS=3 timeout 300 "$run" -n $n --rootless --master-port "$port" -- \
+		sh -c "exec strace -f --seccomp-bpf -qq -ttt -e trace=connect -o $dir/conns.st.\$RANK timeout 240 /usr/bin/python3 ${job%/*}/conns.py" \
+		>"$dir/conns" 2>&1
+	if [ "$(grep -c '^ok ' "$dir/conns")" != $n ]; then
+		# (a rank strace left behind when hpct-run stopped the job: by
+		# its pid, while that is still this job's rank)
+		for p in $(sed -n 's/^pid [0-9]* \([0-9]*\)$/\1/p' "$dir/conns"); do
+			grep -qs conns.py "/proc/$p/cmdline" && kill -9 "$p"
+		done
+		not_ok "$name: a rank's store sockets within 2N + 12" "$(grep -c '^ok ' "$dir/conns") of $n ranks finished" "$(tail -8 "$dir/conns")"
+		not_ok "$name: each re-init's connects at most a quarter of the first's" "the job failed (above)"
+	else
+		read -r most store < <(awk '$1 == "sockets" { if ($4 > m) m = $4; if ($5 > s) s = $5 } END { print m, s }' "$dir/conns")
+		if [ "$store" -le $((2 * n + 12)) ]; then
+			ok "$name: a rank's store sockets within 2N + 12 ($store at the busiest rank; all its TCP sockets $most)"
+		else
+			not_ok "$name: a rank's store sockets within 2N + 12" "$store at the busiest rank (all its TCP sockets $most)"
+		fi
+		# connects per incarnation, summed over the ranks: from a rank's
+		# "begin" of it to its next (or its "end": after it, its exit)
+		counts=$(awk -v n=$n -v dir="$dir" '
+			$1 == "begin" { at[$2, $3] = $4; if ($3 + 1 > incs) incs = $3 + 1 }
+			$1 == "end" { fin[$2] = $3 }
+			END {
+				for (r = 0; r < n; r++) {
+					f = dir "/conns.st." r
+					while ((getline line < f) > 0) {
+						if (line !~ / connect\(/ || line !~ /= (0|-1 EINPROGRESS)/) continue
+						split(line, w, " "); t = w[2] + 0
+						if (t >= fin[r]) continue
+						k = -1
+						for (i = 0; i < incs; i++) if (t >= at[r, i]) k = i
+						if (k >= 0) c[k]++
+					}
+					close(f)
+				}
+				for (i = 0; i < incs; i++) printf "%d ", c[i] + 0
+			}' "$dir/conns")
+		read -r -a per <<<"$counts"
+		bad=""
+		for ((i = 1; i < ${#per[@]}; i++)); do
+			[ $((4 * per[i])) -le "${per[0]}" ] || bad="$bad incarnation $i made ${per[i]};"
+		done
+		if [ ${#per[@]} = 3 ] && [ -z "$bad" ]; then
+			ok "$name: each re-init's connects at most a quarter of the first's (${per[*]})"
+		else
+			not_ok "$name: each re-init's connects at most a quarter of the first's" "connects per incarnation: ${per[*]};$bad"
+		fi
 	fi
 fi
 

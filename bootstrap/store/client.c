@@ -25,18 +25,31 @@ static struct {
 	struct hpct_store *head;
 } open_handles = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-int hpct__store_own_addrs(char (*addrs)[HPCT_ADDRSTRLEN], int max)
+/* Adds the local address of each of fds[0..k) to addrs[*n..max). */
+static void local_addrs(const int *fds, int k, char (*addrs)[HPCT_ADDRSTRLEN], int *n, int max)
 {
-	int n = 0;
-	pthread_mutex_lock(&open_handles.mu);
-	for (struct hpct_store *s = open_handles.head; s && n < max; s = s->next) {
-		if (pthread_mutex_trylock(&s->mu) != 0)
-			continue; /* in a request: not waited for, the linger's cap is */
-		int fd = s->fd[s->w->topo.rank];
+	for (int i = 0; i < k && *n < max; i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-			hpct__addr_str((struct sockaddr *)&ss, addrs[n++], HPCT_ADDRSTRLEN);
+		if (getsockname(fds[i], (struct sockaddr *)&ss, &sl) == 0)
+			hpct__addr_str((struct sockaddr *)&ss, addrs[(*n)++], HPCT_ADDRSTRLEN);
+	}
+}
+
+int hpct__store_own_addrs(char (*addrs)[HPCT_ADDRSTRLEN], int max)
+{
+	int n = 0, fds[8];
+	pthread_mutex_lock(&open_handles.mu);
+	for (struct hpct_store *s = open_handles.head; s && n < max; s = s->next) {
+		int me = s->w->topo.rank, first = 1;
+		for (struct hpct_store *o = open_handles.head; o != s; o = o->next)
+			first &= o->lines != s->lines;
+		if (first) /* the idle lines, each world's once */
+			local_addrs(fds, hpct__lines_idle_to(s->lines, me, fds, 8), addrs, &n, max);
+		if (pthread_mutex_trylock(&s->mu) != 0)
+			continue; /* in a request: not waited for, the linger's cap is */
+		if (s->fd[me] >= 0)
+			local_addrs(&s->fd[me], 1, addrs, &n, max);
 		pthread_mutex_unlock(&s->mu);
 	}
 	pthread_mutex_unlock(&open_handles.mu);
@@ -50,6 +63,7 @@ static void child_locks(void)
 {
 	pthread_mutex_init(&open_handles.mu, NULL);
 	hpct__store_route_child();
+	hpct__lines_child();
 }
 
 __attribute__((constructor)) static void fork_safe(void)
@@ -72,7 +86,14 @@ int hpct__store_open(hpct_world *world, uint64_t ns, double timeout_s, struct hp
 	if (rc)
 		return rc;
 	struct hpct_store *s = calloc(1, sizeof(*s));
-	if (!s || !(s->fd = malloc((size_t)w->topo.size * sizeof(int)))) {
+	if (!s || !(s->fd = malloc((size_t)w->topo.size * sizeof(int))) ||
+	    !(s->owed = calloc((size_t)w->topo.size, sizeof(int))) ||
+	    !(s->reused = calloc((size_t)w->topo.size, 1)) || !(s->lines = hpct__lines_of(w))) {
+		if (s) {
+			free(s->fd);
+			free(s->owed);
+			free(s->reused);
+		}
 		free(s);
 		return HPCT_ENOMEM;
 	}
@@ -112,11 +133,11 @@ void hpct__store_close(struct hpct_store *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	pthread_mutex_unlock(&open_handles.mu);
-	for (int i = 0; i < s->w->topo.size; i++)
-		if (s->fd[i] >= 0)
-			close(s->fd[i]);
+	hpct__store_release(s);
 	pthread_mutex_destroy(&s->mu);
 	free(s->fd);
+	free(s->owed);
+	free(s->reused);
 	free(s);
 }
 
@@ -132,7 +153,7 @@ double hpct__store_timeout(const struct hpct_store *s)
 
 int hpct__store_home(const struct hpct_store *s, const char *key)
 {
-	return (int)hpct__store_group_of(s->ns, key, strlen(key), s->w->topo.size);
+	return (int)hpct__store_group_of(key, strlen(key), s->w->topo.size);
 }
 
 int hpct__store_unreachable(struct hpct_store *s, char *buf, size_t len)

@@ -286,7 +286,7 @@ struct in_group {
 static int collect(const struct entry *e, void *arg)
 {
 	struct in_group *x = arg;
-	if (hpct__store_group_of(e->ns, e->key, strlen(e->key), x->s->size) != x->g)
+	if (hpct__store_group_of(e->key, strlen(e->key), x->s->size) != x->g)
 		return 0;
 	if (x->n == x->cap) {
 		size_t cap = x->cap ? x->cap * 2 : 64;

@@ -290,7 +290,7 @@ static int list_one(const struct entry *e, void *arg)
 {
 	struct listing *l = arg;
 	size_t kl = strlen(e->key);
-	if (hpct__store_group_of(e->ns, e->key, kl, l->size) != l->g)
+	if (hpct__store_group_of(e->key, kl, l->size) != l->g)
 		return 0;
 	if (l->p) {
 		hpct__put32(l->p + l->bytes, (uint32_t)kl);
@@ -359,7 +359,7 @@ static int serve(struct ssrv *s, struct sconn *c, uint8_t op, uint64_t ns, const
 
 /* The request's group (OP_COUNT and OP_LIST name theirs): 0, or -1 when
  * the request is malformed. */
-static int group_of(const struct ssrv *s, uint8_t op, uint64_t ns, const char *key, size_t klen,
+static int group_of(const struct ssrv *s, uint8_t op, const char *key, size_t klen,
                     const unsigned char *f, size_t flen, uint32_t *g)
 {
 	if (op == OP_COUNT || op == OP_LIST || op == OP_WHO) {
@@ -368,7 +368,7 @@ static int group_of(const struct ssrv *s, uint8_t op, uint64_t ns, const char *k
 		*g = hpct__get32(f);
 		return *g < (uint32_t)s->size ? 0 : -1;
 	}
-	*g = hpct__store_group_of(ns, key, klen, s->size);
+	*g = hpct__store_group_of(key, klen, s->size);
 	return 0;
 }
 
@@ -396,7 +396,7 @@ int sreq_serve(struct ssrv *s, struct sconn *c, const unsigned char *p, size_t l
 	c->blocked = 0;
 	struct vr *v = NULL;
 	if (strlen(key) != klen || op < OP_SET || op > OP_WHO ||
-	    group_of(s, op, ns, key, klen, f, flen, &g) != 0) {
+	    group_of(s, op, key, klen, f, flen, &g) != 0) {
 		rc = -1;
 		goto done;
 	}

@@ -266,7 +266,7 @@ const char *hpct__store_homes(struct hpct_store *s, const char *key, char *buf, 
 {
 	struct route rt;
 	char text[HPCT_ADDRSTRLEN];
-	uint32_t g = hpct__store_group_of(s->ns, key, strlen(key), s->w->topo.size);
+	uint32_t g = hpct__store_group_of(key, strlen(key), s->w->topo.size);
 	route_get(s, g, &rt);
 	size_t u = (size_t)snprintf(buf, len, "group %u, home rank%s ", g, rt.n > 1 ? "s" : "");
 	for (int i = 0; i < rt.n && u < len; i++)
@@ -286,12 +286,17 @@ static int next_member(const struct route *rt, int r)
 
 /* ---- one connection, one exchange ------------------------------------- */
 
-/* Connects to rank r's store (one attempt): 0, or the failure (-errno,
- * HPCT_ETIMEDOUT, the proof's). */
+/* A line to rank r's store for this request: the one it holds, an idle
+ * one of the world's, or a new connection (one attempt): 0, or the
+ * failure (-errno, HPCT_ETIMEDOUT, the proof's). */
 static int ensure(struct hpct_store *s, int r, double deadline)
 {
 	if (s->fd[r] >= 0)
 		return 0;
+	if ((s->fd[r] = hpct__lines_take(s->lines, r)) >= 0) {
+		s->reused[r] = 1;
+		return 0;
+	}
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	char text[HPCT_ADDRSTRLEN];
@@ -312,7 +317,11 @@ static int ensure(struct hpct_store *s, int r, double deadline)
 	}
 	if (fd < 0)
 		return fd;
+	HPCT_INFO(HPCT_SUB_NET, "store: a new connection to rank %d's store at %s (%ld made)", r,
+	          text, hpct__lines_made(s->lines));
 	s->fd[r] = fd;
+	s->owed[r] = 0;
+	s->reused[r] = 0;
 	return 0;
 }
 
@@ -321,6 +330,44 @@ static void hang_up(struct hpct_store *s, int r)
 	if (s->fd[r] >= 0)
 		close(s->fd[r]);
 	s->fd[r] = -1;
+	s->owed[r] = 0;
+	s->reused[r] = 0;
+}
+
+/* A line that broke: when it was an idle one, the others to r (made
+ * before it broke too) go with it, and 1: the request may go again at r
+ * on a new connection, which a live store takes. */
+static int broke(struct hpct_store *s, int r)
+{
+	int stale = s->reused[r];
+	if (stale)
+		hpct__lines_drop(s->lines, r);
+	hang_up(s, r);
+	return stale;
+}
+
+void hpct__store_release(struct hpct_store *s)
+{
+	for (int r = 0; r < s->w->topo.size; r++)
+		if (s->fd[r] >= 0) {
+			if (s->owed[r] == 0)
+				hpct__lines_give(s->lines, r, s->fd[r]);
+			else
+				close(s->fd[r]);
+			s->fd[r] = -1;
+			s->owed[r] = 0;
+			s->reused[r] = 0;
+		}
+}
+
+/* Sends a request's frame on the line to r: 0 (an answer owed), or the
+ * failure. */
+static int put(struct hpct_store *s, int r, const unsigned char *f, size_t flen, double until)
+{
+	int io = hpct__sock_send_all(s->fd[r], f, flen, until);
+	if (io == 0)
+		s->owed[r]++;
+	return io;
 }
 
 /* One answer from rank r (s->mu held): 0 with *status and *rep
@@ -349,6 +396,7 @@ static int answer(struct hpct_store *s, int r, double deadline, int *status, uns
 	}
 	*replen = len - 4;
 	*status = (int32_t)hpct__get32(h + 4);
+	s->owed[r]--;
 	return 0;
 }
 
@@ -395,8 +443,10 @@ static int who_at(struct hpct_store *s, uint32_t g, int r, double until, unsigne
 	if (!f)
 		return HPCT_ENOMEM;
 	int st = 0, rc = ensure(s, r, until);
-	if (rc == 0 && ((rc = hpct__sock_send_all(s->fd[r], f, flen, until)) != 0 ||
-	                (rc = answer(s, r, until, &st, rep, rl)) != 0))
+	if (rc == 0 && ((rc = put(s, r, f, flen, until)) != 0 ||
+	                (rc = answer(s, r, until, &st, rep, rl)) != 0) &&
+	    broke(s, r) && (rc = ensure(s, r, until)) == 0 &&
+	    ((rc = put(s, r, f, flen, until)) != 0 || (rc = answer(s, r, until, &st, rep, rl)) != 0))
 		hang_up(s, r);
 	free(f);
 	if (rc == 0 && st != 0) {
@@ -431,6 +481,7 @@ int hpct__store_position(struct hpct_store *s, int rank, uint32_t g, struct hpct
 	size_t len = 0;
 	pthread_mutex_lock(&s->mu);
 	int rc = who_at(s, g, rank, hpct__now() + hpct__store_cap(s, -1), &p, &len);
+	hpct__store_release(s);
 	pthread_mutex_unlock(&s->mu);
 	if (rc)
 		return rc;
@@ -542,7 +593,7 @@ int hpct__store_rpc(struct hpct_store *s, const char *what, uint8_t op, const ch
 		return hpct__fail(HPCT_EINVAL, HPCT_SUB_NET,
 		                  "store: %s: value of %zu bytes (at most %zu)", what, alen + blen,
 		                  (size_t)HPCT_STORE_MAX_FRAME - HDR - klen - 64);
-	uint32_t g = klen ? hpct__store_group_of(s->ns, key, klen, s->w->topo.size) : (uint32_t)g0;
+	uint32_t g = klen ? hpct__store_group_of(key, klen, s->w->topo.size) : (uint32_t)g0;
 	if (write)
 		op |= OP_RID;
 	size_t flen;
@@ -577,8 +628,10 @@ int hpct__store_rpc(struct hpct_store *s, const char *what, uint8_t op, const ch
 			}
 			double until = now + CONNECT_S < deadline ? now + CONNECT_S : deadline;
 			int io = ensure(s, target, until);
-			if (io == 0 && (io = hpct__sock_send_all(s->fd[target], f, flen, until)) != 0)
-				hang_up(s, target);
+			if (io == 0 && (io = put(s, target, f, flen, until)) != 0 && broke(s, target)) {
+				tries--; /* an idle line gone stale: again, on a new one */
+				continue;
+			}
 			if (io) {
 				note(&nt, target, "%s", io == -ECONNREFUSED ? "refused a connection (not "
 				                                              "started, or gone)"
@@ -604,8 +657,12 @@ int hpct__store_rpc(struct hpct_store *s, const char *what, uint8_t op, const ch
 		}
 		int st = 0, io = r < 0 ? r : answer(s, target, deadline, &st, rep, replen);
 		sent = 0;
+		if (io && broke(s, target)) {
+			tries--; /* an idle line gone stale: again, on a new one (a
+			          * write with its id: not done twice) */
+			continue;
+		}
 		if (io) {
-			hang_up(s, target);
 			note(&nt, target, "broke its connection (%s)", hpct_strerror(io));
 			target = next_member(&rt, target);
 			continue;
@@ -642,6 +699,7 @@ int hpct__store_rpc(struct hpct_store *s, const char *what, uint8_t op, const ch
 		rc = st; /* the group's answer */
 		break;
 	}
+	hpct__store_release(s); /* a line whose answer did not come is closed */
 	pthread_mutex_unlock(&s->mu);
 	free(f);
 	if (rc && *rep) {
@@ -666,15 +724,15 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; target && i < n; i++) { /* all sent at once */
 		struct route rt;
-		uint32_t g = hpct__store_group_of(s->ns, keys[i], strlen(keys[i]), s->w->topo.size);
+		uint32_t g = hpct__store_group_of(keys[i], strlen(keys[i]), s->w->topo.size);
 		route_get(s, g, &rt);
 		target[i] = rt.primary >= 0 ? rt.primary : rt.m[0];
 		size_t flen;
 		unsigned char *f = frame(s, op, keys[i], 0, a, alen, NULL, 0, &flen);
 		double until = hpct__now() + CONNECT_S;
 		if (!f || ensure(s, target[i], until) != 0 ||
-		    hpct__sock_send_all(s->fd[target[i]], f, flen, until) != 0) {
-			hang_up(s, target[i]);
+		    put(s, target[i], f, flen, until) != 0) {
+			broke(s, target[i]);
 			target[i] = -1; /* alone, below */
 		}
 		free(f);
@@ -691,7 +749,7 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 			                                                  : deadline);
 			if (ready == 0) {
 				struct route rt;
-				uint32_t g = hpct__store_group_of(s->ns, keys[i], strlen(keys[i]),
+				uint32_t g = hpct__store_group_of(keys[i], strlen(keys[i]),
 				                                  s->w->topo.size);
 				route_get(s, g, &rt);
 				who(s, g, r, &rt);
@@ -700,7 +758,7 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 			}
 		}
 		if (ready <= 0 || answer(s, r, deadline, &st, &reps[i], &replens[i]) != 0) {
-			hang_up(s, r); /* its later answers with it */
+			broke(s, r); /* its later answers with it */
 			free(reps[i]);
 			reps[i] = NULL;
 			continue;
@@ -712,6 +770,7 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 		}
 		rcs[i] = st;
 	}
+	hpct__store_release(s);
 	pthread_mutex_unlock(&s->mu);
 	free(target);
 	for (int i = 0; i < n; i++) /* what is not final, key by key */

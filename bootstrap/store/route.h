@@ -15,8 +15,15 @@ struct hpct_store {
 	struct hpct_world *w;
 	uint64_t ns;
 	double timeout;
-	pthread_mutex_t mu;             /* one request at a time */
-	int *fd;                        /* per rank, -1 until first used */
+	pthread_mutex_t mu; /* one request at a time */
+	/* per rank, the line a request holds (-1: none; given back to the
+	 * world's lines when it ends), the answers it still owes, and whether
+	 * it was taken idle (made by an earlier request: it may have broken
+	 * since) */
+	int *fd;
+	int *owed;
+	unsigned char *reused;
+	struct hpct_lines *lines;
 	struct hpct_store *prev, *next; /* the process's open handles */
 	/* this handle's id and last write's number (a write's id: OP_RID) */
 	uint64_t cid, seq;
@@ -54,5 +61,25 @@ const char *hpct__store_homes(struct hpct_store *s, const char *key, char *buf, 
 int hpct__store_probe(struct hpct_store *s, char *buf, size_t len);
 /* A forked child's locks, free again (client.c's atfork). */
 void hpct__store_route_child(void);
+/* Gives the lines a request of s holds back to its world's (s->mu held):
+ * those with no answer owed; the others are closed. */
+void hpct__store_release(struct hpct_store *s);
+
+/* The lines of world w (lines.c), made at its first store handle: NULL
+ * for want of memory. */
+struct hpct_lines *hpct__lines_of(struct hpct_world *w);
+/* An idle line to rank r (its descriptor), or -1. */
+int hpct__lines_take(struct hpct_lines *l, int r);
+/* Line fd to rank r, idle again (or closed: r has enough idle ones). */
+void hpct__lines_give(struct hpct_lines *l, int r, int fd);
+/* Closes the idle lines to rank r (one of them was found broken: they
+ * were all made before it broke, or r was replaced). */
+void hpct__lines_drop(struct hpct_lines *l, int r);
+/* Counts a line made: how many this world's store clients made so far. */
+long hpct__lines_made(struct hpct_lines *l);
+/* The idle lines to rank r, at most max, into fds: how many. */
+int hpct__lines_idle_to(struct hpct_lines *l, int r, int *fds, int max);
+/* In a forked child: every line forgotten (closed), the locks free. */
+void hpct__lines_child(void);
 
 #endif

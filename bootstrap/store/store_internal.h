@@ -54,10 +54,13 @@ enum {
 #define OP_RID 0x80u
 #define HDR    13 /* op, namespace, key length */
 
-/* The group of a key: its hash over the ranks (hpct__store_home). */
-static inline uint32_t hpct__store_group_of(uint64_t ns, const char *key, size_t klen, int size)
+/* The group of a key: its name's hash over the ranks (hpct__store_home),
+ * whatever its namespace, so that a key a re-init makes again (its own
+ * incarnation's namespace under PyTorch) has the same homes as the last
+ * one's, which this process's connections reach already (lines.c). */
+static inline uint32_t hpct__store_group_of(const char *key, size_t klen, int size)
 {
-	return (uint32_t)(hpct__hash(key, klen, ns ^ 0x73746f7265ull) % (uint64_t)size);
+	return (uint32_t)(hpct__hash(key, klen, 0x73746f7265ull) % (uint64_t)size);
 }
 
 /* The settings of the store's replication (HPCT_STORE_REPLICAS, _SUSPECT,

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "hpct/hpct.h"
+#include "tools/common/bench_rank.h"
 
 /* The rootless engine's transport for the ranks launched next (HPCT_TRANSPORT),
  * or NULL for the default. */
@@ -64,13 +65,15 @@ void bench_torch_replicas(const char *path);
 
 /* What one torch run measured: ms from the gate to the last rank's end of
  * the timed work, -1 for a phase that failed or did not run; the largest
- * resident memory of a rank, kB. */
+ * peak resident memory of a rank, kB; the most established TCP sockets a
+ * rank held when it reported (the busiest rank's). */
 struct bench_torch_times {
 	double init_ms, reinit_ms;
 	long init_rss, reinit_rss;
-	/* --store-ops: SET, GET, ADD, WAIT, the mean over ranks of each
-	 * rank's median, microseconds (0: not measured) */
-	double op_us[4];
+	int init_conns, reinit_conns;
+	/* --store-ops: struct record's op_us (medians, then 99th
+	 * percentiles), the mean over ranks, microseconds (0: not measured) */
+	double op_us[2 * BENCH_STORE_OPS];
 };
 
 /* The ranks of one launch, with their pipes (bench_launch.c). */

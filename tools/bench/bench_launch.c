@@ -48,7 +48,7 @@ struct batch {
 	long max_fds, inflight_peak, inflight_waits;
 	int max_waves, max_peers;
 	/* torch --store-ops: the ranks' medians, summed, and how many */
-	double op_us[4];
+	double op_us[2 * BENCH_STORE_OPS];
 	int nops;
 };
 
@@ -233,7 +233,7 @@ static void collect(struct batch *b, double deadline)
 			b->inflight_peak = rec.inflight_peak;
 		b->inflight_waits += rec.inflight_waits;
 		if (rec.op_us[0] > 0) {
-			for (int i = 0; i < 4; i++)
+			for (int i = 0; i < 2 * BENCH_STORE_OPS; i++)
 				b->op_us[i] += rec.op_us[i];
 			b->nops++;
 		}
@@ -583,7 +583,8 @@ void bench_torch_once(const struct bench_launch *how, const char *python, const 
 	if (rc == 0)
 		collect(&b, deadline);
 	out->init_rss = b.max_rss;
-	for (int i = 0; i < 4; i++) /* the mean of the ranks' medians */
+	out->init_conns = b.max_conns;
+	for (int i = 0; i < 2 * BENCH_STORE_OPS; i++) /* the mean of the ranks' */
 		out->op_us[i] = b.nops ? b.op_us[i] / b.nops : 0;
 	if (rc < 0 || b.got < b.n || b.bad) {
 		close(b.ready);
@@ -611,6 +612,7 @@ void bench_torch_once(const struct bench_launch *how, const char *python, const 
 	b.rel = rel2[1]; /* finish() closes it now */
 	b.got = b.bad = 0;
 	b.max_rss = 0;
+	b.max_conns = 0;
 	b.last = 0;
 	deadline = mono() + timeout + GRACE_S;
 	rc = await_ready(&b, deadline);
@@ -620,6 +622,7 @@ void bench_torch_once(const struct bench_launch *how, const char *python, const 
 		collect(&b, deadline);
 	close(b.ready);
 	out->reinit_rss = b.max_rss;
+	out->reinit_conns = b.max_conns;
 	last = b.last;
 	int bad = rc < 0 || b.got < b.n || b.bad;
 	if (finish(&b, rc < 0 || b.got < b.n) < 0 || bad) {

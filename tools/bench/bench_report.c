@@ -35,26 +35,36 @@ int bench_on_standard(const char *path)
 }
 
 /* After the table, for torch --store-ops: each row's store operations,
- * the median over runs of the ranks' mean of their own medians. */
+ * median and 99th percentile (the median over runs of the ranks' mean of
+ * their own), "-" for one the torch lacks (1.13's multi_get). */
 static void store_ops_summary(struct result *res, int nres, int ops)
 {
+	static const char *const name[BENCH_STORE_OPS] = { "set",         "get",  "add",
+		                                           "compare_set", "wait", "multi_get" };
 	int head = 0;
 	for (int i = 0; i < nres; i++) {
 		struct result *r = &res[i];
 		if (!r->nops)
 			continue;
-		if (!head++)
-			printf("store operations, us (%d of each per rank, all ranks at once, on "
-			       "the "
-			       "process group's store; median over runs of the ranks' mean of "
-			       "their "
-			       "medians):\n%-26s %-11s %6s %9s %9s %9s %9s\n",
-			       ops, "scenario", "path", "ranks", "set", "get", "add", "wait");
-		double m[4];
-		for (int o = 0; o < 4; o++)
-			m[o] = median_of(r->op_us[o], r->nops);
-		printf("%-26s %-11s %6d %9.1f %9.1f %9.1f %9.1f\n", r->scenario, r->path, r->ranks,
-		       m[0], m[1], m[2], m[3]);
+		if (!head++) {
+			printf("store operations, us, median / p99 (%d of each per rank, all ranks "
+			       "at once, on the process group's store; the median over runs of the "
+			       "ranks' mean):\n%-26s %-11s %6s",
+			       ops, "scenario", "path", "ranks");
+			for (int o = 0; o < BENCH_STORE_OPS; o++)
+				printf(" %15s", name[o]);
+			printf("\n");
+		}
+		printf("%-26s %-11s %6d", r->scenario, r->path, r->ranks);
+		for (int o = 0; o < BENCH_STORE_OPS; o++) {
+			double m = median_of(r->op_us[o], r->nops);
+			double p = median_of(r->op_us[BENCH_STORE_OPS + o], r->nops);
+			char cell[32] = "-";
+			if (m > 0)
+				snprintf(cell, sizeof(cell), "%.0f / %.0f", m, p);
+			printf(" %15s", cell);
+		}
+		printf("\n");
 	}
 }
 

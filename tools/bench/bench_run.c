@@ -250,18 +250,18 @@ int bench_run_all(const struct bench_plan *pl, struct result *res, double rtt)
 						if (tt.init_ms < 0 || (again && tt.reinit_ms < 0))
 							failed = 1;
 						if (tt.init_ms >= 0)
-							add_run(r, tt.init_ms, 0, 0, 0,
-							        tt.init_rss);
+							add_run(r, tt.init_ms, tt.init_conns, 0,
+							        0, tt.init_rss);
 						if (tt.init_ms >= 0 && tt.op_us[0] > 0 &&
 						    r->nops < 64) {
-							for (int o = 0; o < 4; o++)
+							for (int o = 0; o < 2 * BENCH_STORE_OPS; o++)
 								r->op_us[o][r->nops] = tt.op_us[o];
 							r->nops++;
 						}
 						if (tt.reinit_ms >= 0) /* the next scen's rows */
 							add_run(&r[pl->nranks * pl->npaths],
-							        tt.reinit_ms, 0, 0, 0,
-							        tt.reinit_rss);
+							        tt.reinit_ms, tt.reinit_conns, 0,
+							        0, tt.reinit_rss);
 						continue;
 					}
 					bench_gate = pl->gate;

@@ -134,9 +134,8 @@ struct result {
 	long pairs_new, pairs_kept, bytes;
 	double ctx_ms[64]; /* gloo-replace: from the barrier after the recovery */
 	int nctx;
-	/* torch --store-ops: each run's SET, GET, ADD, WAIT (struct
-	 * bench_torch_times) */
-	double op_us[4][64];
+	/* torch --store-ops: each run's struct bench_torch_times op_us */
+	double op_us[2 * BENCH_STORE_OPS][64];
 	int nops;
 	double med; /* the median run, once the row is complete (bench_print_row) */
 };

@@ -11,8 +11,10 @@
 # as a worker of torchrun (HPCT_BENCH_SOCKET set), which closes inherited
 # fds, it is handed the same pipes first thing.  With HPCT_BENCH_STORE_OPS=K
 # (hpct-bench --store-ops K), after the timed part each rank does K rounds
-# of SET, GET, ADD and WAIT on keys of its own in its process group's
-# store, all ranks at once, and reports the median of each (us).
+# of SET, GET, ADD, COMPARE_SET, WAIT and MULTI_GET on keys of its own in
+# its process group's store, all ranks at once, and reports the median and
+# the 99th percentile of each (us).  Each record also carries the rank's
+# established TCP sockets and its peak resident memory.
 import ctypes
 import os
 import socket
@@ -76,15 +78,22 @@ def incarnation():
         return 2
 
 
+# The store operations --store-ops times, in the record's order (op_us:
+# their medians, then their 99th percentiles); multi_get is 2.x's only
+OPS = ("set", "get", "add", "compare_set", "wait", "multi_get")
+
+
 def store_ops(k):
-    """The median SET, GET, ADD and WAIT of k rounds, us (not timed into
-    the init: measured after it)."""
+    """The median and 99th percentile of k rounds of each of OPS, us (not
+    timed into the init: measured after it); 0 for one this torch lacks."""
     store = dist.distributed_c10d._get_default_store()
     me = os.environ.get("RANK", "0")
-    key, counter = f"hpct-bench/{me}/k", f"hpct-bench/{me}/n"
+    key, counter, cas = f"hpct-bench/{me}/k", f"hpct-bench/{me}/n", f"hpct-bench/{me}/c"
     value = b"x" * 64
-    times = [[], [], [], []]
-    for _ in range(k):
+    has_multi = hasattr(store, "multi_get")
+    times = [[] for _ in OPS]
+    store.set(cas, b"0")
+    for i in range(k):
         t = [time.perf_counter()]
         store.set(key, value)
         t.append(time.perf_counter())
@@ -92,25 +101,60 @@ def store_ops(k):
         t.append(time.perf_counter())
         store.add(counter, 1)
         t.append(time.perf_counter())
+        store.compare_set(cas, str(i).encode(), str(i + 1).encode())
+        t.append(time.perf_counter())
         store.wait([key])
         t.append(time.perf_counter())
-        for i in range(4):
-            times[i].append((t[i + 1] - t[i]) * 1e6)
-    return [sorted(v)[len(v) // 2] for v in times]
+        if has_multi:
+            store.multi_get([key, cas])
+        t.append(time.perf_counter())
+        for o in range(len(OPS)):
+            times[o].append((t[o + 1] - t[o]) * 1e6)
+    if not has_multi:
+        times[OPS.index("multi_get")] = [0.0]
+    def pct(v, p):
+        v = sorted(v)
+        return v[min(len(v) - 1, int(len(v) * p))]
+    return [pct(v, 0.5) for v in times] + [pct(v, 0.99) for v in times]
 
 
-def report(rc, done, ops=(0.0, 0.0, 0.0, 0.0)):
+def sockets():
+    """This process's established TCP sockets (its descriptors' inodes in
+    /proc/net/tcp and tcp6): both ends of a loopback connection it holds
+    count, as on any other rank."""
+    mine = set()
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{f}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            mine.add(link[8:-1])
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        n += sum(1 for line in lines if line.split()[3] == "01" and line.split()[9] in mine)
+    return n
+
+
+def report(rc, done, ops=(0.0,) * (2 * len(OPS))):
     rss_kb = 0
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith("VmHWM:"):  # the peak
                 rss_kb = int(line.split()[1])
-    # struct record of tools/common/bench_rank.h: done, conns, rc, msgs, rss_kb,
-    # then fields of other scenarios, zero here, to the size the launcher
-    # says (one write: the pipe keeps records of different ranks whole)
-    # and op_us, the record's last field, the store operations' medians
-    head = struct.pack("@diiqq", done, 0, rc, 0, rss_kb)
-    tail = struct.pack("@4d", *ops)
+    # struct record of tools/common/bench_rank.h: done, conns (here: the
+    # established TCP sockets the process holds), rc, msgs, rss_kb, then
+    # fields of other scenarios, zero here, to the size the launcher says
+    # (one write: the pipe keeps records of different ranks whole) and
+    # op_us, the record's last field, the store operations' medians and
+    # 99th percentiles
+    head = struct.pack("@diiqq", done, sockets(), rc, 0, rss_kb)
+    tail = struct.pack(f"@{2 * len(OPS)}d", *ops)
     size = int(os.environ.get("HPCT_BENCH_RECORD_SIZE", len(head) + len(tail)))
     os.write(fd("HPCT_BENCH_FD"),
              head + bytes(max(size - len(head) - len(tail), 0)) + tail)
@@ -206,7 +250,7 @@ if rc == 0 and not_rootless():
     rc = 4
 if rc == 0 and not_agent_store():
     rc = 5
-ops = (0.0, 0.0, 0.0, 0.0)
+ops = (0.0,) * (2 * len(OPS))
 if rc == 0 and int(os.environ.get("HPCT_BENCH_STORE_OPS", "0")) > 0:
     try:
         ops = store_ops(int(os.environ["HPCT_BENCH_STORE_OPS"]))

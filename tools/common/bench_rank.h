@@ -15,6 +15,8 @@
 #include "bootstrap/base/rss.h"
 #include "hpct/hpct.h"
 
+#define BENCH_STORE_OPS 6 /* torch: set, get, add, compare_set, wait, multi_get */
+
 struct record {
 	double done; /* CLOCK_MONOTONIC when the scenario's work finished */
 	int conns;   /* hpct connections opened + accepted by the rank */
@@ -33,10 +35,11 @@ struct record {
 	long fds;
 	int waves, peers;
 	long inflight_peak, inflight_waits;
-	/* torch --store-ops: the rank's median SET, GET, ADD and WAIT on its
-	 * process group's store, microseconds (last in the record: the
-	 * Python rank packs them at its end) */
-	double op_us[4];
+	/* torch --store-ops: the rank's median SET, GET, ADD, COMPARE_SET,
+	 * WAIT and MULTI_GET on its process group's store, then their 99th
+	 * percentiles, microseconds (last in the record: the Python rank packs
+	 * them at its end) */
+	double op_us[2 * BENCH_STORE_OPS];
 };
 
 static inline double mono(void)
