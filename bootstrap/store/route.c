@@ -350,7 +350,10 @@ void hpct__store_release(struct hpct_store *s)
 {
 	for (int r = 0; r < s->w->topo.size; r++)
 		if (s->fd[r] >= 0) {
-			if (s->owed[r] == 0)
+			/* (a line with bytes unread, or closed by its peer, whatever
+			 * the count says, is closed: the next request must read
+			 * its own answer) */
+			if (s->owed[r] == 0 && hpct__sock_wait(s->fd[r], POLLIN, 0) == 0)
 				hpct__lines_give(s->lines, r, s->fd[r]);
 			else
 				close(s->fd[r]);
@@ -442,12 +445,25 @@ static int who_at(struct hpct_store *s, uint32_t g, int r, double until, unsigne
 	s->ns = ns;
 	if (!f)
 		return HPCT_ENOMEM;
+	/* a line to r that still owes answers (hpct__store_rpc_many's) is
+	 * not asked: the WHO goes on another, and the first is put back */
+	int held_fd = -1, held_owed = 0;
+	unsigned char held_reused = 0;
+	if (s->owed[r] > 0) {
+		held_fd = s->fd[r], held_owed = s->owed[r], held_reused = s->reused[r];
+		s->fd[r] = -1, s->owed[r] = 0, s->reused[r] = 0;
+	}
 	int st = 0, rc = ensure(s, r, until);
 	if (rc == 0 && ((rc = put(s, r, f, flen, until)) != 0 ||
 	                (rc = answer(s, r, until, &st, rep, rl)) != 0) &&
 	    broke(s, r) && (rc = ensure(s, r, until)) == 0 &&
 	    ((rc = put(s, r, f, flen, until)) != 0 || (rc = answer(s, r, until, &st, rep, rl)) != 0))
 		hang_up(s, r);
+	if (held_fd >= 0) {
+		if (s->fd[r] >= 0) /* answered (else hung up above) */
+			hpct__lines_give(s->lines, r, s->fd[r]);
+		s->fd[r] = held_fd, s->owed[r] = held_owed, s->reused[r] = held_reused;
+	}
 	free(f);
 	if (rc == 0 && st != 0) {
 		free(*rep);
@@ -709,6 +725,15 @@ int hpct__store_rpc(struct hpct_store *s, const char *what, uint8_t op, const ch
 	return rc;
 }
 
+/* The keys [from, to) sent to rank r go alone (below): the line they
+ * went on is closed (a line made to r since does not carry them). */
+static void off_line(int *target, int from, int to, int r)
+{
+	for (int j = from; j < to; j++)
+		if (target[j] == r)
+			target[j] = -1;
+}
+
 void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
                           const char *const *keys, int n, const void *a, size_t alen, double wait_s,
                           int *rcs, unsigned char **reps, size_t *replens)
@@ -733,7 +758,8 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 		if (!f || ensure(s, target[i], until) != 0 ||
 		    put(s, target[i], f, flen, until) != 0) {
 			broke(s, target[i]);
-			target[i] = -1; /* alone, below */
+			off_line(target, 0, i, target[i]); /* sent on the line just closed */
+			target[i] = -1;                    /* alone, below */
 		}
 		free(f);
 	}
@@ -758,7 +784,8 @@ void hpct__store_rpc_many(struct hpct_store *s, const char *what, uint8_t op,
 			}
 		}
 		if (ready <= 0 || answer(s, r, deadline, &st, &reps[i], &replens[i]) != 0) {
-			broke(s, r); /* its later answers with it */
+			broke(s, r); /* its later answers with it: */
+			off_line(target, i + 1, n, r);
 			free(reps[i]);
 			reps[i] = NULL;
 			continue;
