@@ -530,10 +530,10 @@ if want bench-store; then
 		bad="$bad exit $?;"
 	for p in rootless-r1 rootless-r2 stock; do
 		grep -Eq "^torch-$v +$p +2 +2 +1 +[0-9.]+ " "$dir/bench2" || bad="$bad no $p row;"
-		grep -Eq "^torch-$v +$p +2( +[0-9]+\.[0-9]){4}\$" "$dir/bench2" ||
+		grep -Eq "^torch-$v +$p +2( +[0-9]+ / [0-9]+){6}\$" "$dir/bench2" ||
 			bad="$bad no store operations of $p;"
 	done
-	grep -q "^store operations, us (5 of each per rank" "$dir/bench2" || bad="$bad no store table;"
+	grep -q "^store operations, us, median / p99 (5 of each per rank" "$dir/bench2" || bad="$bad no store table;"
 	if [ -z "$bad" ]; then
 		ok "hpct-bench --scenario torch --torch $v --replicas 1,2 --store-ops 5: a rootless row per HPCT_STORE_REPLICAS, the store's operations timed"
 	else

@@ -10,34 +10,11 @@ import time
 
 import torch
 import torch.distributed as dist
+from master_conns import own_sockets
 
 
+# the served store's ports: JOB_STORE_PORTS, hpct's defaults
 lo, hi = (int(x) for x in os.environ.get("JOB_STORE_PORTS", "1808-9999").split("-"))
-
-
-def sockets():
-    """This process's established TCP sockets (its descriptors' inodes in
-    /proc/net/tcp and tcp6; both ends of a connection to itself count):
-    all, and those of the served store (an end in its ports: JOB_STORE_PORTS,
-    hpct's defaults)."""
-    mine = set()
-    for f in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{f}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            mine.add(link[8:-1])
-    n = store = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.read().splitlines()[1:]:
-                col = line.split()
-                if col[3] == "01" and col[9] in mine:
-                    n += 1
-                    ports = (int(col[1].rsplit(":", 1)[1], 16), int(col[2].rsplit(":", 1)[1], 16))
-                    store += any(lo <= p <= hi for p in ports)
-    return n, store
 
 
 os.write(1, f"pid {os.environ['RANK']} {os.getpid()}\n".encode())
@@ -56,7 +33,7 @@ for inc in range(int(os.environ.get("JOB_INCARNATIONS", "3"))):
     st.wait([f"k-{r}" for r in range(n)])
     assert st.get(f"k-{(rank + 1) % n}") == f"{(rank + 1) % n}-{inc}".encode()
     dist.barrier()
-    os.write(1, "sockets {} {} {} {}\n".format(rank, inc, *sockets()).encode())
+    os.write(1, "sockets {} {} {} {}\n".format(rank, inc, *own_sockets(range(lo, hi + 1))).encode())
     dist.barrier()
     dist.destroy_process_group()
 os.write(1, f"end {rank} {time.time():.6f}\nok {rank}\n".encode())

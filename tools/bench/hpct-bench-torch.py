@@ -118,27 +118,43 @@ def store_ops(k):
     return [pct(v, 0.5) for v in times] + [pct(v, 0.99) for v in times]
 
 
-def sockets():
-    """This process's established TCP sockets (its descriptors' inodes in
-    /proc/net/tcp and tcp6): both ends of a loopback connection it holds
-    count, as on any other rank."""
-    mine = set()
-    for f in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{f}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            mine.add(link[8:-1])
-    n = 0
+def tcp_table():
+    """The rows of /proc/net/tcp and tcp6, each as (state, local port,
+    remote port, inode): "01" established, "0A" listening."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
                 lines = f.read().splitlines()[1:]
         except OSError:
             continue
-        n += sum(1 for line in lines if line.split()[3] == "01" and line.split()[9] in mine)
-    return n
+        for line in lines:
+            col = line.split()
+            yield (col[3], int(col[1].rsplit(":", 1)[1], 16),
+                   int(col[2].rsplit(":", 1)[1], 16), col[9])
+
+
+def socket_inodes(pid="self"):
+    """The inodes of the sockets process PID holds (its /proc/PID/fd)."""
+    found = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for f in names:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{f}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            found.add(link[8:-1])
+    return found
+
+
+def sockets():
+    """This process's established TCP sockets: both ends of a loopback
+    connection it holds count, as on any other rank."""
+    mine = socket_inodes()
+    return sum(1 for state, _, _, inode in tcp_table() if state == "01" and inode in mine)
 
 
 def report(rc, done, ops=(0.0,) * (2 * len(OPS))):
@@ -203,26 +219,11 @@ def not_rootless():
 # whose workers leave the agent's store alone).  Checked after the timed
 # part, as the shim's.
 def listening_sockets(port):
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            col = line.split()
-            if col[3] == "0A" and int(col[1].rsplit(":", 1)[1], 16) == port:
-                found.add(f"socket:[{col[9]}]")  # LISTEN, by inode
-    return found
+    return {inode for state, lport, _, inode in tcp_table() if state == "0A" and lport == port}
 
 
-def holds(pid, sockets):
-    try:
-        links = [os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")]
-    except OSError:
-        return False
-    return any(link in sockets for link in links)
+def holds(pid, inodes):
+    return bool(socket_inodes(pid) & inodes)
 
 
 def not_agent_store():
