@@ -6,14 +6,22 @@
 # "killed rank K at T" and SIGKILLs itself after step TRAIN_KILL_AT, for
 # torchrun's --max-restarts to restart the workers.  Every rank ends with
 # "done RANK restart R hpct JOB EPOCH": the job and epoch of the world hpct's
-# shim made in this worker, or "hpct none" without one.
-import ctypes
-import os
-import signal
+# shim made in this worker, or "hpct none" without one; before it, "phases
+# RANK restart R begun T imported T inited T": when this worker's script
+# began (before importing torch), when torch was imported, and when
+# init_process_group returned.
 import time
 
-import torch
-import torch.distributed as dist
+begun = time.time()
+
+import ctypes  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+imported = time.time()
 
 restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 steps = int(os.environ.get("TRAIN_STEPS", "30"))
@@ -47,6 +55,8 @@ def hpct_world():
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+os.write(1, f"phases {rank} restart {restart} begun {begun:.6f} imported {imported:.6f} "
+            f"inited {time.time():.6f}\n".encode())
 t = torch.ones(1024)
 for s in range(steps):
     dist.all_reduce(t)
