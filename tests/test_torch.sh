@@ -534,6 +534,7 @@ if want bench-store; then
 			bad="$bad no store operations of $p;"
 	done
 	grep -q "^store operations, us, median / p99 (5 of each per rank" "$dir/bench2" || bad="$bad no store table;"
+	grep -Eq "^torch-$v +rootless-r2 +any +- +4 x = [0-9]+ +3 x = " "$dir/bench2" || bad="$bad no floor of rootless-r2;"
 	if [ -z "$bad" ]; then
 		ok "hpct-bench --scenario torch --torch $v --replicas 1,2 --store-ops 5: a rootless row per HPCT_STORE_REPLICAS, the store's operations timed"
 	else

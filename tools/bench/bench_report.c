@@ -34,13 +34,40 @@ int bench_on_standard(const char *path)
 	       strcmp(path, GLOO_MESH) == 0;
 }
 
+/* The store operations' round trips, for their floor: the requests a
+ * TCPStore client makes that wait for an answer (set none: TCPStore's SET
+ * has no answer; get a WAIT then a GET), and whether each is a write.
+ * Stock: one round trip a request (to rank 0's server).  hpct: two (the
+ * rank's loopback listener, then the key's primary; a read under the
+ * primary's lease), a write a third where there are backups (the first
+ * backup's acknowledgement makes the quorum). */
+static const struct store_op {
+	const char *name;
+	int requests, write;
+} store_ops[BENCH_STORE_OPS] = {
+	{ "set", 0, 1 },         { "get", 2, 0 },  { "add", 1, 1 },
+	{ "compare_set", 1, 1 }, { "wait", 1, 0 }, { "multi_get", 1, 0 },
+};
+
+/* A row's copies of each key: rootless-rK's K, rootless's
+ * HPCT_STORE_REPLICAS (3 by default), at most N; 0 for stock. */
+static int row_copies(const struct result *r)
+{
+	if (bench_on_standard(r->path))
+		return 0;
+	const char *env = getenv("HPCT_STORE_REPLICAS");
+	int k = strncmp(r->path, "rootless-r", 10) == 0 ? atoi(r->path + 10)
+	        : env && *env                           ? atoi(env)
+	                                                : 3;
+	return k < r->ranks ? k : r->ranks;
+}
+
 /* After the table, for torch --store-ops: each row's store operations,
  * median and 99th percentile (the median over runs of the ranks' mean of
- * their own), "-" for one the torch lacks (1.13's multi_get). */
-static void store_ops_summary(struct result *res, int nres, int ops)
+ * their own), "-" for one the torch lacks (1.13's multi_get); then each
+ * row's floor, its round trips x the loopback round trip measured. */
+static void store_ops_summary(struct result *res, int nres, int ops, double rtt)
 {
-	static const char *const name[BENCH_STORE_OPS] = { "set",         "get",  "add",
-		                                           "compare_set", "wait", "multi_get" };
 	int head = 0;
 	for (int i = 0; i < nres; i++) {
 		struct result *r = &res[i];
@@ -52,7 +79,7 @@ static void store_ops_summary(struct result *res, int nres, int ops)
 			       "ranks' mean):\n%-26s %-11s %6s",
 			       ops, "scenario", "path", "ranks");
 			for (int o = 0; o < BENCH_STORE_OPS; o++)
-				printf(" %15s", name[o]);
+				printf(" %15s", store_ops[o].name);
 			printf("\n");
 		}
 		printf("%-26s %-11s %6d", r->scenario, r->path, r->ranks);
@@ -62,6 +89,32 @@ static void store_ops_summary(struct result *res, int nres, int ops)
 			char cell[32] = "-";
 			if (m > 0)
 				snprintf(cell, sizeof(cell), "%.0f / %.0f", m, p);
+			printf(" %15s", cell);
+		}
+		printf("\n");
+	}
+	if (!head || rtt <= 0)
+		return;
+	printf("floor, us: each operation's round trips (stock one a request; hpct two, the rank's "
+	       "listener and the key's primary, a write a third with backups) x the loopback round "
+	       "trip, %.1f us:\n",
+	       rtt * 1000);
+	for (int i = 0; i < nres; i++) { /* a line a path: the floor has no N */
+		struct result *r = &res[i];
+		int said = !r->nops;
+		for (int j = 0; j < i && !said; j++)
+			said = res[j].nops && strcmp(res[j].path, r->path) == 0 &&
+			       row_copies(&res[j]) == row_copies(r);
+		if (said)
+			continue;
+		int copies = row_copies(r);
+		printf("%-26s %-11s %6s", r->scenario, r->path, "any");
+		for (int o = 0; o < BENCH_STORE_OPS; o++) {
+			const struct store_op *op = &store_ops[o];
+			int trips = op->requests * (copies ? 2 + (op->write && copies > 1) : 1);
+			char cell[32] = "-"; /* no answer to wait for */
+			if (trips)
+				snprintf(cell, sizeof(cell), "%d x = %.0f", trips, trips * rtt * 1000);
 			printf(" %15s", cell);
 		}
 		printf("\n");
@@ -349,7 +402,7 @@ int bench_report(const struct bench_plan *plan, struct result *res, int nres, do
 					       res[a].path, res[b].ms[0] / res[a].ms[0]);
 	recovery_summary(res, nres);
 	gloo_summary(res, nres);
-	store_ops_summary(res, nres, plan->store_ops);
+	store_ops_summary(res, nres, plan->store_ops, rtt);
 	reinit_summary(res, nres, plan->nranks * npaths);
 	for (int si = 0; si < plan->nscens; si++)
 		if (plan->scens[si].nccl_root) {
