@@ -18,6 +18,8 @@
 #   - stock (HPCT_USE_ROOTLESS=0) for comparison: the same job at 4 ranks,
 #     and with rank 0 killed, where PyTorch's store dies with rank 0 and no
 #     survivor can shrink (2.15);
+#   - hpct-bench --scenario torch --backend nccl (2.14.1 only): its stock
+#     and rootless rows at 4 ranks, the store's operations timed;
 #   torch 2.15.0 only:
 #   - nccl2's lazy init (no device_id): the communicator made at the first
 #     collective, Tier 2;
@@ -27,19 +29,20 @@
 #     derived in the pair's first rank (Tier 1, its root there: no rank 0
 #     of the job in it), the primary Tier 2;
 #   - nccl-legacy (ProcessGroupNCCL by name): eager init and new_group.
-# TAP output.  Usage: test_torch_nccl.sh HPCT_RUN PRELOAD NCCL_PG_PY STANDIN_DIR
+# TAP output.  Usage: test_torch_nccl.sh HPCT_RUN PRELOAD NCCL_PG_PY STANDIN_DIR HPCT_BENCH
 set -u
 run=$1
 preload=$2
 job=$3
 standin=$4
+bench=$5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/tap.sh"
 cache=${HPCT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpct}
 py214=${HPCT_TORCH_PYTHON_2_14:-$cache/venv-torch-2.14.1/bin/python}
 py215=${HPCT_TORCH_PYTHON_2_15:-$cache/venv-torch-2.15.0/bin/python}
-tests214=7 tests215=14
+tests214=8 tests215=14
 echo "1..$((tests214 + tests215))"
 # the stand-in first on the library path, and the NCCL settings its
 # README lists (sockets on loopback; SHM stays on); every wait of hpct's 60 s
@@ -198,6 +201,27 @@ has() {
 
 if has 2.14.1 "$py214" "$tests214"; then
 	nccl_suite 2.14.1 ProcessGroupNCCL
+	# hpct-bench's torch scenario on the nccl backend: a stock and a
+	# rootless row, each rank's communicator made in init_process_group
+	# (device_id), the store's operations timed after it
+	name="hpct-bench --scenario torch --torch 2.14 --backend nccl, 4 ranks: a stock and a rootless row, store operations timed"
+	HPCT_TORCH_PYTHON_2_14=$py "$bench" --scenario torch --torch 2.14 --backend nccl \
+		--ranks 4 --repeat 1 --launch direct --path stock,rootless --store-ops 3 \
+		--port 17300 --json "$dir/bench.json" >"$dir/bench" 2>&1
+	brc=$? bad=""
+	[ "$brc" = 0 ] || bad="exit $brc;"
+	for p in rootless stock; do
+		grep -Eq "^torch-2.14-nccl +$p +4 +4 +1 +[0-9.]+ " "$dir/bench" || bad="$bad no $p row;"
+		grep -Eq "^torch-2.14-nccl +$p +4( +[0-9]+ / [0-9]+){6}\$" "$dir/bench" ||
+			bad="$bad no store operations of $p;"
+		grep -q "\"path\":\"$p\",\"ranks\":4,[^}]*\"torch\":\"2.14\",\"launch\":\"direct\",\"backend\":\"nccl\"" \
+			"$dir/bench.json" || bad="$bad no $p nccl row in the JSON;"
+	done
+	if [ -z "$bad" ]; then
+		ok "$name"
+	else
+		not_ok "$name" "$bad" "$(grep -v 'hostname of the client' "$dir/bench" | tail -12)"
+	fi
 fi
 
 if has 2.15.0 "$py215" "$tests215"; then

@@ -56,9 +56,10 @@ int bench_torch_find(const char *arg, struct bench_torch *out);
  * $XDG_CACHE_HOME/hpct, else ~/.cache/hpct), in buf. */
 void bench_cache_python(const char *venv, char *buf, size_t len);
 
-/* The environment of a torch run's ranks (the shim preloaded if rootless;
- * the torch version the ranks check they have). */
-void bench_torch_env(int rootless, const char *ver);
+/* The environment of a torch run's ranks (the shim preloaded if rootless,
+ * before what LD_PRELOAD hpct-bench was started with; the torch version the
+ * ranks check they have; the backend they init). */
+void bench_torch_env(int rootless, const char *ver, const char *backend);
 /* HPCT_STORE_REPLICAS for a row's ranks: N for path rootless-rN
  * (--replicas), else as hpct-bench was started. */
 void bench_torch_replicas(const char *path);

@@ -347,8 +347,9 @@ int bench_report(const struct bench_plan *plan, struct result *res, int nres, do
 			snprintf(extra, sizeof(extra), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
 			         nv / 100 % 100, nv % 100);
 		else if (r->torch)
-			snprintf(extra, sizeof(extra), ",\"torch\":\"%s\",\"launch\":\"%s\"",
-			         r->torch, r->launch);
+			snprintf(extra, sizeof(extra),
+			         ",\"torch\":\"%s\",\"launch\":\"%s\",\"backend\":\"%s\"", r->torch,
+			         r->launch, r->backend);
 		else if (r->context) {
 			r->ctx_ms[0] = median_of(r->ctx_ms, r->nctx);
 			snprintf(extra, sizeof(extra),

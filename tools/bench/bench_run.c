@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "tools/bench/bench_table.h"
+#include "tools/common/bench_env.h"
 #include "tools/common/bench_progress.h"
 #include "tools/common/bench_rank.h"
 
@@ -181,6 +182,7 @@ int bench_run_all(const struct bench_plan *pl, struct result *res, double rtt)
 				}
 				row[p].torch = s->torch ? s->release->ver : NULL;
 				row[p].launch = s->torch ? s->launch->name : NULL;
+				row[p].backend = s->torch ? s->backend : NULL;
 				row[p].path = pl->path_names[p];
 				if (strcmp(s->name, "gloo") == 0 || s->gloo_reuse ||
 				    s->gloo_replace)
@@ -207,8 +209,7 @@ int bench_run_all(const struct bench_plan *pl, struct result *res, double rtt)
 					long msgs = 0, rss = 0;
 					bench_transport = pl->path_transport[p];
 					/* each run its own ports: nothing lingers from the last */
-					int base = pl->port +
-					           (run_id % 4) * (4 * ((n + k - 1) / k) + 2);
+					int base = pl->port + (run_id % 4) * bench_world_ports(n, k);
 					int rootless = !bench_on_standard(r->path);
 					if (r->connect)
 						setenv("HPCT_GLOO_CONNECT", r->connect, 1);
@@ -222,10 +223,8 @@ int bench_run_all(const struct bench_plan *pl, struct result *res, double rtt)
 							failed |= gloo_run(
 							        s, r, ci, pl->nranks * pl->npaths,
 							        n, k, rootless,
-							        pl->port + (run_id %
-							                    4) * (4 * ((n + k - 1) /
-							                               k) +
-							                          2),
+							        pl->port + (run_id % 4) *
+							                bench_world_ports(n, k),
 							        run_id, pl->timeout,
 							        pl->kills < n ? pl->kills : n,
 							        pl->seed, rep);
@@ -236,7 +235,8 @@ int bench_run_all(const struct bench_plan *pl, struct result *res, double rtt)
 					if (s->torch) {
 						/* timed once every rank has imported it */
 						bench_gate = 1;
-						bench_torch_env(rootless, s->release->ver);
+						bench_torch_env(rootless, s->release->ver,
+						                s->backend);
 						bench_torch_replicas(r->path);
 						int again = pl->reinit && !s->launch->no_reinit;
 						if (pl->reinit && !again)

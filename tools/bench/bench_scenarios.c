@@ -170,6 +170,7 @@ static const struct torch_release {
 } torch_releases[] = {
 	{ "1.13", "1.13", "HPCT_TORCH_PYTHON_1_13", NULL },
 	{ "2.13", "2.13.0", "HPCT_TORCH_PYTHON_2_13", "venv-torch-2.13.0" },
+	{ "2.14", "2.14.1", "HPCT_TORCH_PYTHON_2_14", "venv-torch-2.14.1" },
 	{ "2.15", "2.15.0", "HPCT_TORCH_PYTHON_2_15", "venv-torch-2.15.0" },
 };
 
@@ -193,7 +194,8 @@ int bench_torch_find(const char *arg, struct bench_torch *out)
 		    strcmp(arg, torch_releases[i].full) == 0)
 			t = &torch_releases[i];
 	if (!t) {
-		fprintf(stderr, "hpct-bench: --torch %s: want 1.13 (Debian's), 2.13 or 2.15\n", arg);
+		fprintf(stderr, "hpct-bench: --torch %s: want 1.13 (Debian's), 2.13, 2.14 or 2.15\n",
+		        arg);
 		return -1;
 	}
 	const char *env = getenv(t->env);
@@ -215,19 +217,33 @@ int bench_torch_find(const char *arg, struct bench_torch *out)
 }
 
 /* The environment of a torch run's ranks: the same script either way, the
- * shim preloaded for the rootless path. */
-void bench_torch_env(int rootless, const char *ver)
+ * shim preloaded for the rootless path, before what was preloaded already
+ * (the stand-in's yield library, a profiler) on both. */
+void bench_torch_env(int rootless, const char *ver, const char *backend)
 {
-	static char lib[8192];
-	if (!lib[0])
+	static char lib[8192], *given;
+	if (!lib[0]) {
 		hpct_shim_path(lib, sizeof(lib)); /* a missing one fails at exec, named */
+		const char *pre = getenv("LD_PRELOAD");
+		given = pre && *pre ? strdup(pre) : NULL;
+		if (given)
+			snprintf(lib + strlen(lib), sizeof(lib) - strlen(lib), ":%s", given);
+	}
 	if (rootless)
 		setenv("LD_PRELOAD", lib, 1);
+	else if (given)
+		setenv("LD_PRELOAD", given, 1);
 	else
 		unsetenv("LD_PRELOAD");
-	setenv("GLOO_SOCKET_IFNAME", "lo", 1); /* stock Gloo: the namespace's only interface */
+	/* stock Gloo and NCCL: the namespace's only interface */
+	setenv("GLOO_SOCKET_IFNAME", "lo", 1);
+	setenv("NCCL_SOCKET_IFNAME", "lo", 0);
 	setenv("OMP_NUM_THREADS", "1", 0);
 	setenv("HPCT_BENCH_TORCH", ver, 1); /* the ranks check they have it */
+	setenv("HPCT_BENCH_BACKEND", backend, 1);
+	/* nccl: more ranks than devices share them (NCCL >= 2.30.3) */
+	if (strcmp(backend, "nccl") == 0)
+		setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
 }
 
 void bench_torch_replicas(const char *path)

@@ -76,7 +76,10 @@
  * said why: PyTorch cannot init again over the agent's store, which hpct
  * leaves the job's).  In the
  * JSON: "scenario":"torch" or "torch-reinit", "torch":"<release>" and
- * "launch":"direct" or "torchrun".  The output names what starting a
+ * "launch":"direct" or "torchrun", "backend":"gloo" or "nccl" (--backend
+ * nccl: rows torch-<release>-nccl, init_process_group("nccl") with
+ * device_id, a CUDA torch on a GPU or the stand-in driver, tests/standin,
+ * whose all_reduce computes nothing: its value is then not checked).  The output names what starting a
  * process costs here (fork+exec).  --replicas 1,2: the rootless path
  * becomes a row per HPCT_STORE_REPLICAS (rootless-r1, rootless-r2), the
  * same job.  --store-ops K: after the timed part every rank does K rounds
@@ -116,6 +119,7 @@ struct result {
 	int forced_full;      /* kill-root inprocess, standard: the root died, all restart */
 	const char *torch;    /* the torch release, or NULL */
 	const char *launch;   /* torch: how its ranks were started (direct, torchrun) */
+	const char *backend;  /* torch: the process group's (gloo, nccl) */
 	const char *not_run;  /* why this row cannot be run, or NULL */
 	const char *path;
 	const char *connect; /* gloo: HPCT_GLOO_CONNECT of the row's ranks; else NULL */
@@ -143,6 +147,7 @@ struct result {
 #define MAX_SCENARIOS 16
 #define MAX_TORCH     4
 #define MAX_LAUNCH    2
+#define MAX_BACKEND   2
 
 /* What one scenario of the list needs to run.  torch is one scen per
  * release and launch, and with --reinit one more after each, whose rows its
@@ -157,9 +162,10 @@ struct scen {
 	 * gloo-replace (2: each context): the first scen's runs fill the
 	 * others' rows, contexts alternating run by run */
 	int gloo_reuse, gloo_replace, gloo_copy;
-	char label[32]; /* the table's name: torch-1.13, torch-1.13-torchrun-reinit */
+	char label[40]; /* the table's name: torch-1.13, torch-2.14-nccl-torchrun-reinit */
 	const struct bench_torch *release;
 	const struct bench_launch *launch;
+	const char *backend; /* torch: gloo or nccl (--backend) */
 	char self[4096]; /* the program that plays its ranks */
 };
 

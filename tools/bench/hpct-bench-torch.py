@@ -3,8 +3,14 @@
 # import), run as it is on the stock path and, under libhpct_preload.so,
 # on the rootless one.  hpct-bench runs it with the Python of the torch
 # it measures (--torch).  Timed from the moment every rank has imported
-# torch (hpct-bench's gate) to the end of init_process_group("gloo"), one
-# new_group over all ranks and the first all_reduce.  With --reinit
+# torch (hpct-bench's gate) to the end of init_process_group, one
+# new_group over all ranks and the first all_reduce, on the backend
+# HPCT_BENCH_BACKEND names: "gloo", or "nccl" (eager: device_id, the
+# communicator made inside init_process_group; a device a local rank).
+# On the test-only stand-in driver (tests/standin: no kernel runs) NCCL's
+# all_reduce computes nothing, so its value is checked on a real device
+# only, and a communicator that has run work cannot be destroyed there:
+# the rank ends with os._exit once every rank has reported.  With --reinit
 # (HPCT_BENCH_GATE2_FD set), the ranks then destroy the process group, say
 # so, and at a second gate do the same again: a second incarnation, timed
 # from that gate.  Started directly by hpct-bench, a rank inherits its pipes;
@@ -63,16 +69,42 @@ def gate(name):
         pass
 
 
+BACKEND = os.environ.get("HPCT_BENCH_BACKEND", "gloo")
+STANDIN = "HPCT stand-in"  # tests/standin's device name (STANDIN_NAME)
+
+
+def device():
+    """The rank's device for nccl, None for gloo: every rank of a run is on
+    this machine (hpct-bench's nodes are addresses of one namespace, one
+    host to NCCL), so its rank's, round the devices (more ranks than
+    devices share them: NCCL_MULTI_RANK_GPU_ENABLE, hpct-bench sets it)."""
+    if BACKEND != "nccl":
+        return None
+    dev = torch.device("cuda", int(os.environ["RANK"]) % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def on_standin():
+    return BACKEND == "nccl" and torch.cuda.get_device_name().startswith(STANDIN)
+
+
 def incarnation():
     """The timed work; 0, or 1 (a wrong sum) or 2 (an exception, said)."""
     try:
-        dist.init_process_group(
-            "gloo", timeout=timedelta(seconds=float(os.environ.get("HPCT_TIMEOUT", "120"))))
+        dev = device()
+        timeout = timedelta(seconds=float(os.environ.get("HPCT_TIMEOUT", "120")))
+        if dev is None:
+            dist.init_process_group(BACKEND, timeout=timeout)
+        else:
+            dist.init_process_group(BACKEND, timeout=timeout, device_id=dev)
         n = dist.get_world_size()
         dist.new_group(list(range(n)))  # kept by torch until destroy_process_group
-        t = torch.ones(1)
+        t = torch.ones(1, device=dev)
         dist.all_reduce(t)
-        return 0 if t.item() == n else 1
+        if dev is not None:
+            torch.cuda.synchronize()
+        return 0 if t.item() == n or on_standin() else 1
     except Exception as e:  # reported as a failed rank, with its message
         say(e)
         return 2
@@ -190,6 +222,18 @@ if want and not torch.__version__.startswith(want + "."):
     say(f"{sys.executable} has torch {torch.__version__}, hpct-bench asked for {want}")
     os.write(fd("HPCT_BENCH_READY_FD"), b"f")  # no gate to wait for
     sys.exit(3)
+why = None
+if BACKEND == "nccl" and not (dist.is_nccl_available() and torch.cuda.is_available()):
+    why = (f"torch {torch.__version__} has no NCCL or no CUDA device here "
+           "(nccl wants a CUDA torch, 2.14 or 2.15, and a GPU or tests/standin "
+           "first on LD_LIBRARY_PATH)")
+elif BACKEND == "nccl" and "HPCT_BENCH_GATE2_FD" in os.environ and on_standin():
+    why = ("--reinit: the stand-in driver cannot destroy a communicator that has "
+           "run work (tests/standin/README.md); --reinit with nccl wants a GPU")
+if why:
+    say(f"--backend {BACKEND}: {why}")
+    os.write(fd("HPCT_BENCH_READY_FD"), b"f")
+    sys.exit(3)
 
 # rootless: the shim serves the store in the rank only for a torch whose
 # protocol it knows; otherwise PyTorch keeps its own (said on stderr), which
@@ -260,6 +304,9 @@ if rc == 0 and int(os.environ.get("HPCT_BENCH_STORE_OPS", "0")) > 0:
         rc = 6
 report(rc, done, ops)  # CLOCK_MONOTONIC, as hpct-bench's clock
 os.read(fd("HPCT_BENCH_RELEASE_FD"), 1)  # until every rank has reported
+if on_standin():  # no destroy after work there (above)
+    sys.stderr.flush()
+    os._exit(rc)
 if rc == 0:
     rc = destroy()
 if "HPCT_BENCH_GATE2_FD" in os.environ:

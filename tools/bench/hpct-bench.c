@@ -9,6 +9,7 @@
  *   hpct-bench --scenario nccl-root --ranks 64,256,1024 --nccl LIB,LIB
  *   hpct-bench --scenario torch --torch 1.13,2.13 --path stock,rootless --reinit
  *              [--launch direct,torchrun] [--replicas 1,3] [--store-ops K]
+ *              [--backend gloo,nccl]
  *   hpct-bench --scenario nvrx [--ranks 4] [--repeat 3]   (bench_nvrx.c)
  *   hpct-bench --scenario nccl-init [--ranks 8,16,32,64]  (bench_nccl_init.c) */
 #include <errno.h>
@@ -54,7 +55,7 @@ static void usage(FILE *f)
 	        "                  from the survivors or from a file; --ranks 16 by default)\n"
 	        "                  [--nccl LIBNCCL[,LIBNCCL..]] (nccl-root: one table over "
 	        "releases)\n"
-	        "                  [--torch 1.13,2.13,2.15] [--reinit] (torch: the releases, "
+	        "                  [--torch 1.13,2.13,2.14,2.15] [--reinit] (torch: the releases, "
 	        "and a second\n"
 	        "                  incarnation after destroy_process_group)\n"
 	        "                  [--launch direct,torchrun] (torch: ranks started together, "
@@ -66,6 +67,9 @@ static void usage(FILE *f)
 	        "HPCT_STORE_REPLICAS)\n"
 	        "                  [--store-ops K] (torch: then K SET/GET/ADD/WAIT a rank, "
 	        "timed)\n"
+	        "                  [--backend gloo,nccl] (torch: the process group's backend; "
+	        "nccl wants\n"
+	        "                  a CUDA torch, 2.14 or 2.15, and a GPU or tests/standin)\n"
 	        "scenarios: cold, gloo (the standard path adds a row std-mesh: Gloo's own\n"
 	        "connectFullMesh, where standard connects through hpct's pool as rootless\n"
 	        "does), gloo-reuse (a persistent and a temporary Gloo context created\n"
@@ -123,6 +127,7 @@ int main(int argc, char **argv)
 	const char *scenario_arg = "cold", *paths = "rootless,standard", *json = NULL;
 	const char *recovery_arg = "full", *plot = NULL, *transports = NULL, *nccl_libs = NULL;
 	const char *torch_arg = NULL, *launch_arg = NULL, *replicas_arg = NULL;
+	const char *backend_arg = NULL;
 	int kills = 1, reinit = 0, store_ops = 0;
 	uint64_t state = 0;
 	unsigned seed = 1;
@@ -149,10 +154,11 @@ int main(int argc, char **argv)
 		                              { "state", required_argument, NULL, 'Z' },
 		                              { "store-ops", required_argument, NULL, 'O' },
 		                              { "replicas", required_argument, NULL, 'Q' },
+		                              { "backend", required_argument, NULL, 'B' },
 		                              { "help", no_argument, NULL, 'h' },
 		                              { NULL, 0, NULL, 0 } };
 	int c;
-	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:Z:O:Q:h", opts,
+	while ((c = getopt_long(argc, argv, "s:n:p:r:k:j:G:T:gt:P:K:R:S:N:V:IL:Z:O:Q:B:h", opts,
 	                        NULL)) != -1) {
 		switch (c) {
 		case 'g':
@@ -224,6 +230,9 @@ int main(int argc, char **argv)
 		case 'Q':
 			replicas_arg = optarg;
 			break;
+		case 'B':
+			backend_arg = optarg;
+			break;
 		case 'Z':
 			if (!(state = bench_parse_size(optarg))) {
 				fprintf(stderr, "hpct-bench: --state %s: want a size (256M)\n",
@@ -269,6 +278,7 @@ int main(int argc, char **argv)
 	                         : launch_arg   ? "--launch"
 	                         : store_ops    ? "--store-ops"
 	                         : replicas_arg ? "--replicas"
+	                         : backend_arg  ? "--backend"
 	                                        : NULL;
 	if (torch_only && !want_torch) {
 		fprintf(stderr, "hpct-bench: %s goes with --scenario torch only\n", torch_only);
@@ -281,8 +291,13 @@ int main(int argc, char **argv)
 	}
 
 	const struct bench_launch *launches[MAX_LAUNCH];
-	int nlaunch = 0;
+	int nlaunch = 0, nback = 0, back_idx[MAX_BACKEND];
+	static const char *const backend_names[MAX_BACKEND] = { "gloo", "nccl" };
 	if (want_torch) {
+		nback = bench_parse_names("--backend", backend_arg ? backend_arg : "gloo",
+		                          backend_names, MAX_BACKEND, back_idx);
+		if (nback < 0)
+			return 2;
 		static const char *const launch_names[] = { "direct", "torchrun" };
 		int launch_idx[MAX_LAUNCH];
 		nlaunch = bench_parse_names("--launch", launch_arg ? launch_arg : "direct,torchrun",
@@ -310,7 +325,7 @@ int main(int argc, char **argv)
 	char *list = strdup(scenario_arg), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		int recov = strcmp(tok, "restart") == 0 || strcmp(tok, "kill-root") == 0;
-		int copies = strcmp(tok, "torch") == 0          ? ntorch * nlaunch * (1 + reinit)
+		int copies = strcmp(tok, "torch") == 0 ? ntorch * nback * nlaunch * (1 + reinit)
 		             : recov                            ? nrecov
 		             : strcmp(tok, "gloo-reuse") == 0   ? 2 * NCONTEXTS
 		             : strcmp(tok, "gloo-replace") == 0 ? NCONTEXTS
@@ -341,13 +356,17 @@ int main(int argc, char **argv)
 				         bench_contexts[copy]);
 			if (!s->torch)
 				continue;
-			/* release, then launch, then the second incarnation's rows
-			 * right after the first's */
-			s->release = &releases[copy / (nlaunch * (1 + reinit))];
+			/* release, backend, then launch, then the second
+			 * incarnation's rows right after the first's */
+			int per_backend = nlaunch * (1 + reinit);
+			s->release = &releases[copy / (nback * per_backend)];
+			s->backend = backend_names[back_idx[copy / per_backend % nback]];
 			s->launch = launches[copy / (1 + reinit) % nlaunch];
 			s->reinit_rows = copy % (1 + reinit);
-			snprintf(s->label, sizeof(s->label), "torch-%s%s%s", s->release->ver,
-			         s->launch->label, s->reinit_rows ? "-reinit" : "");
+			snprintf(s->label, sizeof(s->label), "torch-%s%s%s%s%s", s->release->ver,
+			         strcmp(s->backend, "gloo") ? "-" : "",
+			         strcmp(s->backend, "gloo") ? s->backend : "", s->launch->label,
+			         s->reinit_rows ? "-reinit" : "");
 		}
 	}
 	if (state && !strstr(scenario_arg, "restart") && !strstr(scenario_arg, "kill-root")) {
