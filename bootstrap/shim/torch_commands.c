@@ -332,7 +332,7 @@ static int park(struct conn *c, const char *what, struct keys *ks, int keep)
 		} else if (waited >= limit) {
 			waited = 0;
 		}
-		int ready = rc ? 0 : hpct__sock_wait(c->fd, POLLIN, hpct__now());
+		int ready = rc ? 0 : hpct__torch_readable(c);
 		if (ready < 0) {
 			rc = ready;
 		} else if (ready) {

@@ -31,10 +31,13 @@
  * A 2.x client sends WAIT before every GET and blocking QUEUE_POP, and
  * CANCEL_WAIT when its own timeout passes; a 1.13 client gives up silently
  * and sends its next request (interrupted_2, interrupted_113). */
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "bootstrap/base/log.h"
 #include "bootstrap/base/sock.h"
@@ -155,14 +158,72 @@ const char *hpct__torch_protos_known(void)
 
 /* ------------------------------------------------------------ wire */
 
+/* Reads come through c->in: one recv takes a whole request (PyTorch's
+ * client writes each in one piece) and often the next, where reading field
+ * by field took a recv each.  A read that must wait sends the reply first:
+ * the client may be waiting on it. */
 int hpct__torch_recv_n(struct conn *c, void *buf, size_t n)
 {
-	return hpct__sock_recv_all(c->fd, buf, n, NEVER);
+	unsigned char *p = buf;
+	while (n) {
+		if (c->in_at < c->in_len) {
+			size_t k = c->in_len - c->in_at < n ? c->in_len - c->in_at : n;
+			memcpy(p, c->in + c->in_at, k);
+			c->in_at += k;
+			p += k;
+			n -= k;
+			continue;
+		}
+		int rc = hpct__torch_flush(c);
+		if (rc)
+			return rc;
+		if (n >= sizeof(c->in)) /* a large value: straight into place */
+			return hpct__sock_recv_all(c->fd, p, n, NEVER);
+		ssize_t r = recv(c->fd, c->in, sizeof(c->in), 0);
+		if (r == 0)
+			return HPCT_EPEERDEAD;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (r < 0) { /* a non-blocking descriptor */
+			int w = hpct__sock_wait(c->fd, POLLIN, NEVER);
+			if (w <= 0)
+				return w ? w : HPCT_ETIMEDOUT;
+			continue;
+		}
+		c->in_at = 0;
+		c->in_len = (size_t)r;
+	}
+	return 0;
 }
 
+int hpct__torch_readable(struct conn *c)
+{
+	return c->in_at < c->in_len ? 1 : hpct__sock_wait(c->fd, POLLIN, hpct__now());
+}
+
+int hpct__torch_flush(struct conn *c)
+{
+	size_t n = c->out_len;
+	c->out_len = 0;
+	return n ? hpct__sock_send_all(c->fd, c->out, n, hpct__now() + NEVER) : 0;
+}
+
+/* Replies gather in c->out: one write a reply, not one a field (a reply in
+ * two segments would also wait on the client's delayed ACK). */
 int hpct__torch_send_n(struct conn *c, const void *buf, size_t n)
 {
-	return hpct__sock_send_all(c->fd, buf, n, hpct__now() + NEVER);
+	if (c->out_len + n > sizeof(c->out)) {
+		int rc = hpct__torch_flush(c);
+		if (rc)
+			return rc;
+		if (n > sizeof(c->out))
+			return hpct__sock_send_all(c->fd, buf, n, hpct__now() + NEVER);
+	}
+	memcpy(c->out + c->out_len, buf, n);
+	c->out_len += n;
+	return 0;
 }
 
 int hpct__torch_recv_u64(struct conn *c, uint64_t *v)
@@ -199,20 +260,11 @@ int hpct__torch_recv_str(struct conn *c, char **out, size_t *len_out)
 	return 0;
 }
 
-/* Length and bytes in one write where it is small: a reply in two
- * segments would wait on the client's delayed ACK. */
 int hpct__torch_send_bytes(struct conn *c, const void *v, size_t len)
 {
 	uint64_t n = len;
-	unsigned char buf[4096];
-	if (len <= sizeof(buf) - sizeof(n)) {
-		memcpy(buf, &n, sizeof(n));
-		if (len)
-			memcpy(buf + sizeof(n), v, len);
-		return hpct__torch_send_n(c, buf, sizeof(n) + len);
-	}
 	int rc = hpct__torch_send_n(c, &n, sizeof(n));
-	return rc ? rc : hpct__torch_send_n(c, v, len);
+	return rc || !len ? rc : hpct__torch_send_n(c, v, len);
 }
 
 int hpct__torch_send_i64(struct conn *c, int64_t v)

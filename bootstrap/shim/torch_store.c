@@ -322,6 +322,8 @@ static void *serve(void *arg)
 		if (op != OP_GET && op != OP_MGET)
 			hpct__torch_forget_seen(c);
 		rc = hpct__torch_command(c, op, code);
+		int sent = hpct__torch_flush(c); /* the reply, whole */
+		rc = rc ? rc : sent;
 		if (op == OP_GET || op == OP_MGET)
 			hpct__torch_forget_seen(c);
 		if (rc)

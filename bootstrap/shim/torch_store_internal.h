@@ -77,9 +77,18 @@ struct keys {
 	uint64_t n;
 };
 
+/* What the wire buffers each way (torch_proto.c). */
+#define WIRE_BUF 4096
+
 /* A client's connection, served by a thread of its own (torch_store.c). */
 struct conn {
 	int fd;
+	/* the wire (torch_proto.c): bytes read past the last field (a
+	 * request's fields are taken from here, a read a request, not a
+	 * syscall a field), and the reply so far, sent whole at the command's
+	 * end (hpct__torch_flush) or before this thread waits to read */
+	unsigned char in[WIRE_BUF], out[WIRE_BUF];
+	size_t in_at, in_len, out_len;
 	const struct hpct_torch_proto *p;
 	/* opened at the first command past VALIDATE/PING: st, PyTorch's own
 	 * keys (pg_key) in this connection's incarnation; all, every other
@@ -115,6 +124,11 @@ struct split {
 
 int hpct__torch_recv_n(struct conn *c, void *buf, size_t n);
 int hpct__torch_send_n(struct conn *c, const void *buf, size_t n);
+/* Sends what the reply holds so far. */
+int hpct__torch_flush(struct conn *c);
+/* 1 when the client has sent something not yet read, 0 if not, <0 on an
+ * error. */
+int hpct__torch_readable(struct conn *c);
 int hpct__torch_recv_u64(struct conn *c, uint64_t *v);
 /* A string or value: malloc'd, NUL-terminated (keys are used as C strings);
  * len_out may be NULL. */
