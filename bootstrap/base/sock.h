@@ -17,7 +17,7 @@ int hpct__sock_connect(const struct sockaddr_storage *ss, socklen_t sl, double d
 /* After a send or recv on fd returned < 0: 0 to try again (interrupted,
  * or fd became ready for `events`), else what to return: -errno, or
  * HPCT_ETIMEDOUT when the deadline passed first. */
-int hpct__sock_again(int fd, short events, double deadline);
+HPCT_PRIVATE int hpct__sock_again(int fd, short events, double deadline);
 /* Errors worth another connect attempt (nobody listening yet, ...). */
 int hpct__sock_retryable(int err);
 HPCT_PRIVATE void hpct__sleep(double s);

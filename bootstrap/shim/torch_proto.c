@@ -31,7 +31,6 @@
  * A 2.x client sends WAIT before every GET and blocking QUEUE_POP, and
  * CANCEL_WAIT when its own timeout passes; a 1.13 client gives up silently
  * and sends its next request (interrupted_2, interrupted_113). */
-#include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
@@ -182,14 +181,10 @@ int hpct__torch_recv_n(struct conn *c, void *buf, size_t n)
 		ssize_t r = recv(c->fd, c->in, sizeof(c->in), 0);
 		if (r == 0)
 			return HPCT_EPEERDEAD;
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		if (r < 0) { /* a non-blocking descriptor */
-			int w = hpct__sock_wait(c->fd, POLLIN, NEVER);
-			if (w <= 0)
-				return w ? w : HPCT_ETIMEDOUT;
+		if (r < 0) {
+			int again = hpct__sock_again(c->fd, POLLIN, NEVER);
+			if (again)
+				return again;
 			continue;
 		}
 		c->in_at = 0;
