@@ -73,8 +73,10 @@ struct bench_torch_times {
 	long init_rss, reinit_rss;
 	int init_conns, reinit_conns;
 	/* --store-ops: struct record's op_us (medians, then 99th
-	 * percentiles), the mean over ranks, microseconds (0: not measured) */
+	 * percentiles) and cpu_us (a round's CPU by thread), the mean over
+	 * ranks, microseconds (0: not measured) */
 	double op_us[2 * BENCH_STORE_OPS];
+	double cpu_us[BENCH_STORE_CPU];
 };
 
 /* The ranks of one launch, with their pipes (bench_launch.c). */

@@ -49,6 +49,7 @@ struct batch {
 	int max_waves, max_peers;
 	/* torch --store-ops: the ranks' medians, summed, and how many */
 	double op_us[2 * BENCH_STORE_OPS];
+	double cpu_us[BENCH_STORE_CPU];
 	int nops;
 };
 
@@ -235,6 +236,8 @@ static void collect(struct batch *b, double deadline)
 		if (rec.op_us[0] > 0) {
 			for (int i = 0; i < 2 * BENCH_STORE_OPS; i++)
 				b->op_us[i] += rec.op_us[i];
+			for (int i = 0; i < BENCH_STORE_CPU; i++)
+				b->cpu_us[i] += rec.cpu_us[i];
 			b->nops++;
 		}
 	}
@@ -589,6 +592,8 @@ void bench_torch_once(const struct bench_launch *how, const char *python, const 
 	out->init_conns = b.max_conns;
 	for (int i = 0; i < 2 * BENCH_STORE_OPS; i++) /* the mean of the ranks' */
 		out->op_us[i] = b.nops ? b.op_us[i] / b.nops : 0;
+	for (int i = 0; i < BENCH_STORE_CPU; i++)
+		out->cpu_us[i] = b.nops ? b.cpu_us[i] / b.nops : 0;
 	if (rc < 0 || b.got < b.n || b.bad) {
 		close(b.ready);
 		close_pair(go2);

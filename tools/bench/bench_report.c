@@ -46,7 +46,7 @@ static const struct store_op {
 	int requests, write;
 } store_ops[BENCH_STORE_OPS] = {
 	{ "set", 0, 1 },         { "get", 2, 0 },  { "add", 1, 1 },
-	{ "compare_set", 1, 1 }, { "wait", 1, 0 }, { "multi_get", 1, 0 },
+	{ "compare_set", 1, 1 }, { "wait", 1, 0 }, { "multi_get", 2, 0 },
 };
 
 /* A row's copies of each key: rootless-rK's K, rootless's
@@ -93,7 +93,21 @@ static void store_ops_summary(struct result *res, int nres, int ops, double rtt)
 		}
 		printf("\n");
 	}
-	if (!head || rtt <= 0)
+	if (!head)
+		return;
+	printf("CPU a round of the six (us, the ranks' mean, the median over runs): the thread "
+	       "calling the store / the served store's listener / its server / every other "
+	       "thread (stock's rank 0: its TCPStore server):\n");
+	for (int i = 0; i < nres; i++) {
+		struct result *r = &res[i];
+		if (!r->nops)
+			continue;
+		printf("%-26s %-11s %6d", r->scenario, r->path, r->ranks);
+		for (int o = 0; o < BENCH_STORE_CPU; o++)
+			printf(" %9.1f", median_of(r->cpu_us[o], r->nops));
+		printf("\n");
+	}
+	if (rtt <= 0)
 		return;
 	printf("floor, us: each operation's round trips (stock one a request; hpct two, the rank's "
 	       "listener and the key's primary, a write a third with backups) x the loopback round "
@@ -119,6 +133,26 @@ static void store_ops_summary(struct result *res, int nres, int ops, double rtt)
 		}
 		printf("\n");
 	}
+}
+
+/* A torch --store-ops row's JSON members: "op_us", the medians over runs of
+ * store_ops' medians then 99th percentiles, and "cpu_us", of a round's CPU
+ * in the rank's client, listener, server and other threads (the ranks'
+ * mean), after "store_ops", the rounds; the simulator's store model reads
+ * them (tools/sim/sim_store.c). */
+static void store_ops_json(struct result *r, int ops, char *out, size_t len)
+{
+	size_t at = (size_t)snprintf(out, len, ",\"store_ops\":%d,\"op_us\":[", ops);
+	for (int o = 0; o < 2 * BENCH_STORE_OPS && at < len; o++)
+		at += (size_t)snprintf(out + at, len - at, "%s%.1f", o ? "," : "",
+		                       median_of(r->op_us[o], r->nops));
+	if (at < len)
+		at += (size_t)snprintf(out + at, len - at, "],\"cpu_us\":[");
+	for (int o = 0; o < BENCH_STORE_CPU && at < len; o++)
+		at += (size_t)snprintf(out + at, len - at, "%s%.2f", o ? "," : "",
+		                       median_of(r->cpu_us[o], r->nops));
+	if (at < len)
+		snprintf(out + at, len - at, "]");
 }
 
 /* The row of (scenario, recovery, path, N), or NULL if it did not run. */
@@ -341,7 +375,7 @@ int bench_report(const struct bench_plan *plan, struct result *res, int nres, do
 			continue;
 		char bound[16], floor[16];
 		double floor_ms = row_floor(r, rtt, bound, floor);
-		char extra[320] = "";
+		char extra[960] = "";
 		int nv = 0;
 		if (nccl_root && hpct_nccl_version(&nv) == 0)
 			snprintf(extra, sizeof(extra), ",\"nccl\":\"%d.%d.%d\"", nv / 10000,
@@ -370,6 +404,9 @@ int bench_report(const struct bench_plan *plan, struct result *res, int nres, do
 		if (strcmp(floor, "-") != 0)
 			snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
 			         ",\"floor_ms\":%.4f", floor_ms);
+		if (r->nops)
+			store_ops_json(r, plan->store_ops, extra + strlen(extra),
+			               sizeof(extra) - strlen(extra));
 		if (jf)
 			fprintf(jf,
 			        "%s{\"scenario\":\"%s\",\"path\":\"%s\",\"ranks\":%d,\"nodes\":%d,"

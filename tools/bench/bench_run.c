@@ -256,6 +256,8 @@ int bench_run_all(const struct bench_plan *pl, struct result *res, double rtt)
 						    r->nops < 64) {
 							for (int o = 0; o < 2 * BENCH_STORE_OPS; o++)
 								r->op_us[o][r->nops] = tt.op_us[o];
+							for (int o = 0; o < BENCH_STORE_CPU; o++)
+								r->cpu_us[o][r->nops] = tt.cpu_us[o];
 							r->nops++;
 						}
 						if (tt.reinit_ms >= 0) /* the next scen's rows */

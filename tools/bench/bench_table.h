@@ -138,8 +138,10 @@ struct result {
 	long pairs_new, pairs_kept, bytes;
 	double ctx_ms[64]; /* gloo-replace: from the barrier after the recovery */
 	int nctx;
-	/* torch --store-ops: each run's struct bench_torch_times op_us */
+	/* torch --store-ops: each run's struct bench_torch_times op_us and
+	 * cpu_us */
 	double op_us[2 * BENCH_STORE_OPS][64];
+	double cpu_us[BENCH_STORE_CPU][64];
 	int nops;
 	double med; /* the median run, once the row is complete (bench_print_row) */
 };

@@ -26,6 +26,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -115,9 +116,35 @@ def incarnation():
 OPS = ("set", "get", "add", "compare_set", "wait", "multi_get")
 
 
+# Where a store round's CPU goes, in the record's order after op_us (cpu_us:
+# us per round): the thread that calls the store, the served store's
+# listener (the shim's threads that speak TCPStore's protocol), its server
+# (the key's home: requests and replication), and every other thread (on
+# stock's rank 0, TCPStore's server)
+THREADS = ("client", "listener", "server", "other")
+
+
+def thread_cpu(me):
+    """Each of THREADS' CPU so far, ns, from the kernel's per-task counts."""
+    cpu = [0] * len(THREADS)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended
+            continue
+        cls = (0 if int(tid) == me else 1 if comm.startswith("hpct-tcpstore")
+               else 2 if comm.startswith("hpct-store") else 3)
+        cpu[cls] += ns
+    return cpu
+
+
 def store_ops(k):
     """The median and 99th percentile of k rounds of each of OPS, us (not
-    timed into the init: measured after it); 0 for one this torch lacks."""
+    timed into the init: measured after it), 0 for one this torch lacks;
+    then THREADS' CPU per round, us."""
     store = dist.distributed_c10d._get_default_store()
     me = os.environ.get("RANK", "0")
     key, counter, cas = f"hpct-bench/{me}/k", f"hpct-bench/{me}/n", f"hpct-bench/{me}/c"
@@ -125,6 +152,8 @@ def store_ops(k):
     has_multi = hasattr(store, "multi_get")
     times = [[] for _ in OPS]
     store.set(cas, b"0")
+    me_tid = threading.get_native_id()
+    cpu0 = thread_cpu(me_tid)
     for i in range(k):
         t = [time.perf_counter()]
         store.set(key, value)
@@ -142,12 +171,13 @@ def store_ops(k):
         t.append(time.perf_counter())
         for o in range(len(OPS)):
             times[o].append((t[o + 1] - t[o]) * 1e6)
+    cpu = [(b - a) / 1e3 / k for a, b in zip(cpu0, thread_cpu(me_tid))]
     if not has_multi:
         times[OPS.index("multi_get")] = [0.0]
     def pct(v, p):
         v = sorted(v)
         return v[min(len(v) - 1, int(len(v) * p))]
-    return [pct(v, 0.5) for v in times] + [pct(v, 0.99) for v in times]
+    return [pct(v, 0.5) for v in times] + [pct(v, 0.99) for v in times] + cpu
 
 
 def tcp_table():
@@ -189,7 +219,7 @@ def sockets():
     return sum(1 for state, _, _, inode in tcp_table() if state == "01" and inode in mine)
 
 
-def report(rc, done, ops=(0.0,) * (2 * len(OPS))):
+def report(rc, done, ops=(0.0,) * (2 * len(OPS) + len(THREADS))):
     rss_kb = 0
     with open("/proc/self/status") as f:
         for line in f:
@@ -199,10 +229,10 @@ def report(rc, done, ops=(0.0,) * (2 * len(OPS))):
     # established TCP sockets the process holds), rc, msgs, rss_kb, then
     # fields of other scenarios, zero here, to the size the launcher says
     # (one write: the pipe keeps records of different ranks whole) and
-    # op_us, the record's last field, the store operations' medians and
-    # 99th percentiles
+    # op_us and cpu_us, the record's last fields: the store operations'
+    # medians and 99th percentiles, and where a round's CPU went
     head = struct.pack("@diiqq", done, sockets(), rc, 0, rss_kb)
-    tail = struct.pack(f"@{2 * len(OPS)}d", *ops)
+    tail = struct.pack(f"@{2 * len(OPS) + len(THREADS)}d", *ops)
     size = int(os.environ.get("HPCT_BENCH_RECORD_SIZE", len(head) + len(tail)))
     os.write(fd("HPCT_BENCH_FD"),
              head + bytes(max(size - len(head) - len(tail), 0)) + tail)
@@ -295,7 +325,7 @@ if rc == 0 and not_rootless():
     rc = 4
 if rc == 0 and not_agent_store():
     rc = 5
-ops = (0.0,) * (2 * len(OPS))
+ops = (0.0,) * (2 * len(OPS) + len(THREADS))
 if rc == 0 and int(os.environ.get("HPCT_BENCH_STORE_OPS", "0")) > 0:
     try:
         ops = store_ops(int(os.environ["HPCT_BENCH_STORE_OPS"]))

@@ -16,6 +16,7 @@
 #include "hpct/hpct.h"
 
 #define BENCH_STORE_OPS 6 /* torch: set, get, add, compare_set, wait, multi_get */
+#define BENCH_STORE_CPU 4 /* torch: client, listener, server, other threads */
 
 struct record {
 	double done; /* CLOCK_MONOTONIC when the scenario's work finished */
@@ -37,9 +38,12 @@ struct record {
 	long inflight_peak, inflight_waits;
 	/* torch --store-ops: the rank's median SET, GET, ADD, COMPARE_SET,
 	 * WAIT and MULTI_GET on its process group's store, then their 99th
-	 * percentiles, microseconds (last in the record: the Python rank packs
-	 * them at its end) */
+	 * percentiles, microseconds, then the CPU a round took in each of the
+	 * rank's threads that call the store, listen for its TCPStore
+	 * connections (the shim's), serve its homes' keys and the rest, us
+	 * (last in the record: the Python rank packs them at its end) */
 	double op_us[2 * BENCH_STORE_OPS];
+	double cpu_us[BENCH_STORE_CPU];
 };
 
 static inline double mono(void)
